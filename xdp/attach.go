@@ -1,0 +1,178 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf/link"
+)
+
+// AttachMode selects how the program is attached to an interface.
+type AttachMode int
+
+const (
+	// AttachAuto uses native (driver) mode and falls back to generic mode, with a warning,
+	// when the driver refuses.
+	AttachAuto AttachMode = iota
+	// AttachNative insists on native mode.
+	AttachNative
+	// AttachGeneric uses generic (SKB) mode: slower, works everywhere.
+	AttachGeneric
+)
+
+type linkHandle struct {
+	link    link.Link
+	ifindex int
+}
+
+func (d *Datapath) linkPin(ifname string) string {
+	return filepath.Join(d.opts.PinPath, "links", ifname)
+}
+
+// Attach attaches the program to interface ifname through a bpf_link (pinned unless NoPin) and
+// lets the program redirect to it. If a link pinned by an earlier process exists, its program is
+// replaced atomically: forwarding on the interface never stops.
+func (d *Datapath) Attach(ifname string, mode AttachMode) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	iface, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return fmt.Errorf("attach to %s: %w", ifname, err)
+	}
+	if _, ok := d.links[ifname]; ok {
+		return nil
+	}
+	var l link.Link
+	if !d.opts.NoPin {
+		if pinned, err := link.LoadPinnedLink(d.linkPin(ifname), nil); err == nil {
+			if err := pinned.Update(d.objs.XlbXdp); err != nil {
+				pinned.Close()
+				return fmt.Errorf("attach to %s: replace program of pinned link: %w", ifname, err)
+			}
+			l = pinned
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("attach to %s: load pinned link: %w", ifname, err)
+		}
+	}
+	if l == nil {
+		l, err = d.attachNew(iface, mode)
+		if err != nil {
+			return err
+		}
+		if !d.opts.NoPin {
+			if err := os.MkdirAll(filepath.Dir(d.linkPin(ifname)), 0o700); err != nil {
+				l.Close()
+				return fmt.Errorf("attach to %s: %w", ifname, err)
+			}
+			if err := l.Pin(d.linkPin(ifname)); err != nil {
+				l.Close()
+				return fmt.Errorf("attach to %s: pin link: %w", ifname, err)
+			}
+		}
+	}
+	idx := uint32(iface.Index)
+	if err := d.objs.TxPorts.Put(idx, idx); err != nil {
+		return fmt.Errorf("attach to %s: add to tx_ports: %w", ifname, err)
+	}
+	d.links[ifname] = linkHandle{link: l, ifindex: iface.Index}
+	return nil
+}
+
+func (d *Datapath) attachNew(iface *net.Interface, mode AttachMode) (link.Link, error) {
+	opts := link.XDPOptions{Program: d.objs.XlbXdp, Interface: iface.Index}
+	switch mode {
+	case AttachGeneric:
+		opts.Flags = link.XDPGenericMode
+	default:
+		opts.Flags = link.XDPDriverMode
+	}
+	l, err := link.AttachXDP(opts)
+	if err != nil && mode == AttachAuto {
+		d.log.Warn("native XDP refused, falling back to generic mode (slower)",
+			"interface", iface.Name, "error", err)
+		opts.Flags = link.XDPGenericMode
+		l, err = link.AttachXDP(opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attach to %s: %w", iface.Name, err)
+	}
+	return l, nil
+}
+
+// Detach detaches the program from ifname and removes its pin.
+func (d *Datapath) Detach(ifname string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h, ok := d.links[ifname]
+	if !ok && !d.opts.NoPin {
+		l, err := link.LoadPinnedLink(d.linkPin(ifname), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("detach from %s: load pinned link: %w", ifname, err)
+		}
+		h = linkHandle{link: l, ifindex: -1}
+		if iface, err := net.InterfaceByName(ifname); err == nil {
+			h.ifindex = iface.Index
+		}
+	} else if !ok {
+		return nil
+	}
+	delete(d.links, ifname)
+	var errs []error
+	if !d.opts.NoPin {
+		if err := h.link.Unpin(); err != nil {
+			errs = append(errs, fmt.Errorf("detach from %s: unpin: %w", ifname, err))
+		}
+	}
+	if err := h.link.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("detach from %s: %w", ifname, err))
+	}
+	if h.ifindex > 0 {
+		_ = d.objs.TxPorts.Delete(uint32(h.ifindex))
+	}
+	return errors.Join(errs...)
+}
+
+// Interfaces lists the interfaces the program is attached to by this Datapath or pinned links.
+func (d *Datapath) Interfaces() ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	seen := map[string]bool{}
+	for name := range d.links {
+		seen[name] = true
+	}
+	if !d.opts.NoPin {
+		names, err := d.pinnedLinks()
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			seen[n] = true
+		}
+	}
+	var out []string
+	for n := range seen {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func (d *Datapath) pinnedLinks() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(d.opts.PinPath, "links"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned links: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}

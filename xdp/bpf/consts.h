@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* consts.h: every size, flag and reason code shared by the datapath and the Go loader.
+ * The Go side mirrors these in xdp/consts.go; a test checks they agree. */
+#ifndef XLB_CONSTS_H
+#define XLB_CONSTS_H
+
+/* Address families as stored in keys. Our own values, not AF_*: a key is a wire format. */
+#define FAMILY_V4 4
+#define FAMILY_V6 6
+
+/* Upper bounds of the id spaces. VIP ids index vip_by_id, maglev and vip_stats; backend ids
+ * index backends and backend_stats. Id 0 is never used: a zero in a Maglev slot means "empty". */
+#define MAX_VIPS        65536   /* VIP:port:proto entries (10,000 services x several ports) */
+#define MAX_BACKENDS    262144  /* 10,000 services x 10 backends, with room to spare */
+#define MAX_REVERSE     MAX_BACKENDS
+#define MAX_SRC_RANGES  65536   /* loadBalancerSourceRanges prefixes over all VIPs */
+#define MAX_TX_PORTS    256     /* interfaces we may redirect to */
+#define MAX_FRAGS       16384   /* datagrams being reassembled-by-id at once (first fragment seen) */
+#define DEFAULT_CT_SIZE 1048576 /* flows; the loader overrides at load time */
+
+/* A Maglev table is an inner array: slot 0 holds M (the prime table size), slots 1..M the
+ * backend ids. M is bounded so a table stays one allocation the kernel accepts. */
+#define MAX_MAGLEV_M    1048573
+
+/* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
+ * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array
+ * access instead of hash-map lookups. A set bit may be a collision; the exact map decides. */
+#define ADDR_FILTER_BITS  65536
+#define ADDR_FILTER_WORDS (ADDR_FILTER_BITS / 64)
+
+/* vip_info.flags */
+#define VIP_F_AFFINITY_CLIENTIP (1u << 0) /* hash the client address only (sessionAffinity: ClientIP) */
+#define VIP_F_SRC_RANGES        (1u << 1) /* check src_ranges; clients outside are dropped */
+#define VIP_F_MARKER            (1u << 2) /* address marker {addr, 0, 0}: "this address is a VIP" */
+
+/* backend.flags */
+#define BACKEND_F_DOWN (1u << 0) /* unusable: even established flows are moved off it */
+
+/* rev_value.flags */
+#define REV_F_AMBIGUOUS (1u << 0) /* endpoint serves several VIP:ports: find the VIP in conntrack */
+
+/* ct_entry.flags */
+#define CT_F_CLOSING (1u << 0) /* FIN or RST seen: the short closing timeout applies */
+#define CT_F_REVERSE (1u << 1) /* reverse entry (backend -> client); backend_id unused */
+
+/* Only refresh a conntrack entry's timestamp when it is older than this: saves a cache-line
+ * write on almost every packet of a busy flow. */
+#define CT_REFRESH_NS 1000000000ull
+
+/* The new-flow rate guard works in windows of this length, per CPU. */
+#define RATE_WINDOW_NS 1000000000ull
+
+/* Ethernet and IP constants we need without pulling in libc headers. */
+#define ETH_P_IP_BE     0x0008 /* htons(0x0800) */
+#define ETH_P_IPV6_BE   0xDD86 /* htons(0x86DD) */
+#define ETH_P_8021Q_BE  0x0081 /* htons(0x8100) */
+#define ETH_P_8021AD_BE 0xA888 /* htons(0x88A8) */
+#define IP_MF_BE        0x0020 /* htons(0x2000): more fragments */
+#define IP_OFFSET_BE    0xFF1F /* htons(0x1FFF): fragment offset */
+#define IPV6_EXT_MAX    6      /* extension headers we walk before giving up (pass) */
+
+#define PROTO_HOPOPTS  0
+#define PROTO_ICMP     1
+#define PROTO_TCP      6
+#define PROTO_UDP      17
+#define PROTO_ROUTING  43
+#define PROTO_FRAGMENT 44
+#define PROTO_AH       51
+#define PROTO_ICMPV6   58
+#define PROTO_NONE     59
+#define PROTO_DSTOPTS  60
+
+#define ICMP_ECHOREPLY     0
+#define ICMP_DEST_UNREACH  3
+#define ICMP_ECHO          8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMPV6_DEST_UNREACH  1
+#define ICMPV6_PKT_TOOBIG    2
+#define ICMPV6_TIME_EXCEED   3
+#define ICMPV6_ECHO_REQUEST  128
+#define ICMPV6_ECHO_REPLY    129
+
+#define TH_FIN 0x01
+#define TH_SYN 0x02
+#define TH_RST 0x04
+#define TH_ACK 0x10
+
+#define ECHO_REPLY_TTL 64
+
+/* Why a packet got its verdict: one per-CPU counter each. Every XDP_DROP and every XDP_PASS
+ * increments exactly one of these; so does every forwarded packet. */
+enum reason {
+	REASON_PASS_NOT_IP = 0,      /* not IPv4/IPv6 (ARP, LLDP...) */
+	REASON_PASS_MALFORMED_L3,    /* IP header truncated or lying: not ours to judge */
+	REASON_PASS_NOT_VIP,         /* no VIP, no backend reply: the host's traffic */
+	REASON_PASS_IPV6_EXT,        /* too many / unknown IPv6 extension headers */
+	REASON_PASS_TTL,             /* TTL/hop limit would expire: the kernel sends the ICMP */
+	REASON_PASS_NO_NEIGH,        /* rewritten, fib has no neighbour yet: kernel resolves it */
+	REASON_PASS_FIB,             /* rewritten, fib wants the kernel (forwarding off, MTU...) */
+	REASON_PASS_NO_TXPORT,       /* rewritten, egress not in tx_ports: kernel forwards */
+	REASON_PASS_VLAN_EGRESS,     /* rewritten, tagged frame leaving another port: kernel forwards */
+	REASON_PASS_REVERSE_NO_CT,   /* ambiguous backend reply with no conntrack entry */
+	REASON_PASS_ICMP,            /* ICMP not about a VIP flow */
+	REASON_DROP_MALFORMED_L4,    /* to a VIP with a truncated or lying L4 header */
+	REASON_DROP_SRC_RANGE,       /* client outside the VIP's loadBalancerSourceRanges */
+	REASON_DROP_NO_BACKEND,      /* VIP with an empty or missing Maglev table */
+	REASON_DROP_FRAG_UNKNOWN,    /* non-first fragment whose first fragment was not seen */
+	REASON_DROP_FIB,             /* fib says blackhole/unreachable/prohibited */
+	REASON_DROP_UDP6_ZERO_CSUM,  /* UDP over IPv6 with checksum 0 (RFC 8200: discard) */
+	REASON_FWD_TX,               /* forwarded out of the ingress interface */
+	REASON_FWD_REDIRECT,         /* forwarded through tx_ports */
+	REASON_NAT_FORWARD,          /* client -> VIP rewritten to the backend */
+	REASON_NAT_REVERSE,          /* backend -> client rewritten to come from the VIP */
+	REASON_ICMP_ECHO_REPLY,      /* echo request to a VIP answered */
+	REASON_ICMP_TO_BACKEND,      /* ICMP error about a VIP flow relayed to its backend */
+	REASON_ICMP_TO_CLIENT,       /* ICMP error from the cluster side relayed to the client */
+	REASON_CT_RATE_LIMITED,      /* new flow forwarded without a conntrack entry (rate guard) */
+	REASON_CT_RESELECT,          /* conntrack entry expired or its backend left: re-chosen */
+	REASON_MAX,
+};
+
+#endif

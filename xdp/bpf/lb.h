@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* lb.h: service lookups, Maglev selection and conntrack. */
+#ifndef XLB_LB_H
+#define XLB_LB_H
+
+#include "parse.h"
+#include "maps.h"
+#include "hash.h"
+#include "stats.h"
+
+/* Load-time settings (the Go loader rewrites .rodata before loading). */
+volatile const __u32 cfg_hash_seed = 0;
+volatile const __u64 cfg_tcp_established_ns = 3600ull * 1000000000ull;
+volatile const __u64 cfg_tcp_closing_ns = 10ull * 1000000000ull;
+volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
+/* New conntrack entries allowed per CPU per RATE_WINDOW_NS; 0 = no limit. */
+volatile const __u64 cfg_new_flow_rate = 250000;
+
+/* filter_has reports whether addr may be in the VIP (backend == 0) or backend address set. */
+static __always_inline int filter_has(int backend, const struct addr *a, __u8 family)
+{
+	__u32 zero = 0, bit;
+	struct addr_bitmaps *f = bpf_map_lookup_elem(&addr_filter, &zero);
+	__u64 w;
+
+	if (!f)
+		return 1;
+	bit = filter_bit(a, family);
+	w = backend ? f->backend[bit / 64] : f->vip[bit / 64];
+	return (w >> (bit % 64)) & 1;
+}
+
+/* svc_lookup looks up {a, port, proto} in map, then {a, 0, proto} (all ports). */
+static __always_inline void *svc_lookup(void *map, const struct addr *a, __u8 family,
+					__be16 port, __u8 proto)
+{
+	struct svc_key k = { .addr = *a, .port = port, .proto = proto, .family = family };
+	void *v = bpf_map_lookup_elem(map, &k);
+
+	if (v || !port)
+		return v;
+	k.port = 0;
+	return bpf_map_lookup_elem(map, &k);
+}
+
+/* is_vip_addr reports whether a is the address of any VIP (the marker entry). */
+static __always_inline int is_vip_addr(const struct addr *a, __u8 family)
+{
+	struct svc_key k = { .addr = *a, .family = family };
+
+	if (!filter_has(0, a, family))
+		return 0;
+	return bpf_map_lookup_elem(&vips, &k) != NULL;
+}
+
+/* backend_get returns the usable backend with this id, or NULL. */
+static __always_inline struct backend *backend_get(__u32 id)
+{
+	struct backend *be;
+
+	if (!id)
+		return NULL;
+	be = bpf_map_lookup_elem(&backends, &id);
+	if (!be || !be->family || (be->flags & BACKEND_F_DOWN))
+		return NULL;
+	return be;
+}
+
+/* maglev_pick returns the backend id in the slot of the VIP's table chosen by hash, 0 if none. */
+static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
+{
+	__u32 zero = 0, slot, *m, *id;
+	void *table = bpf_map_lookup_elem(&maglev, &vip_id);
+
+	if (!table)
+		return 0;
+	m = bpf_map_lookup_elem(table, &zero);
+	if (!m || !*m)
+		return 0;
+	slot = 1 + hash % *m;
+	id = bpf_map_lookup_elem(table, &slot);
+	return id ? *id : 0;
+}
+
+/* ct_timeout is the idle timeout of an entry. */
+static __always_inline __u64 ct_timeout(__u8 proto, __u8 flags)
+{
+	if (proto != PROTO_TCP)
+		return cfg_udp_ns;
+	return (flags & CT_F_CLOSING) ? cfg_tcp_closing_ns : cfg_tcp_established_ns;
+}
+
+/* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts per CPU
+ * per window. Above it, flows are still forwarded (Maglev is stateless), just not remembered. */
+static __always_inline int rate_allow(__u64 now)
+{
+	__u32 zero = 0;
+	struct rate_window *w;
+
+	if (!cfg_new_flow_rate)
+		return 1;
+	w = bpf_map_lookup_elem(&flow_rate, &zero);
+	if (!w)
+		return 1;
+	if (now - w->start >= RATE_WINDOW_NS) {
+		w->start = now;
+		w->count = 0;
+	}
+	if (w->count >= cfg_new_flow_rate) {
+		count_reason(REASON_CT_RATE_LIMITED);
+		return 0;
+	}
+	w->count++;
+	return 1;
+}
+
+/* frag_key_of fills the datagram key of a fragment. */
+static __always_inline void frag_key_of(struct frag_key *k, struct packet *p)
+{
+	k->src = p->src;
+	k->dst = p->dst;
+	k->id = p->frag_id;
+	k->proto = p->proto;
+	k->family = p->family;
+}
+
+/* reverse_vip finds the VIP (address, port) that a backend endpoint's packet to a client must
+ * appear to come from. Returns 0 when found, -1 when the endpoint is not a backend, -2 when it
+ * is an ambiguous backend without a conntrack entry for this flow. */
+static __always_inline int reverse_vip(const struct addr *be_addr, const struct addr *client,
+				       __be16 bport, __be16 cport, __u8 proto, __u8 family,
+				       struct svc_key **vip, __be16 *vport)
+{
+	struct rev_value *rv = svc_lookup(&reverse, be_addr, family, bport, proto);
+	__u32 vip_id;
+
+	if (!rv)
+		return -1;
+	if (rv->flags & REV_F_AMBIGUOUS) {
+		struct flow_key rk = { .src = *be_addr, .dst = *client, .sport = bport,
+				       .dport = cport, .proto = proto, .family = family };
+		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &rk);
+
+		if (!ct)
+			return -2;
+		vip_id = ct->vip_id;
+		*vport = ct->vip_port;
+	} else {
+		vip_id = rv->vip_id;
+		*vport = rv->vip_port ? rv->vip_port : bport;
+	}
+	*vip = bpf_map_lookup_elem(&vip_by_id, &vip_id);
+	if (!*vip || (*vip)->family != family)
+		return -1;
+	return 0;
+}
+
+#endif

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* maps.h: every map of the datapath, what it holds, its size and who writes it.
+ * All maps are pinned by name under the loader's bpffs directory so a restarted daemon
+ * adopts them and forwarding never stops. "Go" below means the loader (xdp package). */
+#ifndef XLB_MAPS_H
+#define XLB_MAPS_H
+
+#include <bpf/bpf_helpers.h>
+#include "consts.h"
+#include "structs.h"
+
+#define PIN __uint(pinning, LIBBPF_PIN_BY_NAME)
+
+/* vips: {VIP address, port (0 = all ports), proto} -> vip_info. Also one marker entry
+ * {address, 0, 0} per VIP address (ICMP echo, fragments). Written by Go, read per packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct svc_key);
+	__type(value, struct vip_info);
+	__uint(max_entries, MAX_VIPS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	PIN;
+} vips SEC(".maps");
+
+/* vip_by_id: VIP id -> its {address, port, proto}. Reverse NAT reads the address from here.
+ * Written by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct svc_key);
+	__uint(max_entries, MAX_VIPS);
+	PIN;
+} vip_by_id SEC(".maps");
+
+/* maglev: VIP id -> that VIP's Maglev table, an inner array of u32 where slot 0 holds the
+ * prime size M and slots 1..M hold backend ids. Go builds a new inner map and swaps it in
+ * with one update, so a table changes atomically. BPF_F_INNER_MAP lets M differ per VIP. */
+struct maglev_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 2);
+	__uint(map_flags, BPF_F_INNER_MAP);
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__type(key, __u32);
+	__uint(max_entries, MAX_VIPS);
+	PIN;
+	__array(values, struct maglev_inner);
+} maglev SEC(".maps");
+
+/* backends: backend id -> {Pod address, target port, flags}. family 0 = unused id.
+ * Written by Go; an id is never reused while conntrack may still point at it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct backend);
+	__uint(max_entries, MAX_BACKENDS);
+	PIN;
+} backends SEC(".maps");
+
+/* reverse: backend endpoint {Pod address, target port (0 = any), proto} -> the VIP its
+ * replies come from, or REV_F_AMBIGUOUS when the endpoint serves several VIP:ports.
+ * Written by Go (derived from service state, so it works without conntrack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct svc_key);
+	__type(value, struct rev_value);
+	__uint(max_entries, MAX_REVERSE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	PIN;
+} reverse SEC(".maps");
+
+/* conntrack: flow -> chosen backend. One LRU shared by all CPUs (a reply can land on any CPU).
+ * Size set by Go at load (default DEFAULT_CT_SIZE). Written by the datapath (inserts, refreshes)
+ * and by Go (flush). TCP flows are inserted on the first non-SYN packet, never on a SYN. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, DEFAULT_CT_SIZE);
+	PIN;
+} conntrack SEC(".maps");
+
+/* frags: datagram {src, dst, id, proto} -> its ports, written by the datapath when a first
+ * fragment passes so later fragments find the same flow (and so the same backend). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct frag_key);
+	__type(value, struct frag_ports);
+	__uint(max_entries, MAX_FRAGS);
+	PIN;
+} frags SEC(".maps");
+
+/* src_ranges: {VIP id, client prefix} -> 1 for VIPs with VIP_F_SRC_RANGES. Written by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct src_range_key);
+	__type(value, __u8);
+	__uint(max_entries, MAX_SRC_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	PIN;
+} src_ranges SEC(".maps");
+
+/* tx_ports: ifindex -> ifindex, the interfaces XDP_REDIRECT may use. Written by Go on attach. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, MAX_TX_PORTS);
+	PIN;
+} tx_ports SEC(".maps");
+
+/* addr_filter: one entry, the VIP and backend address bitmaps (see consts.h). Written by Go
+ * whenever the set of VIP or backend addresses changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct addr_bitmaps);
+	__uint(max_entries, 1);
+	PIN;
+} addr_filter SEC(".maps");
+
+/* vip_stats, backend_stats: per-CPU traffic per VIP id / backend id. Written by the datapath,
+ * summed by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct traffic);
+	__uint(max_entries, MAX_VIPS);
+	PIN;
+} vip_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct traffic);
+	__uint(max_entries, MAX_BACKENDS);
+	PIN;
+} backend_stats SEC(".maps");
+
+/* reasons: per-CPU packet count per enum reason. Written by the datapath. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, enum reason);
+	__type(value, __u64);
+	__uint(max_entries, REASON_MAX);
+	PIN;
+} reasons SEC(".maps");
+
+/* flow_rate: per-CPU window of the new-flow rate guard. Written by the datapath. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct rate_window);
+	__uint(max_entries, 1);
+	PIN;
+} flow_rate SEC(".maps");
+
+#endif

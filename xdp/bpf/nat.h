@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* nat.h: rewriting one endpoint (address + port) of a packet, with the IP, TCP and UDP
+ * checksums updated incrementally, and the TTL / hop-limit decrement of a forwarding hop. */
+#ifndef XLB_NAT_H
+#define XLB_NAT_H
+
+#include "parse.h"
+#include "csum.h"
+
+/* ttl_expiring says whether forwarding would take the TTL/hop limit to 0. */
+static __always_inline int ttl_expiring(struct packet *p, void *data_end)
+{
+	if (p->family == FAMILY_V4) {
+		struct iphdr *iph = p->l3;
+
+		return (void *)(iph + 1) > data_end || iph->ttl <= 1;
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+
+		return (void *)(ip6 + 1) > data_end || ip6->hop_limit <= 1;
+	}
+}
+
+/* rewrite_endpoint sets the source (src != 0) or destination endpoint of p to (a, port),
+ * decrements the TTL, and fixes every checksum. port 0 keeps the port. A non-first fragment
+ * (p->l4 == NULL) only has its IP header rewritten: its L4 checksum lives in the first one. */
+static __always_inline void rewrite_endpoint(struct packet *p, void *data_end, int src,
+					     const struct addr *a, __be16 port)
+{
+	__u32 diff = 0;
+
+	if (p->family == FAMILY_V4) {
+		struct iphdr *iph = p->l3;
+		__be32 *field = src ? &iph->saddr : &iph->daddr;
+		__u16 *ttlw = (__u16 *)&iph->ttl;
+		__u16 old_ttlw;
+
+		if ((void *)(iph + 1) > data_end)
+			return;
+		old_ttlw = *ttlw;
+		diff = diff32(0, *field, a->w[0]);
+		*field = a->w[0];
+		iph->ttl--;
+		iph->check = csum_apply(iph->check, diff16(diff, old_ttlw, *ttlw));
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+		struct addr *field = (struct addr *)(src ? &ip6->saddr : &ip6->daddr);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return;
+		diff = diff_addr(0, field, a, FAMILY_V6);
+		*field = *a;
+		ip6->hop_limit--;
+	}
+	if (src)
+		p->src = *a;
+	else
+		p->dst = *a;
+
+	if (!p->l4)
+		return;
+	if (!port)
+		port = src ? p->sport : p->dport;
+	if (p->proto == PROTO_TCP) {
+		struct tcphdr *th = p->l4;
+		__be16 *pf = src ? &th->source : &th->dest;
+
+		if ((void *)(th + 1) > data_end)
+			return;
+		diff = diff16(diff, *pf, port);
+		*pf = port;
+		th->check = csum_apply(th->check, diff);
+	} else if (p->proto == PROTO_UDP) {
+		struct udphdr *uh = p->l4;
+		__be16 *pf = src ? &uh->source : &uh->dest;
+
+		if ((void *)(uh + 1) > data_end)
+			return;
+		diff = diff16(diff, *pf, port);
+		*pf = port;
+		uh->check = csum_apply_udp(uh->check, diff);
+	}
+	if (src)
+		p->sport = port;
+	else
+		p->dport = port;
+}
+
+#endif

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* parse.h: Ethernet (+ one 802.1Q/802.1ad tag), IPv4, IPv6 with its extension headers, and the
+ * first bytes of TCP/UDP/ICMP. Parsing never writes the packet. */
+#ifndef XLB_PARSE_H
+#define XLB_PARSE_H
+
+#include <linux/types.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "consts.h"
+#include "structs.h"
+
+/* What the parser learned about a packet. */
+struct packet {
+	struct ethhdr *eth;
+	void *l3;            /* struct iphdr or struct ipv6hdr */
+	void *l4;            /* L4 header, or NULL in a non-first fragment */
+	void *l3_end;        /* end of the IP datagram as its length field says */
+	struct addr src;
+	struct addr dst;
+	__be16 sport;        /* for ICMP: 0 */
+	__be16 dport;
+	__u32 frag_id;       /* valid when is_frag */
+	__u16 pkt_len;       /* bytes from Ethernet header to data_end */
+	__u8 family;
+	__u8 proto;          /* L4 protocol after extension headers */
+	__u8 tcp_flags;
+	__u8 is_frag;        /* a fragment (first or not) */
+	__u8 vlan;           /* one VLAN tag present */
+};
+
+enum parse_result {
+	PARSE_OK = 0,
+	PARSE_NOT_IP,        /* pass: not IP */
+	PARSE_BAD_L3,        /* pass: IP header does not add up */
+	PARSE_IPV6_EXT,      /* pass: extension headers we do not walk */
+};
+
+/* What ipv6_walk learned from the extension headers. */
+struct ipv6_ext {
+	__u32 frag_id;
+	__u8 proto;    /* upper-layer protocol */
+	__u8 is_frag;  /* a Fragment header is present */
+	__u8 nonfirst; /* fragment offset != 0: no upper-layer header here */
+	__u8 pad;
+};
+
+/* Largest offset of an L4 header after IPv6 extension headers that we handle. */
+#define IPV6_L4_MAX_OFF 1024
+
+/* ipv6_walk walks the IPv6 extension headers of the packet in ctx (Ethernet, one optional VLAN
+ * tag, IPv6 already checked by the caller) and returns the offset of the upper-layer header from
+ * the start of the packet, -PARSE_BAD_L3 if a header is truncated, -PARSE_IPV6_EXT if there are
+ * more than IPV6_EXT_MAX. It is a global function: the verifier checks its many paths once, and
+ * the caller sees a single bounded offset instead of one state per path. */
+__noinline int ipv6_walk(struct xdp_md *ctx, struct ipv6_ext *out)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)ctx->data;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6;
+	void *cur;
+	__u8 next;
+
+	if (!out || (void *)(eth + 1) > data_end)
+		return -PARSE_BAD_L3;
+	cur = eth + 1;
+	if (eth->h_proto == ETH_P_8021Q_BE || eth->h_proto == ETH_P_8021AD_BE)
+		cur += 4;
+	ip6 = cur;
+	if ((void *)(ip6 + 1) > data_end)
+		return -PARSE_BAD_L3;
+	next = ip6->nexthdr;
+	cur = ip6 + 1;
+#pragma unroll
+	for (int i = 0; i < IPV6_EXT_MAX; i++) {
+		struct { __u8 next; __u8 len; __be16 frag_off; __be32 id; } *ext = cur;
+
+		switch (next) {
+		case PROTO_HOPOPTS:
+		case PROTO_ROUTING:
+		case PROTO_DSTOPTS:
+			if ((void *)ext + 8 > data_end)
+				return -PARSE_BAD_L3;
+			next = ext->next;
+			cur += (ext->len + 1) * 8;
+			break;
+		case PROTO_AH:
+			if ((void *)ext + 8 > data_end)
+				return -PARSE_BAD_L3;
+			next = ext->next;
+			cur += (ext->len + 2) * 4;
+			break;
+		case PROTO_FRAGMENT:
+			if ((void *)(ext + 1) > data_end)
+				return -PARSE_BAD_L3;
+			next = ext->next;
+			out->is_frag = 1;
+			out->frag_id = ext->id;
+			cur += 8;
+			if (ext->frag_off & bpf_htons(0xFFF8)) {
+				out->nonfirst = 1;
+				out->proto = next;
+				return cur - data;
+			}
+			break;
+		default:
+			out->proto = next;
+			return cur - data;
+		}
+	}
+	return -PARSE_IPV6_EXT;
+}
+
+/* parse_l3 parses up to the start of L4 and fills p. */
+static __always_inline int parse_l3(struct xdp_md *ctx, void *data, void *data_end,
+				    struct packet *p)
+{
+	struct ethhdr *eth = data;
+	__be16 proto;
+	void *cur;
+
+	if ((void *)(eth + 1) > data_end)
+		return PARSE_NOT_IP;
+	p->eth = eth;
+	p->pkt_len = data_end - data;
+	proto = eth->h_proto;
+	cur = eth + 1;
+	if (proto == ETH_P_8021Q_BE || proto == ETH_P_8021AD_BE) {
+		struct { __be16 tci; __be16 proto; } *vh = cur;
+
+		if ((void *)(vh + 1) > data_end)
+			return PARSE_NOT_IP;
+		proto = vh->proto;
+		cur = vh + 1;
+		p->vlan = 1;
+	}
+
+	if (proto == ETH_P_IP_BE) {
+		struct iphdr *iph = cur;
+		__u32 hlen, tot;
+
+		if ((void *)(iph + 1) > data_end)
+			return PARSE_BAD_L3;
+		hlen = iph->ihl * 4;
+		tot = bpf_ntohs(iph->tot_len);
+		if (iph->version != 4 || hlen < sizeof(*iph) || tot < hlen ||
+		    cur + tot > data_end)
+			return PARSE_BAD_L3;
+		p->family = FAMILY_V4;
+		p->l3 = iph;
+		p->l3_end = cur + tot;
+		p->proto = iph->protocol;
+		p->src.w[0] = iph->saddr;
+		p->dst.w[0] = iph->daddr;
+		if (iph->frag_off & (IP_MF_BE | IP_OFFSET_BE)) {
+			p->is_frag = 1;
+			p->frag_id = iph->id;
+			if (iph->frag_off & IP_OFFSET_BE)
+				return PARSE_OK; /* l4 stays NULL */
+		}
+		p->l4 = cur + hlen;
+		return PARSE_OK;
+	}
+
+	if (proto == ETH_P_IPV6_BE) {
+		struct ipv6hdr *ip6 = cur;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return PARSE_BAD_L3;
+		if (ip6->version != 6 ||
+		    (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > data_end)
+			return PARSE_BAD_L3;
+		p->family = FAMILY_V6;
+		p->l3 = ip6;
+		p->l3_end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
+		__builtin_memcpy(&p->src, &ip6->saddr, sizeof(p->src));
+		__builtin_memcpy(&p->dst, &ip6->daddr, sizeof(p->dst));
+		{
+			struct ipv6_ext ext = {};
+			long off = ipv6_walk(ctx, &ext);
+
+			if (off == -PARSE_IPV6_EXT)
+				return PARSE_IPV6_EXT;
+			if (off < 0 || off > IPV6_L4_MAX_OFF)
+				return PARSE_BAD_L3;
+			p->proto = ext.proto;
+			p->is_frag = ext.is_frag;
+			p->frag_id = ext.frag_id;
+			if (ext.nonfirst)
+				return PARSE_OK; /* non-first fragment: l4 stays NULL */
+			cur = data + off;
+			if (cur > p->l3_end)
+				return PARSE_BAD_L3;
+			p->l4 = cur;
+			return PARSE_OK;
+		}
+	}
+	return PARSE_NOT_IP;
+}
+
+/* parse_ports reads the ports (and TCP flags) of a packet with an L4 header. It returns 0 on
+ * success, -1 when the header is truncated or its lengths lie. ICMP needs 8 bytes. */
+static __always_inline int parse_ports(void *data_end, struct packet *p)
+{
+	void *l4 = p->l4;
+
+	if (p->proto == PROTO_TCP) {
+		struct tcphdr *th = l4;
+		__u32 doff;
+
+		if ((void *)(th + 1) > data_end || (void *)(th + 1) > p->l3_end)
+			return -1;
+		doff = th->doff * 4;
+		if (doff < sizeof(*th) || l4 + doff > p->l3_end)
+			return -1;
+		p->sport = th->source;
+		p->dport = th->dest;
+		p->tcp_flags = ((__u8 *)th)[13];
+		return 0;
+	}
+	if (p->proto == PROTO_UDP) {
+		struct udphdr *uh = l4;
+		__u32 len;
+
+		if ((void *)(uh + 1) > data_end || (void *)(uh + 1) > p->l3_end)
+			return -1;
+		len = bpf_ntohs(uh->len);
+		/* A fragment's UDP length covers the whole datagram; otherwise it must fit. */
+		if (len < sizeof(*uh) || (!p->is_frag && l4 + len > p->l3_end))
+			return -1;
+		p->sport = uh->source;
+		p->dport = uh->dest;
+		return 0;
+	}
+	if (p->proto == PROTO_ICMP || p->proto == PROTO_ICMPV6) {
+		if (l4 + 8 > data_end || l4 + 8 > p->l3_end)
+			return -1;
+		return 0;
+	}
+	return -1;
+}
+
+#endif

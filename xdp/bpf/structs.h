@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* structs.h: keys and values of the maps. Each is a wire format shared with Go
+ * (xdp/types.go); field order and padding are explicit so both sides agree byte for byte. */
+#ifndef XLB_STRUCTS_H
+#define XLB_STRUCTS_H
+
+#include <linux/types.h>
+
+/* An IPv4 or IPv6 address. IPv4 uses w[0] (network order) and leaves w[1..3] zero. */
+struct addr {
+	__u32 w[4];
+};
+
+/* A service or endpoint on the wire: {address, port, protocol}. Key of vips and reverse.
+ * port 0 in vips = all ports; {addr, 0, proto 0} in vips = the address marker. */
+struct svc_key {
+	struct addr addr;
+	__be16 port;
+	__u8 proto;
+	__u8 family; /* FAMILY_V4 or FAMILY_V6 */
+};
+
+/* Value of vips. */
+struct vip_info {
+	__u32 id;    /* index into maglev, vip_by_id, vip_stats; for a marker: how many VIPs use the address */
+	__u32 flags; /* VIP_F_* */
+};
+
+/* Value of backends: where a backend id sends packets. */
+struct backend {
+	struct addr addr;
+	__be16 port;  /* 0: keep the client's destination port (all-ports VIPs) */
+	__u8 family;  /* 0 marks an unused id */
+	__u8 flags;   /* BACKEND_F_* */
+};
+
+/* Value of reverse: which VIP a backend endpoint's replies must appear to come from. */
+struct rev_value {
+	__u32 vip_id;   /* the VIP's address is vip_by_id[vip_id].addr */
+	__be16 vip_port;/* service port to restore; 0 keeps the source port (all-ports VIP) */
+	__u16 flags;    /* REV_F_* */
+};
+
+/* Key of conntrack: a flow as seen on the wire in one direction. Forward entries are keyed
+ * client -> VIP; reverse entries (ambiguous backends only) backend -> client. */
+struct flow_key {
+	struct addr src;
+	struct addr dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};
+
+/* Value of conntrack. */
+struct ct_entry {
+	__u64 last_seen;  /* bpf_ktime_get_coarse_ns() of the last refresh */
+	__u32 backend_id; /* forward entries: the chosen backend */
+	__u32 vip_id;     /* the VIP the flow belongs to */
+	__be16 vip_port;  /* reverse entries: service port to restore */
+	__u8 flags;       /* CT_F_* */
+	__u8 pad[5];
+};
+
+/* Key of frags: one IP datagram. */
+struct frag_key {
+	struct addr src;
+	struct addr dst;
+	__u32 id;      /* IPv4 id (16 bits, zero-extended) or IPv6 fragment id */
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};
+
+/* Value of frags: the datagram's ports, learned from its first fragment. */
+struct frag_ports {
+	__be16 sport;
+	__be16 dport;
+};
+
+/* Key of src_ranges (LPM trie). prefixlen counts the 32 bits of vip_id plus the prefix bits. */
+struct src_range_key {
+	__u32 prefixlen;
+	__u32 vip_id; /* big-endian, so the trie's byte-wise match covers it first */
+	struct addr addr;
+};
+
+/* Per-CPU traffic counters of a VIP or a backend. */
+struct traffic {
+	__u64 packets;
+	__u64 bytes;
+	__u64 new_flows;
+};
+
+/* Value of flow_rate: the per-CPU new-flow rate guard's window. */
+struct rate_window {
+	__u64 start; /* ns */
+	__u64 count; /* conntrack inserts in this window */
+};
+
+/* ICMP and ICMPv6 share this header layout. */
+struct icmp_hdr {
+	__u8 type;
+	__u8 code;
+	__u16 checksum;
+	__u32 rest;
+};
+
+/* Value of addr_filter (one entry, struct addr_bitmaps): hash-indexed bitmaps of VIP and backend addresses. */
+struct addr_bitmaps {
+	__u64 vip[ADDR_FILTER_WORDS];
+	__u64 backend[ADDR_FILTER_WORDS];
+};
+
+#endif

@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* xlb.c: the xlb XDP load balancer.
+ *
+ * Client -> VIP packets are DNATed to a backend (Pod IP : target port) chosen by conntrack or,
+ * for new flows, by the VIP's Maglev table; backend -> client replies get the VIP back as their
+ * source (stateless from the reverse map, or from conntrack when an endpoint serves several
+ * VIP:ports). Everything else goes to the host untouched. See docs/datapath.md. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "consts.h"
+#include "structs.h"
+#include "maps.h"
+#include "parse.h"
+#include "csum.h"
+#include "hash.h"
+#include "stats.h"
+#include "lb.h"
+#include "nat.h"
+#include "fib.h"
+#include "icmp.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* ct_store inserts or replaces the forward entry of flow fk, and the reverse entry when the
+ * backend's endpoint serves several VIP:ports (replies cannot be mapped statelessly). */
+static __always_inline void ct_store(struct flow_key *fk, __u64 now, __u32 bid,
+				     const struct backend *be, __u32 vip_id, __u8 flags,
+				     int forward_entry)
+{
+	struct ct_entry e = { .last_seen = now, .backend_id = bid, .vip_id = vip_id,
+			      .vip_port = fk->dport, .flags = flags };
+	__be16 bport = be->port ? be->port : fk->dport;
+	struct rev_value *rv;
+
+	if (forward_entry)
+		bpf_map_update_elem(&conntrack, fk, &e, BPF_ANY);
+
+	rv = svc_lookup(&reverse, &be->addr, be->family, bport, fk->proto);
+	if (rv && (rv->flags & REV_F_AMBIGUOUS)) {
+		struct flow_key rk = { .src = be->addr, .dst = fk->src, .sport = bport,
+				       .dport = fk->sport, .proto = fk->proto,
+				       .family = fk->family };
+
+		e.backend_id = 0;
+		e.flags = flags | CT_F_REVERSE;
+		bpf_map_update_elem(&conntrack, &rk, &e, BPF_ANY);
+	}
+}
+
+/* lb_forward handles a packet to VIP vi: choose the backend, DNAT, forward. */
+static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
+				      struct vip_info *vi)
+{
+	struct flow_key fk = { .src = p->src, .dst = p->dst, .sport = p->sport,
+			       .dport = p->dport, .proto = p->proto, .family = p->family };
+	int syn = p->proto == PROTO_TCP &&
+		  (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN;
+	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
+	__u64 now = bpf_ktime_get_coarse_ns();
+	struct ct_entry *ct = NULL;
+	struct backend *be = NULL;
+	__u32 bid = 0, vip_id = vi->id;
+	int new_flow = 0;
+
+	if (vi->flags & VIP_F_SRC_RANGES) {
+		struct src_range_key k = { .prefixlen = 32 + (p->family == FAMILY_V6 ? 128 : 32),
+					   .vip_id = bpf_htonl(vip_id), .addr = p->src };
+
+		if (!bpf_map_lookup_elem(&src_ranges, &k))
+			return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
+	}
+	if (ttl_expiring(p, data_end))
+		return verdict(REASON_PASS_TTL, XDP_PASS);
+
+	/* A SYN never reads or writes conntrack: a SYN flood cannot evict established flows. */
+	if (!syn) {
+		ct = bpf_map_lookup_elem(&conntrack, &fk);
+		if (ct) {
+			if (now - ct->last_seen <= ct_timeout(p->proto, ct->flags))
+				be = backend_get(ct->backend_id);
+			if (be) {
+				bid = ct->backend_id;
+				if ((closing & ~ct->flags) || now - ct->last_seen > CT_REFRESH_NS) {
+					ct->flags |= closing;
+					ct->last_seen = now;
+				}
+			} else {
+				count_reason(REASON_CT_RESELECT);
+			}
+		}
+	}
+	if (!be) {
+		__u32 h = flow_hash(cfg_hash_seed, &p->src, p->family, p->sport, p->dport,
+				    p->proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);
+
+		bid = maglev_pick(vip_id, h);
+		be = backend_get(bid);
+		if (!be)
+			return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
+		new_flow = syn || (p->proto != PROTO_TCP && !ct);
+		/* Remember the flow from its first non-SYN packet; a SYN only records the reverse
+		 * entry an ambiguous backend's SYN-ACK needs. Both pass the rate guard. */
+		if (rate_allow(now))
+			ct_store(&fk, now, bid, be, vip_id, closing, !syn);
+	}
+
+	count_traffic(&vip_stats, vip_id, p->pkt_len, new_flow);
+	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
+	count_reason(REASON_NAT_FORWARD);
+	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
+	return fib_forward(ctx, p, data_end);
+}
+
+/* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
+ * packet is not a backend reply. */
+static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void *data_end)
+{
+	struct svc_key *vip;
+	__be16 vport;
+	int rc = reverse_vip(&p->src, &p->dst, p->sport, p->dport, p->proto, p->family,
+			     &vip, &vport);
+
+	if (rc == -1)
+		return -1;
+	if (rc == -2)
+		return verdict(REASON_PASS_REVERSE_NO_CT, XDP_PASS);
+	if (ttl_expiring(p, data_end))
+		return verdict(REASON_PASS_TTL, XDP_PASS);
+	count_reason(REASON_NAT_REVERSE);
+	rewrite_endpoint(p, data_end, 1, &vip->addr, vport);
+	return fib_forward(ctx, p, data_end);
+}
+
+/* process balances a parsed packet; fam is a constant in each inlined copy, so the compiler
+ * drops the other family's code and the verifier never mixes IPv4 and IPv6 states. */
+static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *data_end,
+				   const __u8 fam)
+{
+	int to_vip, from_backend, rc;
+	struct vip_info *vi;
+
+	p->family = fam; /* a constant from here on */
+	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP)
+		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+
+	to_vip = filter_has(0, &p->dst, fam);
+	from_backend = filter_has(1, &p->src, fam);
+	if (!to_vip && !from_backend)
+		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+
+	if (p->l4) {
+		if (parse_ports(data_end, p) < 0) {
+			if (to_vip && is_vip_addr(&p->dst, fam))
+				return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
+			return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+		}
+		if (fam == FAMILY_V6 && p->proto == PROTO_UDP &&
+		    ((struct udphdr *)p->l4)->check == 0 && to_vip &&
+		    is_vip_addr(&p->dst, fam))
+			return verdict(REASON_DROP_UDP6_ZERO_CSUM, XDP_DROP);
+		if (p->is_frag) {
+			/* First fragment: remember the ports for the rest of the datagram. */
+			struct frag_key fk = {};
+			struct frag_ports fp = { .sport = p->sport, .dport = p->dport };
+
+			frag_key_of(&fk, p);
+			bpf_map_update_elem(&frags, &fk, &fp, BPF_ANY);
+		}
+	} else {
+		/* Non-first fragment: the ports come from its first fragment. */
+		struct frag_key fk = {};
+		struct frag_ports *fp;
+
+		frag_key_of(&fk, p);
+		fp = bpf_map_lookup_elem(&frags, &fk);
+		if (!fp) {
+			if (to_vip && is_vip_addr(&p->dst, fam))
+				return verdict(REASON_DROP_FRAG_UNKNOWN, XDP_DROP);
+			return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+		}
+		p->sport = fp->sport;
+		p->dport = fp->dport;
+	}
+
+	if (to_vip) {
+		vi = svc_lookup(&vips, &p->dst, fam, p->dport, p->proto);
+		if (vi && !(vi->flags & VIP_F_MARKER))
+			return lb_forward(ctx, p, data_end, vi);
+	}
+	if (from_backend) {
+		rc = lb_reverse(ctx, p, data_end);
+		if (rc >= 0)
+			return rc;
+	}
+	return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+}
+
+/* xlb_icmp handles ICMP and ICMPv6. It is a global function, so the verifier checks it on its
+ * own instead of once per path through the main program; it parses the packet again, which only
+ * ICMP packets pay for. */
+__noinline int xlb_icmp(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)ctx->data;
+	struct packet p = {};
+
+	if (parse_l3(ctx, data, data_end, &p) != PARSE_OK)
+		return verdict(REASON_PASS_ICMP, XDP_PASS);
+	if (p.family == FAMILY_V4) {
+		p.family = FAMILY_V4;
+		return handle_icmp(ctx, &p, data_end);
+	}
+	p.family = FAMILY_V6;
+	return handle_icmp(ctx, &p, data_end);
+}
+
+/* RET_ICMP: xlb_main's answer for ICMP packets, which xlb_icmp handles. */
+#define RET_ICMP 100
+
+/* xlb_main handles all but ICMP. Global, like xlb_icmp: each is verified on its own and their
+ * stacks are not stacked on each other (the kernel allows 512 bytes in all). */
+__noinline int xlb_main(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)ctx->data;
+	struct packet p = {};
+
+	switch (parse_l3(ctx, data, data_end, &p)) {
+	case PARSE_OK:
+		break;
+	case PARSE_NOT_IP:
+		return verdict(REASON_PASS_NOT_IP, XDP_PASS);
+	case PARSE_IPV6_EXT:
+		return verdict(REASON_PASS_IPV6_EXT, XDP_PASS);
+	default:
+		return verdict(REASON_PASS_MALFORMED_L3, XDP_PASS);
+	}
+
+	if (p.proto == PROTO_ICMP || p.proto == PROTO_ICMPV6)
+		return RET_ICMP;
+	if (p.family == FAMILY_V4)
+		return process(ctx, &p, data_end, FAMILY_V4);
+	return process(ctx, &p, data_end, FAMILY_V6);
+}
+
+SEC("xdp")
+int xlb_xdp(struct xdp_md *ctx)
+{
+	int rc = xlb_main(ctx);
+
+	if (rc == RET_ICMP)
+		rc = xlb_icmp(ctx);
+	if (rc < XDP_ABORTED || rc > XDP_REDIRECT)
+		return XDP_ABORTED;
+	return rc;
+}

@@ -1,0 +1,78 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts)
+	return uint64(ts.Nano())
+}
+
+func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) Flow {
+	f := Flow{
+		Src:     netip.AddrPortFrom(fromWire(k.Src, k.Family), ntohs(k.Sport)),
+		Dst:     netip.AddrPortFrom(fromWire(k.Dst, k.Family), ntohs(k.Dport)),
+		Proto:   Protocol(k.Proto),
+		Reverse: e.Flags&ctFlagReverse != 0,
+		Backend: BackendID(e.BackendId),
+		VIP:     VIPID(e.VipId),
+		VIPPort: ntohs(e.VipPort),
+		Closing: e.Flags&ctFlagClosing != 0,
+	}
+	if now > e.LastSeen {
+		f.Idle = time.Duration(now - e.LastSeen)
+	}
+	return f
+}
+
+// Flows returns the conntrack entries (expired ones included until the LRU reuses them; see
+// Flow.Idle).
+func (d *Datapath) Flows() ([]Flow, error) {
+	var out []Flow
+	now := monotonicNow()
+	var k xlbFlowKey
+	var e xlbCtEntry
+	it := d.objs.Conntrack.Iterate()
+	for it.Next(&k, &e) {
+		out = append(out, flowOf(k, e, now))
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list conntrack: %w", err)
+	}
+	return out, nil
+}
+
+// FlushFlows deletes the conntrack entries for which match returns true (all when match is nil)
+// and returns how many it deleted. Their flows are re-balanced by Maglev on their next packet.
+func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
+	now := monotonicNow()
+	var keys []xlbFlowKey
+	var k xlbFlowKey
+	var e xlbCtEntry
+	it := d.objs.Conntrack.Iterate()
+	for it.Next(&k, &e) {
+		if match == nil || match(flowOf(k, e, now)) {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, fmt.Errorf("flush conntrack: list: %w", err)
+	}
+	n := 0
+	for i := range keys {
+		if err := d.objs.Conntrack.Delete(&keys[i]); err == nil {
+			n++
+		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return n, fmt.Errorf("flush conntrack: delete: %w", err)
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,73 @@
+package xdp
+
+// Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree).
+const (
+	maxVIPs        = 65536
+	maxBackends    = 262144
+	maxMaglevM     = 1048573
+	addrFilterBits = 65536
+
+	familyV4 = 4
+	familyV6 = 6
+
+	vipFlagAffinityClientIP = 1 << 0
+	vipFlagSrcRanges        = 1 << 1
+	vipFlagMarker           = 1 << 2
+
+	backendFlagDown = 1 << 0
+
+	revFlagAmbiguous = 1 << 0
+
+	ctFlagClosing = 1 << 0
+	ctFlagReverse = 1 << 1
+)
+
+// Reason says why the datapath gave a packet its verdict. Each has a per-CPU counter.
+type Reason uint32
+
+// The reasons, in the order of enum reason in bpf/consts.h.
+const (
+	ReasonPassNotIP        = Reason(xlbReasonREASON_PASS_NOT_IP)
+	ReasonPassMalformedL3  = Reason(xlbReasonREASON_PASS_MALFORMED_L3)
+	ReasonPassNotVIP       = Reason(xlbReasonREASON_PASS_NOT_VIP)
+	ReasonPassIPv6Ext      = Reason(xlbReasonREASON_PASS_IPV6EXT)
+	ReasonPassTTL          = Reason(xlbReasonREASON_PASS_TTL)
+	ReasonPassNoNeigh      = Reason(xlbReasonREASON_PASS_NO_NEIGH)
+	ReasonPassFIB          = Reason(xlbReasonREASON_PASS_FIB)
+	ReasonPassNoTxPort     = Reason(xlbReasonREASON_PASS_NO_TXPORT)
+	ReasonPassVLANEgress   = Reason(xlbReasonREASON_PASS_VLAN_EGRESS)
+	ReasonPassReverseNoCT  = Reason(xlbReasonREASON_PASS_REVERSE_NO_CT)
+	ReasonPassICMP         = Reason(xlbReasonREASON_PASS_ICMP)
+	ReasonDropMalformedL4  = Reason(xlbReasonREASON_DROP_MALFORMED_L4)
+	ReasonDropSrcRange     = Reason(xlbReasonREASON_DROP_SRC_RANGE)
+	ReasonDropNoBackend    = Reason(xlbReasonREASON_DROP_NO_BACKEND)
+	ReasonDropFragUnknown  = Reason(xlbReasonREASON_DROP_FRAG_UNKNOWN)
+	ReasonDropFIB          = Reason(xlbReasonREASON_DROP_FIB)
+	ReasonDropUDP6ZeroCsum = Reason(xlbReasonREASON_DROP_UDP6ZERO_CSUM)
+	ReasonFwdTX            = Reason(xlbReasonREASON_FWD_TX)
+	ReasonFwdRedirect      = Reason(xlbReasonREASON_FWD_REDIRECT)
+	ReasonNATForward       = Reason(xlbReasonREASON_NAT_FORWARD)
+	ReasonNATReverse       = Reason(xlbReasonREASON_NAT_REVERSE)
+	ReasonICMPEchoReply    = Reason(xlbReasonREASON_ICMP_ECHO_REPLY)
+	ReasonICMPToBackend    = Reason(xlbReasonREASON_ICMP_TO_BACKEND)
+	ReasonICMPToClient     = Reason(xlbReasonREASON_ICMP_TO_CLIENT)
+	ReasonCTRateLimited    = Reason(xlbReasonREASON_CT_RATE_LIMITED)
+	ReasonCTReselect       = Reason(xlbReasonREASON_CT_RESELECT)
+	numReasons             = int(xlbReasonREASON_MAX)
+)
+
+var reasonNames = [...]string{
+	"pass_not_ip", "pass_malformed_l3", "pass_not_vip", "pass_ipv6_ext", "pass_ttl",
+	"pass_no_neigh", "pass_fib", "pass_no_txport", "pass_vlan_egress", "pass_reverse_no_ct",
+	"pass_icmp", "drop_malformed_l4", "drop_src_range", "drop_no_backend", "drop_frag_unknown",
+	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
+	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
+}
+
+// String returns the counter's name, as used in metrics.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "reason_unknown"
+}

@@ -1,0 +1,238 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPinPath is where maps and links are pinned unless Options.PinPath says otherwise.
+const DefaultPinPath = "/sys/fs/bpf/xlb"
+
+// Defaults of Options.
+const (
+	DefaultConntrackSize         = 1 << 20
+	DefaultTCPEstablishedTimeout = time.Hour
+	DefaultTCPClosingTimeout     = 10 * time.Second
+	DefaultUDPTimeout            = 60 * time.Second
+	DefaultNewFlowRate           = 250000
+)
+
+// Options configure Load. The zero value is a working default.
+type Options struct {
+	// PinPath is the bpffs directory for maps and links. Empty means DefaultPinPath. A process
+	// that loads with the PinPath of a running one adopts its maps and links.
+	PinPath string
+	// NoPin pins nothing: maps and links live as long as the Datapath. For tests and tools.
+	NoPin bool
+	// ConntrackSize is the number of flows conntrack holds (an LRU); 0 means
+	// DefaultConntrackSize. Changing it needs the pinned maps removed.
+	ConntrackSize uint32
+	// Seed seeds the flow hash. Every gateway of a site must use the same seed, or a flow that
+	// ECMP moves to another gateway lands on another backend.
+	Seed uint32
+	// TCPEstablishedTimeout, TCPClosingTimeout (after FIN/RST) and UDPTimeout are conntrack idle
+	// timeouts; 0 means the Default* value.
+	TCPEstablishedTimeout time.Duration
+	TCPClosingTimeout     time.Duration
+	UDPTimeout            time.Duration
+	// NewFlowRate caps conntrack inserts per CPU per second (flood guard). Above it, new flows
+	// are still balanced (Maglev is stateless) but not remembered. 0 means DefaultNewFlowRate;
+	// negative means no cap.
+	NewFlowRate int64
+	// Logger receives warnings (e.g. generic-mode fallback). nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Datapath is the loaded XDP program and its maps. Its methods are safe for concurrent use.
+type Datapath struct {
+	mu   sync.Mutex
+	opts Options
+	objs xlbObjects
+	log  *slog.Logger
+
+	// links: interface name -> attached link (pinned under PinPath/links unless NoPin).
+	links map[string]linkHandle
+	// filter: reference counts behind the address filter bitmaps, rebuilt from the maps on load.
+	filter addrFilter
+}
+
+func (o Options) withDefaults() Options {
+	if o.PinPath == "" {
+		o.PinPath = DefaultPinPath
+	}
+	if o.ConntrackSize == 0 {
+		o.ConntrackSize = DefaultConntrackSize
+	}
+	if o.TCPEstablishedTimeout == 0 {
+		o.TCPEstablishedTimeout = DefaultTCPEstablishedTimeout
+	}
+	if o.TCPClosingTimeout == 0 {
+		o.TCPClosingTimeout = DefaultTCPClosingTimeout
+	}
+	if o.UDPTimeout == 0 {
+		o.UDPTimeout = DefaultUDPTimeout
+	}
+	if o.NewFlowRate == 0 {
+		o.NewFlowRate = DefaultNewFlowRate
+	}
+	if o.NewFlowRate < 0 {
+		o.NewFlowRate = 0
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Load loads the datapath program and creates its maps, or adopts the maps pinned under
+// opts.PinPath by an earlier process (their contents, and so forwarding, carry on). Links
+// pinned there are adopted by Attach.
+func Load(opts Options) (*Datapath, error) {
+	opts = opts.withDefaults()
+	if opts.TCPEstablishedTimeout < 0 || opts.TCPClosingTimeout < 0 || opts.UDPTimeout < 0 {
+		return nil, fmt.Errorf("load datapath: conntrack timeouts must be positive")
+	}
+	spec, err := loadXlb()
+	if err != nil {
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
+	vars := map[string]any{
+		xlbVarCfgHashSeed:         opts.Seed,
+		xlbVarCfgTcpEstablishedNs: uint64(opts.TCPEstablishedTimeout),
+		xlbVarCfgTcpClosingNs:     uint64(opts.TCPClosingTimeout),
+		xlbVarCfgUdpNs:            uint64(opts.UDPTimeout),
+		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("load datapath: set %s: %w", name, err)
+		}
+	}
+
+	var collOpts ebpf.CollectionOptions
+	if opts.NoPin {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+	} else {
+		if err := ensureBPFFS(opts.PinPath); err != nil {
+			return nil, fmt.Errorf("load datapath: %w", err)
+		}
+		collOpts.Maps.PinPath = opts.PinPath
+	}
+
+	d := &Datapath{opts: opts, log: opts.Logger, links: map[string]linkHandle{}}
+	if err := spec.LoadAndAssign(&d.objs, &collOpts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load datapath: verifier rejected the program: %+v", verr)
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("load datapath: maps pinned under %s were made by another build "+
+				"or with another conntrack size; remove them to start afresh (this drops all flows): %w",
+				opts.PinPath, err)
+		}
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	if err := d.filter.rebuild(&d.objs); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: rebuild address filter from maps: %w", err)
+	}
+	return d, nil
+}
+
+// ensureBPFFS checks that dir is (or will be) on a bpffs, mounting one on /sys/fs/bpf when that is
+// where dir lives and nothing is mounted there (as after `ip netns exec`).
+func ensureBPFFS(dir string) error {
+	probe := dir
+	for {
+		var st unix.Statfs_t
+		if err := unix.Statfs(probe, &st); err == nil {
+			if st.Type == unix.BPF_FS_MAGIC {
+				return os.MkdirAll(dir, 0o700)
+			}
+			break
+		}
+		parent := filepath.Dir(probe)
+		if parent == probe {
+			break
+		}
+		probe = parent
+	}
+	const root = "/sys/fs/bpf"
+	if rel, err := filepath.Rel(root, dir); err == nil && filepath.IsLocal(rel) || dir == root {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", root, err)
+		}
+		if err := unix.Mount("bpf", root, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount bpffs on %s for pin path %s: %w", root, dir, err)
+		}
+		return os.MkdirAll(dir, 0o700)
+	}
+	return fmt.Errorf("pin path %s is not on a bpffs (mount -t bpf bpf <dir>)", dir)
+}
+
+// Program returns the XDP program, for tests and tools that run it with BPF_PROG_TEST_RUN.
+func (d *Datapath) Program() *ebpf.Program { return d.objs.XlbXdp }
+
+// Close releases this process's handles. Pinned maps and links stay, so forwarding goes on;
+// with NoPin, closing detaches everything.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for name, l := range d.links {
+		if err := l.link.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close link on %s: %w", name, err))
+		}
+	}
+	d.links = map[string]linkHandle{}
+	if err := d.objs.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Remove detaches the program from every interface it is pinned to, removes all pins and closes
+// the Datapath: forwarding stops and all state is gone.
+func (d *Datapath) Remove() error {
+	var errs []error
+	if !d.opts.NoPin {
+		names, err := d.pinnedLinks()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, name := range names {
+			if err := d.Detach(name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, m := range d.maps() {
+			if err := m.Unpin(); err != nil {
+				errs = append(errs, fmt.Errorf("unpin map: %w", err))
+			}
+		}
+		_ = os.Remove(filepath.Join(d.opts.PinPath, "links"))
+		_ = os.Remove(d.opts.PinPath)
+	}
+	if err := d.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) maps() []*ebpf.Map {
+	m := &d.objs.xlbMaps
+	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Conntrack, m.FlowRate,
+		m.Frags, m.Maglev, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
+		m.VipStats, m.Vips}
+}

@@ -1,0 +1,113 @@
+package xdp
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// addrFilter keeps the address filter bitmaps (map addr_filter) in step with the VIP and
+// backend address sets. It holds only what can be rebuilt from the maps: VIP addresses come
+// from the marker entries of vips, backend addresses from the keys of reverse.
+type addrFilter struct {
+	// vipBits, backendBits: bit -> number of addresses hashing to it.
+	vipBits, backendBits [addrFilterBits]uint32
+	// backendAddrs: backend address -> number of reverse entries with it.
+	backendAddrs map[netip.Addr]int
+}
+
+func (f *addrFilter) rebuild(objs *xlbObjects) error {
+	*f = addrFilter{backendAddrs: map[netip.Addr]int{}}
+	var k xlbSvcKey
+	var vi xlbVipInfo
+	it := objs.Vips.Iterate()
+	for it.Next(&k, &vi) {
+		if vi.Flags&vipFlagMarker != 0 {
+			f.vipBits[filterBit(fromWire(k.Addr, k.Family))]++
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate vips: %w", err)
+	}
+	var rv xlbRevValue
+	it = objs.Reverse.Iterate()
+	for it.Next(&k, &rv) {
+		a := fromWire(k.Addr, k.Family)
+		if f.backendAddrs[a] == 0 {
+			f.backendBits[filterBit(a)]++
+		}
+		f.backendAddrs[a]++
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("iterate reverse: %w", err)
+	}
+	return f.write(objs)
+}
+
+func (f *addrFilter) write(objs *xlbObjects) error {
+	var v xlbAddrBitmaps
+	for i := range addrFilterBits {
+		if f.vipBits[i] > 0 {
+			v.Vip[i/64] |= 1 << (i % 64)
+		}
+		if f.backendBits[i] > 0 {
+			v.Backend[i/64] |= 1 << (i % 64)
+		}
+	}
+	if err := objs.AddrFilter.Put(uint32(0), &v); err != nil {
+		return fmt.Errorf("write addr_filter: %w", err)
+	}
+	return nil
+}
+
+// addVIP / delVIP account for a VIP address marker created or removed.
+func (f *addrFilter) addVIP(objs *xlbObjects, a netip.Addr) error {
+	b := filterBit(a)
+	f.vipBits[b]++
+	if f.vipBits[b] == 1 {
+		return f.write(objs)
+	}
+	return nil
+}
+
+func (f *addrFilter) delVIP(objs *xlbObjects, a netip.Addr) error {
+	b := filterBit(a)
+	if f.vipBits[b] == 0 {
+		return nil
+	}
+	f.vipBits[b]--
+	if f.vipBits[b] == 0 {
+		return f.write(objs)
+	}
+	return nil
+}
+
+// addBackend / delBackend account for a reverse entry of address a created or removed.
+func (f *addrFilter) addBackend(objs *xlbObjects, a netip.Addr) error {
+	f.backendAddrs[a]++
+	if f.backendAddrs[a] > 1 {
+		return nil
+	}
+	b := filterBit(a)
+	f.backendBits[b]++
+	if f.backendBits[b] == 1 {
+		return f.write(objs)
+	}
+	return nil
+}
+
+func (f *addrFilter) delBackend(objs *xlbObjects, a netip.Addr) error {
+	if f.backendAddrs[a] == 0 {
+		return nil
+	}
+	f.backendAddrs[a]--
+	if f.backendAddrs[a] > 0 {
+		return nil
+	}
+	delete(f.backendAddrs, a)
+	b := filterBit(a)
+	f.backendBits[b]--
+	if f.backendBits[b] == 0 {
+		return f.write(objs)
+	}
+	return nil
+}
