@@ -1,0 +1,220 @@
+package xdp
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+)
+
+// clientTCP returns a client -> VIP TCP packet and the same packet as the backend should get it.
+func clientTCP(cport uint16, vip netip.AddrPort, flags string, be netip.AddrPort, beMAC string) (pk, pk) {
+	in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, cport), Dst: vip, Proto: layers.IPProtocolTCP, Flags: flags}
+	out := in
+	out.SrcMAC, out.DstMAC, out.Dst, out.TTL = macInt, beMAC, be, 63
+	return in, out
+}
+
+// TestGoldenEstablishedFlowKeepsBackend: an established flow stays on its backend when the Maglev
+// table is replaced and while that backend drains; it moves only when its backend is deleted or
+// marked down, or its entry expires. New flows follow the new table at once.
+func TestGoldenEstablishedFlowKeepsBackend(t *testing.T) {
+	g := newGW(t, Options{UDPTimeout: time.Second})
+	services(t, g)
+	d := g.dp
+	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	must(t, d.SetReverse(Endpoint{be2v4, 8080, TCP}, ReverseNAT{VIP: 1}))
+
+	ack, toBE1 := clientTCP(41000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
+
+	// Table replaced: backend 1 drains (still configured, out of the table).
+	must(t, d.SetMaglevTable(1, table(13, 11)))
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
+	// A new flow (SYN) follows the new table.
+	syn, toBE2 := clientTCP(41001, ap(vip4, 80), "S", ap(be2v4, 8080), macBE2)
+	g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, toBE2.bytes(t), fwd(ReasonFwdRedirect)})
+	// A FIN keeps the backend and marks the entry closing.
+	fin, finOut := clientTCP(41000, ap(vip4, 80), "FA", ap(be1v4, 8080), macBE1)
+	g.expect(t, fin.bytes(t), g.ext, want{xdpRedirect, finOut.bytes(t), fwd(ReasonFwdRedirect)})
+	flows, err := d.Flows()
+	must(t, err)
+	if len(flows) != 1 || !flows[0].Closing || flows[0].Backend != 1 {
+		t.Fatalf("flows after FIN: %+v", flows)
+	}
+
+	// Backend 1 is marked down: the flow is re-balanced onto the table's backend.
+	must(t, d.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080, Down: true}))
+	_, ackToBE2 := clientTCP(41000, ap(vip4, 80), "A", ap(be2v4, 8080), macBE2)
+	r := fwd(ReasonFwdRedirect)
+	r[ReasonCTReselect] = 1
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToBE2.bytes(t), r})
+	// ... and stays there.
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToBE2.bytes(t), fwd(ReasonFwdRedirect)})
+
+	// Deleting a backend re-balances its flows too.
+	must(t, d.SetMaglevTable(1, table(13, 1)))
+	must(t, d.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.DeleteBackend(11))
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), r})
+
+	// UDP entries expire after the UDP timeout (1 s here): age the entry instead of sleeping.
+	udp := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 6000), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP, Payload: []byte("x")}
+	udpOut := udp
+	udpOut.SrcMAC, udpOut.DstMAC, udpOut.Dst, udpOut.TTL = macInt, macBE2, ap(be2v4, 5353), 63
+	g.expect(t, udp.bytes(t), g.ext, want{xdpRedirect, udpOut.bytes(t), fwd(ReasonFwdRedirect)})
+	ageFlows(t, d, 2*time.Second)
+	r = fwd(ReasonFwdRedirect)
+	r[ReasonCTReselect] = 1
+	g.expect(t, udp.bytes(t), g.ext, want{xdpRedirect, udpOut.bytes(t), r})
+	tr, err := d.VIPTraffic(2)
+	must(t, err)
+	if tr.NewFlows != 1 {
+		t.Errorf("UDP VIP new flows %d, want 1 (the first packet; re-selection is no new flow)", tr.NewFlows)
+	}
+}
+
+// ageFlows makes every conntrack entry look idle for d.
+func ageFlows(t *testing.T, dp *Datapath, d time.Duration) {
+	t.Helper()
+	var k xlbFlowKey
+	var e xlbCtEntry
+	var keys []xlbFlowKey
+	it := dp.objs.Conntrack.Iterate()
+	for it.Next(&k, &e) {
+		keys = append(keys, k)
+	}
+	must(t, it.Err())
+	for _, k := range keys {
+		must(t, dp.objs.Conntrack.Lookup(&k, &e))
+		e.LastSeen -= uint64(d)
+		must(t, dp.objs.Conntrack.Put(&k, &e))
+	}
+}
+
+// TestGoldenReverseNAT: replies from a backend get the VIP as their source, without conntrack
+// when the endpoint serves one VIP:port, from conntrack when it serves several.
+func TestGoldenReverseNAT(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	reply := func(be netip.AddrPort, beMAC string, cport uint16, proto layers.IPProtocol) pk {
+		src := client4
+		if be.Addr().Is6() {
+			src = client6
+		}
+		return pk{SrcMAC: beMAC, DstMAC: macInt, Src: be, Dst: ap(src, cport), Proto: proto, Flags: "SA", Payload: []byte("r")}
+	}
+	toClient := func(p pk, vip netip.AddrPort) pk {
+		p.SrcMAC, p.DstMAC, p.Src, p.TTL = macExt, macClient, vip, 63
+		return p
+	}
+	rev := map[Reason]uint64{ReasonNATReverse: 1, ReasonFwdRedirect: 1}
+	cases := []struct {
+		name string
+		in   pk
+		vip  netip.AddrPort
+	}{
+		{"tcp4", reply(ap(be1v4, 8080), macBE1, 40000, layers.IPProtocolTCP), ap(vip4, 80)},
+		{"udp4", reply(ap(be2v4, 5353), macBE2, 5000, layers.IPProtocolUDP), ap(vip4, 53)},
+		{"tcp6", reply(ap(be1v6, 8080), macBE1, 40000, layers.IPProtocolTCP), ap(vip6, 80)},
+		{"udp6", reply(ap(be2v6, 5353), macBE2, 5000, layers.IPProtocolUDP), ap(vip6, 53)},
+		{"all-ports keeps the port", reply(ap(be3v4, 4444), macBE3, 1234, layers.IPProtocolTCP), ap(vip4b, 4444)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g.expect(t, c.in.bytes(t), g.int, want{xdpRedirect, toClient(c.in, c.vip).bytes(t), rev})
+		})
+	}
+
+	t.Run("ambiguous endpoint needs conntrack", func(t *testing.T) {
+		in := reply(ap(be2v4, 9000), macBE2, 42000, layers.IPProtocolTCP)
+		g.expect(t, in.bytes(t), g.int, want{xdpPass, nil, map[Reason]uint64{ReasonPassReverseNoCT: 1}})
+		// The client's SYN to VIP 10 (vip4:82) records the reverse entry, even before the ACK.
+		syn, synOut := clientTCP(42000, ap(vip4, 82), "S", ap(be2v4, 9000), macBE2)
+		g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synOut.bytes(t), fwd(ReasonFwdRedirect)})
+		g.expect(t, in.bytes(t), g.int, want{xdpRedirect, toClient(in, ap(vip4, 82)).bytes(t), rev})
+		flows, err := g.dp.Flows()
+		must(t, err)
+		if len(flows) != 1 || !flows[0].Reverse || flows[0].VIP != 10 || flows[0].VIPPort != 82 {
+			t.Fatalf("flows: %+v", flows)
+		}
+	})
+
+	t.Run("not a backend: passes untouched", func(t *testing.T) {
+		in := reply(ap(be1v4, 9999), macBE1, 40000, layers.IPProtocolTCP)
+		g.expect(t, in.bytes(t), g.int, want{xdpPass, nil, map[Reason]uint64{ReasonPassNotVIP: 1}})
+	})
+}
+
+// TestGoldenSourceRanges: loadBalancerSourceRanges admit the listed prefixes only.
+func TestGoldenSourceRanges(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	in, out := clientTCP(43000, ap(vip4, 443), "S", ap(be1v4, 8443), macBE1)
+	g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwd(ReasonFwdRedirect)})
+	far := in
+	far.Src = ap(netip.MustParseAddr("198.18.0.100"), 43000)
+	g.expect(t, far.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropSrcRange: 1}})
+
+	// Widening the ranges admits it; clearing them admits everyone.
+	must(t, g.dp.UpsertVIP(Frontend{vip4, 443, TCP}, VIPConfig{ID: 6, SourceRanges: []netip.Prefix{
+		netip.MustParsePrefix("198.18.0.0/24")}}))
+	farOut := out
+	farOut.Src = far.Src
+	g.expect(t, far.bytes(t), g.ext, want{xdpRedirect, farOut.bytes(t), fwd(ReasonFwdRedirect)})
+	vips, err := g.dp.VIPs()
+	must(t, err)
+	if got := vips[Frontend{vip4, 443, TCP}].SourceRanges; len(got) != 1 || got[0].String() != "198.18.0.0/24" {
+		t.Fatalf("source ranges read back: %v", got)
+	}
+	must(t, g.dp.UpsertVIP(Frontend{vip4, 443, TCP}, VIPConfig{ID: 6, SourceRanges: []netip.Prefix{
+		netip.MustParsePrefix("198.18.0.12/32")}}))
+	g.expect(t, far.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropSrcRange: 1}})
+	must(t, g.dp.UpsertVIP(Frontend{vip4, 443, TCP}, VIPConfig{ID: 6}))
+	g.expect(t, far.bytes(t), g.ext, want{xdpRedirect, farOut.bytes(t), fwd(ReasonFwdRedirect)})
+}
+
+// TestGoldenHashMatchesGo: for many random flows, the backend the program picks is the one the Go
+// implementation of the hash picks from the same table, with and without ClientIP affinity.
+func TestGoldenHashMatchesGo(t *testing.T) {
+	const seed = 0x5eed1234
+	g := newGW(t, Options{Seed: seed})
+	d := g.dp
+	bes := []netip.Addr{be1v4, be2v4, be3v4}
+	macs := []string{macBE1, macBE2, macBE3}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const m = 251
+	tbl := make([]BackendID, m)
+	for i := range tbl {
+		tbl[i] = BackendID(1 + rng.IntN(3))
+	}
+	for i, a := range bes {
+		must(t, d.UpsertBackend(BackendID(i+1), Backend{Addr: a, Port: 8080}))
+	}
+	must(t, d.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
+	must(t, d.UpsertVIP(Frontend{vip4, 81, TCP}, VIPConfig{ID: 2, Affinity: AffinityClientIP}))
+	must(t, d.SetMaglevTable(1, tbl))
+	must(t, d.SetMaglevTable(2, tbl))
+	seen := map[BackendID]int{}
+	for i := range 300 {
+		src := netip.AddrFrom4([4]byte{198, 18, 0, byte(1 + rng.IntN(250))})
+		must(t, g.ns.IP("neigh replace "+src.String()+" lladdr "+macClient+" dev ext0 nud permanent"))
+		sport := uint16(1024 + rng.IntN(60000))
+		vport := uint16(80 + i%2)
+		h := FlowHash(seed, src, sport, vport, uint8(TCP), vport == 81)
+		be := tbl[h%m]
+		seen[be]++
+		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, sport), Dst: ap(vip4, vport), Proto: layers.IPProtocolTCP, Flags: "S"}
+		out := in
+		out.SrcMAC, out.DstMAC, out.Dst, out.TTL = macInt, macs[be-1], ap(bes[be-1], 8080), 63
+		res := g.run(t, in.bytes(t), g.ext)
+		if string(res.Data) != string(out.bytes(t)) {
+			t.Fatalf("flow %s -> %d: program chose another backend than Go (%s)\n%s", ap(src, sport), vport, bes[be-1], dump("got", res.Data))
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("random flows reached only %v", seen)
+	}
+}

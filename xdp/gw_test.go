@@ -1,0 +1,156 @@
+package xdp
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/internal/progrun"
+)
+
+// The golden-packet gateway: one namespace with two veth pairs. ext0 faces clients, int0 the
+// cluster. Neighbours are permanent, so bpf_fib_lookup answers with known MACs and expected
+// output bytes are exact.
+const (
+	macExt    = "02:00:00:00:01:01"
+	macInt    = "02:00:00:00:01:02"
+	macClient = "02:00:00:00:0c:01"
+	macRouter = "02:00:00:00:0c:02"
+	macBE1    = "02:00:00:00:0b:01"
+	macBE2    = "02:00:00:00:0b:02"
+	macBE3    = "02:00:00:00:0b:03"
+	macBEExt  = "02:00:00:00:0c:20"
+)
+
+var (
+	client4  = netip.MustParseAddr("198.18.0.10")
+	client6  = netip.MustParseAddr("2001:db8::10")
+	router4  = netip.MustParseAddr("198.18.0.2")
+	router6  = netip.MustParseAddr("2001:db8::2")
+	be1v4    = netip.MustParseAddr("198.18.1.10")
+	be2v4    = netip.MustParseAddr("198.18.1.11")
+	be3v4    = netip.MustParseAddr("198.18.1.12")
+	be1v6    = netip.MustParseAddr("2001:db8:1::10")
+	be2v6    = netip.MustParseAddr("2001:db8:1::11")
+	beExt4   = netip.MustParseAddr("198.18.0.20") // a backend on the client-facing link
+	beNoNei4 = netip.MustParseAddr("198.18.1.99") // a backend with no neighbour entry
+	vip4     = netip.MustParseAddr("198.18.100.1")
+	vip4b    = netip.MustParseAddr("198.18.100.2")
+	vip6     = netip.MustParseAddr("2001:db8:100::1")
+	other4   = netip.MustParseAddr("198.18.200.1") // routed somewhere, no VIP
+	gwExt4   = netip.MustParseAddr("198.18.0.1")
+)
+
+// gw is a gateway namespace with the datapath loaded (not pinned) and attached.
+type gw struct {
+	ns       *netlab.NS
+	dp       *Datapath
+	ext, int int // ifindexes
+}
+
+func newGW(t *testing.T, opts Options) *gw {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the datapath tests need root (BPF, netns); run them with `make test` as root")
+	}
+	p := netlab.Prefix()
+	ns := netlab.New(t, p+"g")
+	peer := netlab.New(t, p+"p")
+	netlab.Veth(t, ns, "ext0", macExt, peer, "extp", macClient)
+	netlab.Veth(t, ns, "int0", macInt, peer, "intp", macBE1)
+	for _, c := range []string{
+		"addr add 198.18.0.1/24 dev ext0",
+		"addr add 2001:db8::1/64 dev ext0 nodad",
+		"addr add 198.18.1.1/24 dev int0",
+		"addr add 2001:db8:1::1/64 dev int0 nodad",
+		"route add 198.18.200.0/24 via 198.18.0.2",
+		"neigh replace 198.18.0.10 lladdr " + macClient + " dev ext0 nud permanent",
+		"neigh replace 198.18.0.2 lladdr " + macRouter + " dev ext0 nud permanent",
+		"neigh replace 198.18.0.20 lladdr " + macBEExt + " dev ext0 nud permanent",
+		"neigh replace 2001:db8::10 lladdr " + macClient + " dev ext0 nud permanent",
+		"neigh replace 2001:db8::2 lladdr " + macRouter + " dev ext0 nud permanent",
+		"neigh replace 198.18.1.10 lladdr " + macBE1 + " dev int0 nud permanent",
+		"neigh replace 198.18.1.11 lladdr " + macBE2 + " dev int0 nud permanent",
+		"neigh replace 198.18.1.12 lladdr " + macBE3 + " dev int0 nud permanent",
+		"neigh replace 2001:db8:1::10 lladdr " + macBE1 + " dev int0 nud permanent",
+		"neigh replace 2001:db8:1::11 lladdr " + macBE2 + " dev int0 nud permanent",
+	} {
+		ns.MustIP(t, c)
+	}
+	ns.Forwarding(t)
+	if opts.ConntrackSize == 0 {
+		opts.ConntrackSize = 65536
+	}
+	opts.NoPin = true
+	dp, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	g := &gw{ns: ns, dp: dp}
+	err = ns.Do(func() error {
+		for _, n := range []string{"ext0", "int0"} {
+			if err := dp.Attach(n, AttachAuto); err != nil {
+				return err
+			}
+		}
+		e, err := net.InterfaceByName("ext0")
+		if err != nil {
+			return err
+		}
+		i, err := net.InterfaceByName("int0")
+		if err != nil {
+			return err
+		}
+		g.ext, g.int = e.Index, i.Index
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// run runs the program on pkt as if it arrived on ifindex.
+func (g *gw) run(t *testing.T, pkt []byte, ifindex int) progrun.Result {
+	t.Helper()
+	var res progrun.Result
+	err := g.ns.Do(func() error {
+		var err error
+		res, err = progrun.XDP(g.dp.Program(), pkt, ifindex, 1)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func (g *gw) reasons(t *testing.T) map[Reason]uint64 {
+	t.Helper()
+	r, err := g.dp.Reasons()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// table returns a Maglev table of size m filled round-robin with ids (a stand-in for lb/maglev).
+func table(m int, ids ...BackendID) []BackendID {
+	tb := make([]BackendID, m)
+	for i := range tb {
+		tb[i] = ids[i%len(ids)]
+	}
+	return tb
+}
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
