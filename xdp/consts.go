@@ -5,6 +5,7 @@ const (
 	maxVIPs        = 65536
 	maxBackends    = 262144
 	maxMaglevM     = 1048573
+	progICMP       = 0
 	addrFilterBits = 65536
 
 	familyV4 = 4

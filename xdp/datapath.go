@@ -23,6 +23,8 @@ const (
 	DefaultTCPClosingTimeout     = 10 * time.Second
 	DefaultUDPTimeout            = 60 * time.Second
 	DefaultNewFlowRate           = 250000
+	DefaultMaglevSlots           = 1 << 24
+	DefaultNextHopCacheTTL       = 500 * time.Millisecond
 )
 
 // Options configure Load. The zero value is a working default.
@@ -47,6 +49,14 @@ type Options struct {
 	// are still balanced (Maglev is stateless) but not remembered. 0 means DefaultNewFlowRate;
 	// negative means no cap.
 	NewFlowRate int64
+	// MaglevSlots is the capacity of the flat array that holds every VIP's Maglev table (a VIP
+	// with table size M uses M slots); 0 means DefaultMaglevSlots (64 MiB). Changing it needs
+	// the pinned maps removed.
+	MaglevSlots uint32
+	// NextHopCacheTTL is how long the datapath trusts a cached next hop (egress interface, MACs,
+	// MTU) before asking bpf_fib_lookup again: route and neighbour changes take effect within it.
+	// 0 means DefaultNextHopCacheTTL; negative disables the cache.
+	NextHopCacheTTL time.Duration
 	// Logger receives warnings (e.g. generic-mode fallback). nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -62,6 +72,8 @@ type Datapath struct {
 	links map[string]linkHandle
 	// filter: reference counts behind the address filter bitmaps, rebuilt from the maps on load.
 	filter addrFilter
+	// slots: the free regions of maglev_slots, rebuilt from the VIP descriptors on load.
+	slots *slotAllocator
 }
 
 func (o Options) withDefaults() Options {
@@ -86,6 +98,15 @@ func (o Options) withDefaults() Options {
 	if o.NewFlowRate < 0 {
 		o.NewFlowRate = 0
 	}
+	if o.MaglevSlots == 0 {
+		o.MaglevSlots = DefaultMaglevSlots
+	}
+	if o.NextHopCacheTTL == 0 {
+		o.NextHopCacheTTL = DefaultNextHopCacheTTL
+	}
+	if o.NextHopCacheTTL < 0 {
+		o.NextHopCacheTTL = 0
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -105,12 +126,14 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
+	spec.Maps[xlbMapMaglevSlots].MaxEntries = opts.MaglevSlots
 	vars := map[string]any{
 		xlbVarCfgHashSeed:         opts.Seed,
 		xlbVarCfgTcpEstablishedNs: uint64(opts.TCPEstablishedTimeout),
 		xlbVarCfgTcpClosingNs:     uint64(opts.TCPClosingTimeout),
 		xlbVarCfgUdpNs:            uint64(opts.UDPTimeout),
 		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
+		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -138,14 +161,22 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("load datapath: maps pinned under %s were made by another build "+
-				"or with another conntrack size; remove them to start afresh (this drops all flows): %w",
+				"or with another conntrack size or Maglev capacity; remove them to start afresh (this drops all flows): %w",
 				opts.PinPath, err)
 		}
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
+	if err := d.objs.Progs.Put(uint32(progICMP), d.objs.XlbIcmp); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: install ICMP program in tail-call table: %w", err)
+	}
 	if err := d.filter.rebuild(&d.objs); err != nil {
 		d.objs.Close()
 		return nil, fmt.Errorf("load datapath: rebuild address filter from maps: %w", err)
+	}
+	if err := d.rebuildSlots(); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	return d, nil
 }
@@ -179,6 +210,27 @@ func ensureBPFFS(dir string) error {
 		return os.MkdirAll(dir, 0o700)
 	}
 	return fmt.Errorf("pin path %s is not on a bpffs (mount -t bpf bpf <dir>)", dir)
+}
+
+// rebuildSlots derives which regions of maglev_slots are in use from the VIP descriptors.
+func (d *Datapath) rebuildSlots() error {
+	d.slots = newSlotAllocator(d.opts.MaglevSlots)
+	var k xlbSvcKey
+	var vi xlbVipInfo
+	it := d.objs.Vips.Iterate()
+	for it.Next(&k, &vi) {
+		if vi.Flags&vipFlagMarker != 0 || vi.TableSize == 0 {
+			continue
+		}
+		if !d.slots.reserve(vi.TableOff, vi.TableSize) {
+			return fmt.Errorf("VIP %s: Maglev region [%d,+%d) overlaps another or exceeds %d slots",
+				frontendOf(k), vi.TableOff, vi.TableSize, d.opts.MaglevSlots)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("rebuild Maglev slot map: iterate vips: %w", err)
+	}
+	return nil
 }
 
 // Program returns the XDP program, for tests and tools that run it with BPF_PROG_TEST_RUN.
@@ -233,6 +285,6 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
 	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Conntrack, m.FlowRate,
-		m.Frags, m.Maglev, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
+		m.Frags, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }

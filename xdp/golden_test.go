@@ -66,7 +66,7 @@ func fwd(out Reason) map[Reason]uint64 {
 
 // services configures the golden VIPs. Each VIP has its own backend endpoint, except VIPs 9 and
 // 10, which share one (their reverse NAT is ambiguous).
-func services(t *testing.T, g *gw) {
+func services(t testing.TB, g *gw) {
 	t.Helper()
 	d := g.dp
 	type svc struct {

@@ -50,7 +50,7 @@ type gw struct {
 	ext, int int // ifindexes
 }
 
-func newGW(t *testing.T, opts Options) *gw {
+func newGW(t testing.TB, opts Options) *gw {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the datapath tests need root (BPF, netns); run them with `make test` as root")
@@ -114,7 +114,7 @@ func newGW(t *testing.T, opts Options) *gw {
 }
 
 // run runs the program on pkt as if it arrived on ifindex.
-func (g *gw) run(t *testing.T, pkt []byte, ifindex int) progrun.Result {
+func (g *gw) run(t testing.TB, pkt []byte, ifindex int) progrun.Result {
 	t.Helper()
 	var res progrun.Result
 	err := g.ns.Do(func() error {
@@ -128,7 +128,7 @@ func (g *gw) run(t *testing.T, pkt []byte, ifindex int) progrun.Result {
 	return res
 }
 
-func (g *gw) reasons(t *testing.T) map[Reason]uint64 {
+func (g *gw) reasons(t testing.TB) map[Reason]uint64 {
 	t.Helper()
 	r, err := g.dp.Reasons()
 	if err != nil {
@@ -137,7 +137,7 @@ func (g *gw) reasons(t *testing.T) map[Reason]uint64 {
 	return r
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

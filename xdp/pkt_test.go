@@ -72,11 +72,11 @@ func (p pk) l4(t testing.TB) []byte {
 				tcp.PSH = true
 			}
 		}
-		must(t.(*testing.T), tcp.SetNetworkLayerForChecksum(nl))
+		must(t, tcp.SetNetworkLayerForChecksum(nl))
 		ls = []gopacket.SerializableLayer{tcp}
 	case layers.IPProtocolUDP:
 		udp := &layers.UDP{SrcPort: layers.UDPPort(p.Src.Port()), DstPort: layers.UDPPort(p.Dst.Port())}
-		must(t.(*testing.T), udp.SetNetworkLayerForChecksum(nl))
+		must(t, udp.SetNetworkLayerForChecksum(nl))
 		ls = []gopacket.SerializableLayer{udp}
 	default:
 		return p.Payload
@@ -206,7 +206,7 @@ func icmpError(t testing.TB, outer pk, typ, code uint8, rest uint32, quote []byt
 		ip := nl.(*layers.IPv6)
 		ip.NextHeader = layers.IPProtocolICMPv6
 		ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, code)}
-		must(t.(*testing.T), ic.SetNetworkLayerForChecksum(ip))
+		must(t, ic.SetNetworkLayerForChecksum(ip))
 		r := make([]byte, 4)
 		binary.BigEndian.PutUint32(r, rest)
 		err = gopacket.SerializeLayers(buf, opts, ip, ic, gopacket.Payload(append(r, quote...)))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -67,7 +68,9 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) error {
 	if err := d.objs.VipById.Put(uint32(cfg.ID), &key); err != nil {
 		return fmt.Errorf("VIP %s: write vip_by_id: %w", f, err)
 	}
-	if err := d.objs.Vips.Put(&key, &xlbVipInfo{Id: uint32(cfg.ID), Flags: flags}); err != nil {
+	// The Maglev table belongs to the frontend and survives a configuration update.
+	info := xlbVipInfo{Id: uint32(cfg.ID), Flags: flags, TableOff: old.TableOff, TableSize: old.TableSize}
+	if err := d.objs.Vips.Put(&key, &info); err != nil {
 		return fmt.Errorf("VIP %s: write vips: %w", f, err)
 	}
 	if exists && old.Id != uint32(cfg.ID) {
@@ -103,6 +106,7 @@ func (d *Datapath) DeleteVIP(f Frontend) error {
 		return fmt.Errorf("VIP %s: delete: %w", f, err)
 	}
 	d.clearVIPID(VIPID(vi.Id))
+	d.slots.freeAt(vi.TableOff, vi.TableSize, time.Now())
 	if err := d.markerRef(f.Addr, -1); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
@@ -112,7 +116,6 @@ func (d *Datapath) DeleteVIP(f Frontend) error {
 // clearVIPID forgets everything stored under a VIP id.
 func (d *Datapath) clearVIPID(id VIPID) {
 	_ = d.objs.VipById.Put(uint32(id), &xlbSvcKey{})
-	_ = d.objs.Maglev.Delete(uint32(id))
 	_ = d.pruneSourceRanges(id, nil)
 	_ = d.zeroTraffic(d.objs.VipStats, uint32(id))
 }
@@ -302,64 +305,75 @@ func (d *Datapath) Backends() (map[BackendID]Backend, error) {
 // 1048573). A zero entry is an empty slot (its flows are dropped as "no backend").
 func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) error {
 	if id == 0 || id >= maxVIPs {
-		return fmt.Errorf("Maglev table of VIP id %d: id out of range", id)
+		return fmt.Errorf("Maglev table of VIP id %d: id out of range 1..%d", id, maxVIPs-1)
 	}
 	if len(table) == 0 || len(table) > maxMaglevM {
 		return fmt.Errorf("Maglev table of VIP id %d: size %d out of range 1..%d", id, len(table), maxMaglevM)
 	}
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "xlb_maglev_tbl",
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  4,
-		MaxEntries: uint32(len(table) + 1),
-		Flags:      unix_BPF_F_INNER_MAP,
-	})
-	if err != nil {
-		return fmt.Errorf("Maglev table of VIP id %d: create inner map of %d slots: %w", id, len(table), err)
-	}
-	defer inner.Close()
-	keys := make([]uint32, len(table)+1)
-	vals := make([]uint32, len(table)+1)
-	vals[0] = uint32(len(table))
-	for i, b := range table {
-		keys[i+1] = uint32(i + 1)
-		vals[i+1] = uint32(b)
-	}
-	keys[0] = 0
-	if _, err := inner.BatchUpdate(keys, vals, nil); err != nil {
-		return fmt.Errorf("Maglev table of VIP id %d: fill: %w", id, err)
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var holder xlbSvcKey
-	if err := d.objs.VipById.Lookup(uint32(id), &holder); err != nil || holder.Family == 0 {
-		return fmt.Errorf("Maglev table of VIP id %d: no such VIP", id)
+	key, vi, err := d.vipByID(id)
+	if err != nil {
+		return fmt.Errorf("Maglev table of VIP id %d: %w", id, err)
 	}
-	if err := d.objs.Maglev.Put(uint32(id), inner); err != nil {
-		return fmt.Errorf("Maglev table of VIP id %d: swap: %w", id, err)
+	n := uint32(len(table))
+	off, ok := d.slots.alloc(n, time.Now())
+	if !ok {
+		return fmt.Errorf("Maglev table of VIP %s: no room for %d slots (%d free of %d; raise Options.MaglevSlots)",
+			frontendOf(key), n, d.slots.available(), d.opts.MaglevSlots)
 	}
+	keys := make([]uint32, n)
+	vals := make([]uint32, n)
+	for i, b := range table {
+		keys[i] = off + uint32(i)
+		vals[i] = uint32(b)
+	}
+	if _, err := d.objs.MaglevSlots.BatchUpdate(keys, vals, nil); err != nil {
+		d.slots.freeAt(off, n, time.Time{})
+		return fmt.Errorf("Maglev table of VIP %s: fill %d slots: %w", frontendOf(key), n, err)
+	}
+	oldOff, oldN := vi.TableOff, vi.TableSize
+	vi.TableOff, vi.TableSize = off, n
+	if err := d.objs.Vips.Update(&key, &vi, ebpf.UpdateExist); err != nil {
+		d.slots.freeAt(off, n, time.Time{})
+		return fmt.Errorf("Maglev table of VIP %s: switch to the new table: %w", frontendOf(key), err)
+	}
+	d.slots.freeAt(oldOff, oldN, time.Now())
 	return nil
+}
+
+// vipByID returns the frontend key and descriptor of VIP id.
+func (d *Datapath) vipByID(id VIPID) (xlbSvcKey, xlbVipInfo, error) {
+	var key xlbSvcKey
+	var vi xlbVipInfo
+	if err := d.objs.VipById.Lookup(uint32(id), &key); err != nil {
+		return key, vi, fmt.Errorf("read vip_by_id: %w", err)
+	}
+	if key.Family == 0 {
+		return key, vi, fmt.Errorf("no such VIP")
+	}
+	if err := d.objs.Vips.Lookup(&key, &vi); err != nil {
+		return key, vi, fmt.Errorf("VIP %s: %w", frontendOf(key), err)
+	}
+	return key, vi, nil
 }
 
 // MaglevTable returns VIP id's current table (nil if it has none).
 func (d *Datapath) MaglevTable(id VIPID) ([]BackendID, error) {
-	var inner *ebpf.Map
-	if err := d.objs.Maglev.Lookup(uint32(id), &inner); errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil, nil
-	} else if err != nil {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, vi, err := d.vipByID(id)
+	if err != nil {
 		return nil, fmt.Errorf("Maglev table of VIP id %d: %w", id, err)
 	}
-	defer inner.Close()
-	var m uint32
-	if err := inner.Lookup(uint32(0), &m); err != nil {
-		return nil, fmt.Errorf("Maglev table of VIP id %d: read size: %w", id, err)
+	if vi.TableSize == 0 {
+		return nil, nil
 	}
-	out := make([]BackendID, m)
-	for i := range m {
+	out := make([]BackendID, vi.TableSize)
+	for i := range vi.TableSize {
 		var b uint32
-		if err := inner.Lookup(i+1, &b); err != nil {
-			return nil, fmt.Errorf("Maglev table of VIP id %d: read slot %d: %w", id, i+1, err)
+		if err := d.objs.MaglevSlots.Lookup(vi.TableOff+i, &b); err != nil {
+			return nil, fmt.Errorf("Maglev table of VIP id %d: read slot %d: %w", id, i, err)
 		}
 		out[i] = BackendID(b)
 	}

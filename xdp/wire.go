@@ -68,9 +68,6 @@ func checkAddr(a netip.Addr) error {
 	return nil
 }
 
-// unix_BPF_F_INNER_MAP lets inner maps of one map-in-map differ in max_entries.
-const unix_BPF_F_INNER_MAP = 1 << 12
-
 // nativeU32 returns the u32 whose memory bytes are b.
 func nativeU32(b [4]byte) uint32 { return binary.NativeEndian.Uint32(b[:]) }
 

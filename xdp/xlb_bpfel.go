@@ -79,6 +79,32 @@ type xlbFragPorts struct {
 	Dport uint16
 }
 
+type xlbIpv6Ext struct {
+	_        structs.HostLayout
+	Off      uint32
+	FragId   uint32
+	Proto    uint8
+	IsFrag   uint8
+	Nonfirst uint8
+	Result   uint8
+}
+
+type xlbNexthop struct {
+	_    structs.HostLayout
+	Addr struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
+	Expires uint64
+	Ifindex uint32
+	Mtu     uint16
+	Family  uint8
+	Pad     uint8
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	_       [4]byte
+}
+
 type xlbRateWindow struct {
 	_     structs.HostLayout
 	Start uint64
@@ -153,9 +179,11 @@ type xlbTraffic struct {
 }
 
 type xlbVipInfo struct {
-	_     structs.HostLayout
-	Id    uint32
-	Flags uint32
+	_         structs.HostLayout
+	Id        uint32
+	Flags     uint32
+	TableOff  uint32
+	TableSize uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -168,17 +196,22 @@ const (
 	xlbMapConntrack           = "conntrack"
 	xlbMapFlowRate            = "flow_rate"
 	xlbMapFrags               = "frags"
-	xlbMapMaglev              = "maglev"
+	xlbMapMaglevSlots         = "maglev_slots"
+	xlbMapNhCache             = "nh_cache"
+	xlbMapProgs               = "progs"
 	xlbMapReasons             = "reasons"
 	xlbMapReverse             = "reverse"
 	xlbMapSrcRanges           = "src_ranges"
 	xlbMapTxPorts             = "tx_ports"
+	xlbMapV6Scratch           = "v6_scratch"
 	xlbMapVipById             = "vip_by_id"
 	xlbMapVipStats            = "vip_stats"
 	xlbMapVips                = "vips"
+	xlbProgXlbIcmp            = "xlb_icmp"
 	xlbProgXlbXdp             = "xlb_xdp"
 	xlbVarCfgHashSeed         = "cfg_hash_seed"
 	xlbVarCfgNewFlowRate      = "cfg_new_flow_rate"
+	xlbVarCfgNhCacheNs        = "cfg_nh_cache_ns"
 	xlbVarCfgTcpClosingNs     = "cfg_tcp_closing_ns"
 	xlbVarCfgTcpEstablishedNs = "cfg_tcp_established_ns"
 	xlbVarCfgUdpNs            = "cfg_udp_ns"
@@ -226,7 +259,8 @@ type xlbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbProgramSpecs struct {
-	XlbXdp *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
+	XlbIcmp *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
+	XlbXdp  *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
 }
 
 // xlbMapSpecs contains maps before they are loaded into the kernel.
@@ -239,11 +273,14 @@ type xlbMapSpecs struct {
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	FlowRate     *ebpf.MapSpec `ebpf:"flow_rate"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
-	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
+	MaglevSlots  *ebpf.MapSpec `ebpf:"maglev_slots"`
+	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
+	Progs        *ebpf.MapSpec `ebpf:"progs"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	Reverse      *ebpf.MapSpec `ebpf:"reverse"`
 	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
 	TxPorts      *ebpf.MapSpec `ebpf:"tx_ports"`
+	V6Scratch    *ebpf.MapSpec `ebpf:"v6_scratch"`
 	VipById      *ebpf.MapSpec `ebpf:"vip_by_id"`
 	VipStats     *ebpf.MapSpec `ebpf:"vip_stats"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
@@ -255,6 +292,7 @@ type xlbMapSpecs struct {
 type xlbVariableSpecs struct {
 	CfgHashSeed         *ebpf.VariableSpec `ebpf:"cfg_hash_seed"`
 	CfgNewFlowRate      *ebpf.VariableSpec `ebpf:"cfg_new_flow_rate"`
+	CfgNhCacheNs        *ebpf.VariableSpec `ebpf:"cfg_nh_cache_ns"`
 	CfgTcpClosingNs     *ebpf.VariableSpec `ebpf:"cfg_tcp_closing_ns"`
 	CfgTcpEstablishedNs *ebpf.VariableSpec `ebpf:"cfg_tcp_established_ns"`
 	CfgUdpNs            *ebpf.VariableSpec `ebpf:"cfg_udp_ns"`
@@ -286,11 +324,14 @@ type xlbMaps struct {
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	FlowRate     *ebpf.Map `ebpf:"flow_rate"`
 	Frags        *ebpf.Map `ebpf:"frags"`
-	Maglev       *ebpf.Map `ebpf:"maglev"`
+	MaglevSlots  *ebpf.Map `ebpf:"maglev_slots"`
+	NhCache      *ebpf.Map `ebpf:"nh_cache"`
+	Progs        *ebpf.Map `ebpf:"progs"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	Reverse      *ebpf.Map `ebpf:"reverse"`
 	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
 	TxPorts      *ebpf.Map `ebpf:"tx_ports"`
+	V6Scratch    *ebpf.Map `ebpf:"v6_scratch"`
 	VipById      *ebpf.Map `ebpf:"vip_by_id"`
 	VipStats     *ebpf.Map `ebpf:"vip_stats"`
 	Vips         *ebpf.Map `ebpf:"vips"`
@@ -304,11 +345,14 @@ func (m *xlbMaps) Close() error {
 		m.Conntrack,
 		m.FlowRate,
 		m.Frags,
-		m.Maglev,
+		m.MaglevSlots,
+		m.NhCache,
+		m.Progs,
 		m.Reasons,
 		m.Reverse,
 		m.SrcRanges,
 		m.TxPorts,
+		m.V6Scratch,
 		m.VipById,
 		m.VipStats,
 		m.Vips,
@@ -321,6 +365,7 @@ func (m *xlbMaps) Close() error {
 type xlbVariables struct {
 	CfgHashSeed         *ebpf.Variable `ebpf:"cfg_hash_seed"`
 	CfgNewFlowRate      *ebpf.Variable `ebpf:"cfg_new_flow_rate"`
+	CfgNhCacheNs        *ebpf.Variable `ebpf:"cfg_nh_cache_ns"`
 	CfgTcpClosingNs     *ebpf.Variable `ebpf:"cfg_tcp_closing_ns"`
 	CfgTcpEstablishedNs *ebpf.Variable `ebpf:"cfg_tcp_established_ns"`
 	CfgUdpNs            *ebpf.Variable `ebpf:"cfg_udp_ns"`
@@ -330,11 +375,13 @@ type xlbVariables struct {
 //
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbPrograms struct {
-	XlbXdp *ebpf.Program `ebpf:"xlb_xdp"`
+	XlbIcmp *ebpf.Program `ebpf:"xlb_icmp"`
+	XlbXdp  *ebpf.Program `ebpf:"xlb_xdp"`
 }
 
 func (p *xlbPrograms) Close() error {
 	return _XlbClose(
+		p.XlbIcmp,
 		p.XlbXdp,
 	)
 }

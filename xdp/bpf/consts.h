@@ -18,9 +18,19 @@
 #define MAX_FRAGS       16384   /* datagrams being reassembled-by-id at once (first fragment seen) */
 #define DEFAULT_CT_SIZE 1048576 /* flows; the loader overrides at load time */
 
-/* A Maglev table is an inner array: slot 0 holds M (the prime table size), slots 1..M the
- * backend ids. M is bounded so a table stays one allocation the kernel accepts. */
-#define MAX_MAGLEV_M    1048573
+/* Maglev tables live in one flat array, maglev_slots, sized at load (DEFAULT_MAGLEV_SLOTS):
+ * each VIP owns a region [table_off, table_off + table_size). A region is filled before the VIP's
+ * descriptor points at it, so a table is replaced atomically. One flat array keeps the lookup
+ * inlined by the verifier (a map-in-map inner lookup is an indirect helper call). */
+#define DEFAULT_MAGLEV_SLOTS (1u << 24)
+#define MAX_MAGLEV_M         1048573 /* largest prime table of one VIP */
+
+/* The next-hop cache: per-CPU, direct-mapped by a hash of the destination address. An entry is
+ * trusted for cfg_nh_cache_ns; bpf_fib_lookup is the slow path that fills it. */
+#define NH_CACHE_SLOTS 1024
+
+/* Index of the ICMP program in the progs tail-call table. */
+#define PROG_ICMP 0
 
 /* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
  * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array
@@ -51,6 +61,7 @@
 #define RATE_WINDOW_NS 1000000000ull
 
 /* Ethernet and IP constants we need without pulling in libc headers. */
+#define ETH_ALEN 6
 #define ETH_P_IP_BE     0x0008 /* htons(0x0800) */
 #define ETH_P_IPV6_BE   0xDD86 /* htons(0x86DD) */
 #define ETH_P_8021Q_BE  0x0081 /* htons(0x8100) */

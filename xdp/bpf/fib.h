@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* fib.h: sending a rewritten packet on its way: bpf_fib_lookup for the next hop, MAC rewrite,
- * then XDP_TX (egress == ingress) or XDP_REDIRECT through tx_ports. Whenever the kernel has to
- * help (no neighbour entry yet, MTU, an interface we do not redirect to), the packet goes up
- * with XDP_PASS and its original MACs, so the kernel forwards it as a router would. */
+/* fib.h: sending a rewritten packet on its way. The next hop (egress interface, MACs, MTU) comes
+ * from the per-CPU next-hop cache, or from bpf_fib_lookup on a miss (the lookup is ~200 ns here:
+ * deep kernel call chains are costly with return-thunk mitigations). Then XDP_TX when egress is
+ * the ingress interface, else XDP_REDIRECT through tx_ports. Whenever the kernel has to help (no
+ * neighbour entry yet, MTU, an interface we do not redirect to, a tagged frame leaving by another
+ * port), the packet goes up with XDP_PASS and its original MACs, so the kernel forwards it as a
+ * router would. */
 #ifndef XLB_FIB_H
 #define XLB_FIB_H
 
@@ -10,15 +13,49 @@
 #include "parse.h"
 #include "maps.h"
 #include "stats.h"
+#include "hash.h"
 
 #define AF_INET  2
 #define AF_INET6 10
 #define IPV6_FLOWINFO_MASK_BE 0xFFFFFF0F /* htonl(0x0FFFFFFF) */
 
-static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, void *data_end)
+static __always_inline int addr_eq(const struct addr *a, const struct addr *b)
+{
+	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
+}
+
+/* send_to rewrites the MACs and sends the packet out of ifindex. */
+static __always_inline int send_to(struct xdp_md *ctx, struct packet *p, __u32 ifindex,
+				   const __u8 *smac, const __u8 *dmac)
+{
+	__builtin_memcpy(p->eth->h_dest, dmac, ETH_ALEN);
+	__builtin_memcpy(p->eth->h_source, smac, ETH_ALEN);
+	if (ifindex == ctx->ingress_ifindex)
+		return verdict(REASON_FWD_TX, XDP_TX);
+	count_reason(REASON_FWD_REDIRECT);
+	return bpf_redirect_map(&tx_ports, ifindex, XDP_PASS);
+}
+
+/* ip_len is the packet's IP length (header included), for the MTU check. */
+static __always_inline __u32 ip_len(struct packet *p)
+{
+	return p->l3_end - p->l3;
+}
+
+static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
+				       __u64 now)
 {
 	struct bpf_fib_lookup fib = {};
+	__u32 slot = filter_bit(&p->dst, p->family) % NH_CACHE_SLOTS;
+	struct nexthop *nh = bpf_map_lookup_elem(&nh_cache, &slot);
 	long rc;
+
+	if (nh && now < nh->expires && nh->family == p->family && addr_eq(&nh->addr, &p->dst) &&
+	    ip_len(p) <= nh->mtu) {
+		if (p->vlan && nh->ifindex != ctx->ingress_ifindex)
+			return verdict(REASON_PASS_VLAN_EGRESS, XDP_PASS);
+		return send_to(ctx, p, nh->ifindex, nh->smac, nh->dmac);
+	}
 
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.l4_protocol = p->proto;
@@ -60,19 +97,24 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 		return verdict(REASON_PASS_FIB, XDP_PASS);
 	}
 
-	if (fib.ifindex == ctx->ingress_ifindex) {
-		__builtin_memcpy(p->eth->h_dest, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(p->eth->h_source, fib.smac, ETH_ALEN);
-		return verdict(REASON_FWD_TX, XDP_TX);
+	if (fib.ifindex != ctx->ingress_ifindex) {
+		if (p->vlan)
+			return verdict(REASON_PASS_VLAN_EGRESS, XDP_PASS);
+		if (!bpf_map_lookup_elem(&tx_ports, &fib.ifindex))
+			return verdict(REASON_PASS_NO_TXPORT, XDP_PASS);
 	}
-	if (p->vlan)
-		return verdict(REASON_PASS_VLAN_EGRESS, XDP_PASS);
-	if (!bpf_map_lookup_elem(&tx_ports, &fib.ifindex))
-		return verdict(REASON_PASS_NO_TXPORT, XDP_PASS);
-	__builtin_memcpy(p->eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(p->eth->h_source, fib.smac, ETH_ALEN);
-	count_reason(REASON_FWD_REDIRECT);
-	return bpf_redirect_map(&tx_ports, fib.ifindex, XDP_PASS);
+	/* Only untagged frames, or frames leaving where they came in, are cached: the cache has no
+	 * notion of VLANs, and a tagged frame must never be redirected to another port. */
+	if (nh && cfg_nh_cache_ns && !p->vlan) {
+		nh->addr = p->dst;
+		nh->family = p->family;
+		nh->ifindex = fib.ifindex;
+		nh->mtu = fib.mtu_result;
+		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
+		nh->expires = now + cfg_nh_cache_ns;
+	}
+	return send_to(ctx, p, fib.ifindex, fib.smac, fib.dmac);
 }
 
 #endif

@@ -233,7 +233,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 			__u32 h = flow_hash(cfg_hash_seed, &in.dst, p->family, in.dport, in.sport,
 					    in.proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);
 
-			be = backend_get(maglev_pick(vi->id, h));
+			be = backend_get(maglev_pick(vi, h));
 		}
 		if (!be)
 			return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
@@ -241,7 +241,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 			return verdict(REASON_PASS_TTL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 1, &be->addr, be->port ? be->port : in.sport);
 		count_reason(REASON_ICMP_TO_BACKEND);
-		return fib_forward(ctx, p, data_end);
+		return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns());
 	}
 
 	/* From the cluster side: quoted packet client:cport -> backend:bport. */
@@ -252,7 +252,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 			return verdict(REASON_PASS_TTL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 0, &vip->addr, vport);
 		count_reason(REASON_ICMP_TO_CLIENT);
-		return fib_forward(ctx, p, data_end);
+		return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns());
 	}
 	return verdict(REASON_PASS_ICMP, XDP_PASS);
 }

@@ -15,6 +15,8 @@ volatile const __u64 cfg_tcp_closing_ns = 10ull * 1000000000ull;
 volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
 /* New conntrack entries allowed per CPU per RATE_WINDOW_NS; 0 = no limit. */
 volatile const __u64 cfg_new_flow_rate = 250000;
+/* How long a next-hop cache entry is trusted; 0 = always ask bpf_fib_lookup. */
+volatile const __u64 cfg_nh_cache_ns = 500ull * 1000000ull;
 
 /* filter_has reports whether addr may be in the VIP (backend == 0) or backend address set. */
 static __always_inline int filter_has(int backend, const struct addr *a, __u8 family)
@@ -66,19 +68,15 @@ static __always_inline struct backend *backend_get(__u32 id)
 	return be;
 }
 
-/* maglev_pick returns the backend id in the slot of the VIP's table chosen by hash, 0 if none. */
-static __always_inline __u32 maglev_pick(__u32 vip_id, __u32 hash)
+/* maglev_pick returns the backend id in the slot of vi's table chosen by hash, 0 if none. */
+static __always_inline __u32 maglev_pick(const struct vip_info *vi, __u32 hash)
 {
-	__u32 zero = 0, slot, *m, *id;
-	void *table = bpf_map_lookup_elem(&maglev, &vip_id);
+	__u32 slot, *id;
 
-	if (!table)
+	if (!vi->table_size)
 		return 0;
-	m = bpf_map_lookup_elem(table, &zero);
-	if (!m || !*m)
-		return 0;
-	slot = 1 + hash % *m;
-	id = bpf_map_lookup_elem(table, &slot);
+	slot = vi->table_off + hash % vi->table_size;
+	id = bpf_map_lookup_elem(&maglev_slots, &slot);
 	return id ? *id : 0;
 }
 

@@ -32,23 +32,16 @@ struct {
 	PIN;
 } vip_by_id SEC(".maps");
 
-/* maglev: VIP id -> that VIP's Maglev table, an inner array of u32 where slot 0 holds the
- * prime size M and slots 1..M hold backend ids. Go builds a new inner map and swaps it in
- * with one update, so a table changes atomically. BPF_F_INNER_MAP lets M differ per VIP. */
-struct maglev_inner {
+/* maglev_slots: every VIP's Maglev table, one region each (see consts.h): slot -> backend id,
+ * 0 = empty. Sized by Go at load. Written by Go: a new region is filled, then the VIP's
+ * vip_info is switched to it in one update, then the old region is freed. */
+struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 2);
-	__uint(map_flags, BPF_F_INNER_MAP);
-};
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__type(key, __u32);
-	__uint(max_entries, MAX_VIPS);
+	__uint(max_entries, DEFAULT_MAGLEV_SLOTS);
 	PIN;
-	__array(values, struct maglev_inner);
-} maglev SEC(".maps");
+} maglev_slots SEC(".maps");
 
 /* backends: backend id -> {Pod address, target port, flags}. family 0 = unused id.
  * Written by Go; an id is never reused while conntrack may still point at it. */
@@ -157,5 +150,32 @@ struct {
 	__uint(max_entries, 1);
 	PIN;
 } flow_rate SEC(".maps");
+
+/* nh_cache: per-CPU next-hop cache (see consts.h). Written by the datapath. Not pinned: a new
+ * program starts with an empty cache. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct nexthop);
+	__uint(max_entries, NH_CACHE_SLOTS);
+} nh_cache SEC(".maps");
+
+/* v6_scratch: per-CPU scratch where the IPv6 extension-header walk leaves its results. Reading
+ * them back gives the verifier one state instead of one per path through the walk. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ipv6_ext);
+	__uint(max_entries, 1);
+} v6_scratch SEC(".maps");
+
+/* progs: tail-call table; PROG_ICMP -> xlb_icmp. Written by Go at load. Not pinned: each program
+ * generation has its own. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} progs SEC(".maps");
 
 #endif

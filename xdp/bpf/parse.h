@@ -14,6 +14,7 @@
 #include <bpf/bpf_endian.h>
 #include "consts.h"
 #include "structs.h"
+#include "maps.h"
 
 /* What the parser learned about a packet. */
 struct packet {
@@ -41,42 +42,18 @@ enum parse_result {
 	PARSE_IPV6_EXT,      /* pass: extension headers we do not walk */
 };
 
-/* What ipv6_walk learned from the extension headers. */
-struct ipv6_ext {
-	__u32 frag_id;
-	__u8 proto;    /* upper-layer protocol */
-	__u8 is_frag;  /* a Fragment header is present */
-	__u8 nonfirst; /* fragment offset != 0: no upper-layer header here */
-	__u8 pad;
-};
-
 /* Largest offset of an L4 header after IPv6 extension headers that we handle. */
 #define IPV6_L4_MAX_OFF 1024
 
-/* ipv6_walk walks the IPv6 extension headers of the packet in ctx (Ethernet, one optional VLAN
- * tag, IPv6 already checked by the caller) and returns the offset of the upper-layer header from
- * the start of the packet, -PARSE_BAD_L3 if a header is truncated, -PARSE_IPV6_EXT if there are
- * more than IPV6_EXT_MAX. It is a global function: the verifier checks its many paths once, and
- * the caller sees a single bounded offset instead of one state per path. */
-__noinline int ipv6_walk(struct xdp_md *ctx, struct ipv6_ext *out)
+/* ipv6_walk walks the IPv6 extension headers starting at cur (next = the IPv6 next header) and
+ * leaves what it found in the per-CPU scratch x: the offset of the upper-layer header, the
+ * protocol, the fragment fields, and a parse_result. Its many paths (one per header sequence)
+ * all end by storing into x; the caller reads x back, so the verifier continues with a single
+ * state whatever the headers were. */
+static __always_inline void ipv6_walk(void *data, void *data_end, void *cur, __u8 next,
+				      struct ipv6_ext *x)
 {
-	void *data_end = (void *)(long)ctx->data_end;
-	void *data = (void *)(long)ctx->data;
-	struct ethhdr *eth = data;
-	struct ipv6hdr *ip6;
-	void *cur;
-	__u8 next;
-
-	if (!out || (void *)(eth + 1) > data_end)
-		return -PARSE_BAD_L3;
-	cur = eth + 1;
-	if (eth->h_proto == ETH_P_8021Q_BE || eth->h_proto == ETH_P_8021AD_BE)
-		cur += 4;
-	ip6 = cur;
-	if ((void *)(ip6 + 1) > data_end)
-		return -PARSE_BAD_L3;
-	next = ip6->nexthdr;
-	cur = ip6 + 1;
+	x->result = PARSE_IPV6_EXT;
 #pragma unroll
 	for (int i = 0; i < IPV6_EXT_MAX; i++) {
 		struct { __u8 next; __u8 len; __be16 frag_off; __be32 id; } *ext = cur;
@@ -85,41 +62,49 @@ __noinline int ipv6_walk(struct xdp_md *ctx, struct ipv6_ext *out)
 		case PROTO_HOPOPTS:
 		case PROTO_ROUTING:
 		case PROTO_DSTOPTS:
-			if ((void *)ext + 8 > data_end)
-				return -PARSE_BAD_L3;
+			if ((void *)ext + 8 > data_end) {
+				x->result = PARSE_BAD_L3;
+				return;
+			}
 			next = ext->next;
 			cur += (ext->len + 1) * 8;
 			break;
 		case PROTO_AH:
-			if ((void *)ext + 8 > data_end)
-				return -PARSE_BAD_L3;
+			if ((void *)ext + 8 > data_end) {
+				x->result = PARSE_BAD_L3;
+				return;
+			}
 			next = ext->next;
 			cur += (ext->len + 2) * 4;
 			break;
 		case PROTO_FRAGMENT:
-			if ((void *)(ext + 1) > data_end)
-				return -PARSE_BAD_L3;
+			if ((void *)(ext + 1) > data_end) {
+				x->result = PARSE_BAD_L3;
+				return;
+			}
 			next = ext->next;
-			out->is_frag = 1;
-			out->frag_id = ext->id;
+			x->is_frag = 1;
+			x->frag_id = ext->id;
 			cur += 8;
 			if (ext->frag_off & bpf_htons(0xFFF8)) {
-				out->nonfirst = 1;
-				out->proto = next;
-				return cur - data;
+				x->nonfirst = 1;
+				x->proto = next;
+				x->off = cur - data;
+				x->result = PARSE_OK;
+				return;
 			}
 			break;
 		default:
-			out->proto = next;
-			return cur - data;
+			x->proto = next;
+			x->off = cur - data;
+			x->result = PARSE_OK;
+			return;
 		}
 	}
-	return -PARSE_IPV6_EXT;
 }
 
 /* parse_l3 parses up to the start of L4 and fills p. */
-static __always_inline int parse_l3(struct xdp_md *ctx, void *data, void *data_end,
-				    struct packet *p)
+static __always_inline int parse_l3(void *data, void *data_end, struct packet *p)
 {
 	struct ethhdr *eth = data;
 	__be16 proto;
@@ -182,18 +167,25 @@ static __always_inline int parse_l3(struct xdp_md *ctx, void *data, void *data_e
 		__builtin_memcpy(&p->src, &ip6->saddr, sizeof(p->src));
 		__builtin_memcpy(&p->dst, &ip6->daddr, sizeof(p->dst));
 		{
-			struct ipv6_ext ext = {};
-			long off = ipv6_walk(ctx, &ext);
+			__u32 zero = 0;
+			struct ipv6_ext *x = bpf_map_lookup_elem(&v6_scratch, &zero);
+			__u32 off;
 
-			if (off == -PARSE_IPV6_EXT)
-				return PARSE_IPV6_EXT;
-			if (off < 0 || off > IPV6_L4_MAX_OFF)
+			if (!x)
 				return PARSE_BAD_L3;
-			p->proto = ext.proto;
-			p->is_frag = ext.is_frag;
-			p->frag_id = ext.frag_id;
-			if (ext.nonfirst)
+			*x = (struct ipv6_ext){};
+			ipv6_walk(data, data_end, ip6 + 1, ip6->nexthdr, x);
+			barrier_var(x);
+			if (x->result != PARSE_OK)
+				return x->result;
+			p->proto = x->proto;
+			p->is_frag = x->is_frag;
+			p->frag_id = x->frag_id;
+			if (x->nonfirst)
 				return PARSE_OK; /* non-first fragment: l4 stays NULL */
+			off = x->off;
+			if (off > IPV6_L4_MAX_OFF)
+				return PARSE_BAD_L3;
 			cur = data + off;
 			if (cur > p->l3_end)
 				return PARSE_BAD_L3;

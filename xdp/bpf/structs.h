@@ -22,8 +22,10 @@ struct svc_key {
 
 /* Value of vips. */
 struct vip_info {
-	__u32 id;    /* index into maglev, vip_by_id, vip_stats; for a marker: how many VIPs use the address */
-	__u32 flags; /* VIP_F_* */
+	__u32 id;         /* index into vip_by_id, vip_stats; for a marker: how many VIPs use the address */
+	__u32 flags;      /* VIP_F_* */
+	__u32 table_off;  /* first slot of the VIP's Maglev table in maglev_slots */
+	__u32 table_size; /* M, a prime; 0 = no table yet (packets dropped: no backend) */
 };
 
 /* Value of backends: where a backend id sends packets. */
@@ -97,6 +99,28 @@ struct traffic {
 struct rate_window {
 	__u64 start; /* ns */
 	__u64 count; /* conntrack inserts in this window */
+};
+
+/* Value of nh_cache: where packets to one address go. */
+struct nexthop {
+	struct addr addr;
+	__u64 expires;     /* bpf_ktime_get_coarse_ns() after which the entry is refreshed */
+	__u32 ifindex;     /* egress interface */
+	__u16 mtu;         /* egress MTU: longer packets take the slow path (the kernel's ICMP) */
+	__u8 family;
+	__u8 pad;
+	__u8 smac[6];
+	__u8 dmac[6];
+};
+
+/* Scratch for ipv6_walk's results (see parse.h). */
+struct ipv6_ext {
+	__u32 off;      /* offset of the upper-layer header from the start of the packet */
+	__u32 frag_id;
+	__u8 proto;     /* upper-layer protocol */
+	__u8 is_frag;   /* a Fragment header is present */
+	__u8 nonfirst;  /* fragment offset != 0: no upper-layer header here */
+	__u8 result;    /* enum parse_result */
 };
 
 /* ICMP and ICMPv6 share this header layout. */

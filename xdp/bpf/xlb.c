@@ -95,7 +95,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		__u32 h = flow_hash(cfg_hash_seed, &p->src, p->family, p->sport, p->dport,
 				    p->proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);
 
-		bid = maglev_pick(vip_id, h);
+		bid = maglev_pick(vi, h);
 		be = backend_get(bid);
 		if (!be)
 			return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
@@ -110,7 +110,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
 	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
-	return fib_forward(ctx, p, data_end);
+	return fib_forward(ctx, p, data_end, now);
 }
 
 /* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
@@ -130,7 +130,7 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_PASS_TTL, XDP_PASS);
 	count_reason(REASON_NAT_REVERSE);
 	rewrite_endpoint(p, data_end, 1, &vip->addr, vport);
-	return fib_forward(ctx, p, data_end);
+	return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns());
 }
 
 /* process balances a parsed packet; fam is a constant in each inlined copy, so the compiler
@@ -197,37 +197,14 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 }
 
-/* xlb_icmp handles ICMP and ICMPv6. It is a global function, so the verifier checks it on its
- * own instead of once per path through the main program; it parses the packet again, which only
- * ICMP packets pay for. */
-__noinline int xlb_icmp(struct xdp_md *ctx)
+SEC("xdp")
+int xlb_xdp(struct xdp_md *ctx)
 {
 	void *data_end = (void *)(long)ctx->data_end;
 	void *data = (void *)(long)ctx->data;
 	struct packet p = {};
 
-	if (parse_l3(ctx, data, data_end, &p) != PARSE_OK)
-		return verdict(REASON_PASS_ICMP, XDP_PASS);
-	if (p.family == FAMILY_V4) {
-		p.family = FAMILY_V4;
-		return handle_icmp(ctx, &p, data_end);
-	}
-	p.family = FAMILY_V6;
-	return handle_icmp(ctx, &p, data_end);
-}
-
-/* RET_ICMP: xlb_main's answer for ICMP packets, which xlb_icmp handles. */
-#define RET_ICMP 100
-
-/* xlb_main handles all but ICMP. Global, like xlb_icmp: each is verified on its own and their
- * stacks are not stacked on each other (the kernel allows 512 bytes in all). */
-__noinline int xlb_main(struct xdp_md *ctx)
-{
-	void *data_end = (void *)(long)ctx->data_end;
-	void *data = (void *)(long)ctx->data;
-	struct packet p = {};
-
-	switch (parse_l3(ctx, data, data_end, &p)) {
+	switch (parse_l3(data, data_end, &p)) {
 	case PARSE_OK:
 		break;
 	case PARSE_NOT_IP:
@@ -238,21 +215,30 @@ __noinline int xlb_main(struct xdp_md *ctx)
 		return verdict(REASON_PASS_MALFORMED_L3, XDP_PASS);
 	}
 
-	if (p.proto == PROTO_ICMP || p.proto == PROTO_ICMPV6)
-		return RET_ICMP;
+	if (p.proto == PROTO_ICMP || p.proto == PROTO_ICMPV6) {
+		/* ICMP is rare: its own program, so this one stays small for the verifier. */
+		bpf_tail_call(ctx, &progs, PROG_ICMP);
+		return verdict(REASON_PASS_ICMP, XDP_PASS);
+	}
 	if (p.family == FAMILY_V4)
 		return process(ctx, &p, data_end, FAMILY_V4);
 	return process(ctx, &p, data_end, FAMILY_V6);
 }
 
+/* xlb_icmp handles ICMP and ICMPv6 (icmp.h), reached by tail call from xlb_xdp. */
 SEC("xdp")
-int xlb_xdp(struct xdp_md *ctx)
+int xlb_icmp(struct xdp_md *ctx)
 {
-	int rc = xlb_main(ctx);
+	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)ctx->data;
+	struct packet p = {};
 
-	if (rc == RET_ICMP)
-		rc = xlb_icmp(ctx);
-	if (rc < XDP_ABORTED || rc > XDP_REDIRECT)
-		return XDP_ABORTED;
-	return rc;
+	if (parse_l3(data, data_end, &p) != PARSE_OK)
+		return verdict(REASON_PASS_ICMP, XDP_PASS);
+	if (p.family == FAMILY_V4) {
+		p.family = FAMILY_V4;
+		return handle_icmp(ctx, &p, data_end);
+	}
+	p.family = FAMILY_V6;
+	return handle_icmp(ctx, &p, data_end);
 }

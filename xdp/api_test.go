@@ -1,0 +1,241 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+func loadNoPin(t *testing.T, opts Options) *Datapath {
+	t.Helper()
+	opts.NoPin = true
+	if opts.ConntrackSize == 0 {
+		opts.ConntrackSize = 4096
+	}
+	if opts.MaglevSlots == 0 {
+		opts.MaglevSlots = 1 << 20
+	}
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestConstantsMatchBPF checks the Go mirrors of bpf/consts.h against the compiled object.
+func TestConstantsMatchBPF(t *testing.T) {
+	spec, err := loadXlb()
+	must(t, err)
+	for name, want := range map[string]uint32{
+		xlbMapVipById:      maxVIPs,
+		xlbMapVipStats:     maxVIPs,
+		xlbMapBackends:     maxBackends,
+		xlbMapBackendStats: maxBackends,
+		xlbMapReasons:      uint32(numReasons),
+		xlbMapConntrack:    DefaultConntrackSize,
+		xlbMapMaglevSlots:  DefaultMaglevSlots,
+	} {
+		if got := spec.Maps[name].MaxEntries; got != want {
+			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)
+		}
+	}
+	if got := spec.Maps[xlbMapAddrFilter].ValueSize; got != 2*addrFilterBits/8 {
+		t.Errorf("addr_filter value %d bytes, Go expects %d", got, 2*addrFilterBits/8)
+	}
+	if len(reasonNames) != numReasons {
+		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)
+	}
+	if DefaultConntrackSize < 1_000_000 {
+		t.Errorf("default conntrack size %d < 1,000,000 flows", DefaultConntrackSize)
+	}
+}
+
+// TestDefaultLoad loads with the zero Options (but no pins): a million-flow conntrack.
+func TestDefaultLoad(t *testing.T) {
+	d, err := Load(Options{NoPin: true})
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer d.Close()
+	if n := d.objs.Conntrack.MaxEntries(); n < 1_000_000 {
+		t.Fatalf("conntrack holds %d flows", n)
+	}
+}
+
+// TestAPIErrors: bad input gets an error naming the object, and changes nothing.
+func TestAPIErrors(t *testing.T) {
+	d := loadNoPin(t, Options{MaglevSlots: 100})
+	v4 := netip.MustParseAddr("198.18.100.1")
+	must(t, d.UpsertVIP(Frontend{v4, 80, TCP}, VIPConfig{ID: 1}))
+	for name, err := range map[string]error{
+		"zero id":         d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{}),
+		"id too big":      d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{ID: maxVIPs}),
+		"sctp":            d.UpsertVIP(Frontend{v4, 81, 132}, VIPConfig{ID: 2}),
+		"no address":      d.UpsertVIP(Frontend{Port: 81, Proto: TCP}, VIPConfig{ID: 2}),
+		"zone":            d.UpsertVIP(Frontend{netip.MustParseAddr("fe80::1%eth0"), 81, TCP}, VIPConfig{ID: 2}),
+		"range family":    d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{ID: 2, SourceRanges: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}),
+		"id in use":       d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{ID: 1}),
+		"table, no vip":   d.SetMaglevTable(9, []BackendID{1}),
+		"table empty":     d.SetMaglevTable(1, nil),
+		"table too big":   d.SetMaglevTable(1, make([]BackendID, 101)),
+		"backend id 0":    d.UpsertBackend(0, Backend{Addr: v4}),
+		"backend no addr": d.UpsertBackend(1, Backend{}),
+		"reverse, no vip": d.SetReverse(Endpoint{v4, 80, TCP}, ReverseNAT{VIP: 9}),
+		"reverse, family": d.SetReverse(Endpoint{netip.MustParseAddr("2001:db8::1"), 80, TCP}, ReverseNAT{VIP: 1}),
+		"reverse, proto":  d.SetReverse(Endpoint{v4, 80, 1}, ReverseNAT{VIP: 1}),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else if !strings.Contains(err.Error(), "VIP") && !strings.Contains(err.Error(), "backend") &&
+			!strings.Contains(err.Error(), "reverse") {
+			t.Errorf("%s: error does not name the object: %v", name, err)
+		}
+	}
+	vips, err := d.VIPs()
+	must(t, err)
+	if len(vips) != 1 {
+		t.Errorf("failed calls changed the VIPs: %v", vips)
+	}
+	// The Maglev capacity (100 slots) is exhausted with a clear error; the old table stays.
+	must(t, d.SetMaglevTable(1, table(61, 1)))
+	err = d.SetMaglevTable(1, table(61, 2))
+	if err == nil || !strings.Contains(err.Error(), "MaglevSlots") {
+		t.Fatalf("exhausted Maglev capacity: %v", err)
+	}
+	tb, err := d.MaglevTable(1)
+	must(t, err)
+	if len(tb) != 61 || tb[0] != 1 {
+		t.Fatalf("table after a failed swap: %d slots, first %d", len(tb), tb[0])
+	}
+	must(t, d.DeleteVIP(Frontend{v4, 99, TCP})) // missing: no error
+}
+
+// TestAPIRoundTrip: what is written reads back, and deleting cleans up.
+func TestAPIRoundTrip(t *testing.T) {
+	d := loadNoPin(t, Options{})
+	v4 := netip.MustParseAddr("198.18.100.1")
+	f := Frontend{v4, 80, TCP}
+	cfg := VIPConfig{ID: 7, Affinity: AffinityClientIP, SourceRanges: []netip.Prefix{
+		netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("198.19.0.0/16")}}
+	must(t, d.UpsertVIP(f, cfg))
+	must(t, d.UpsertBackend(3, Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Down: true}))
+	must(t, d.SetMaglevTable(7, table(13, 3)))
+	must(t, d.SetReverse(Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}, ReverseNAT{VIP: 7}))
+
+	vips, err := d.VIPs()
+	must(t, err)
+	if got := fmt.Sprint(vips[f]); got != fmt.Sprint(cfg) {
+		t.Errorf("VIP reads back as %s, want %s", got, fmt.Sprint(cfg))
+	}
+	bes, err := d.Backends()
+	must(t, err)
+	if b := bes[3]; !b.Down || b.Port != 8080 || len(bes) != 1 {
+		t.Errorf("backends read back as %v", bes)
+	}
+	rev, err := d.Reverses()
+	must(t, err)
+	if len(rev) != 1 || rev[Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}].VIP != 7 {
+		t.Errorf("reverse entries read back as %v", rev)
+	}
+	// Updating the VIP keeps its table.
+	must(t, d.UpsertVIP(f, VIPConfig{ID: 7}))
+	tb, err := d.MaglevTable(7)
+	must(t, err)
+	if len(tb) != 13 {
+		t.Fatalf("table lost on VIP update: %v", tb)
+	}
+	must(t, d.DeleteVIP(f))
+	vips, err = d.VIPs()
+	must(t, err)
+	if len(vips) != 0 {
+		t.Errorf("VIPs after delete: %v", vips)
+	}
+	var k xlbSvcKey
+	var vi xlbVipInfo
+	if err := d.objs.Vips.NextKey(nil, &k); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		must(t, d.objs.Vips.Lookup(&k, &vi))
+		t.Errorf("vips still holds %v -> %+v (the address marker should be gone)", frontendOf(k), vi)
+	}
+	var bits xlbAddrBitmaps
+	must(t, d.objs.AddrFilter.Lookup(uint32(0), &bits))
+	if bits.Vip[filterBit(v4)/64] != 0 {
+		t.Error("address filter still has the deleted VIP's bit")
+	}
+}
+
+// TestPinnedAdoption: a second Load on the same pin path adopts the maps: configuration and
+// conntrack carry over, the address filter is rebuilt, and incompatible options are refused.
+func TestPinnedAdoption(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	d1, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+		os.RemoveAll(dir)
+	})
+	v4 := netip.MustParseAddr("198.18.100.1")
+	must(t, d1.UpsertVIP(Frontend{v4, 80, TCP}, VIPConfig{ID: 1}))
+	must(t, d1.UpsertBackend(1, Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080}))
+	must(t, d1.SetMaglevTable(1, table(13, 1)))
+	must(t, d1.SetReverse(Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}, ReverseNAT{VIP: 1}))
+	must(t, d1.Close())
+
+	d2, err := Load(opts)
+	if err != nil {
+		t.Fatalf("adopt: %+v", err)
+	}
+	defer d2.Close()
+	vips, err := d2.VIPs()
+	must(t, err)
+	if vips[Frontend{v4, 80, TCP}].ID != 1 {
+		t.Fatalf("VIPs after adoption: %v", vips)
+	}
+	if d2.filter.vipBits[filterBit(v4)] != 1 || d2.filter.backendAddrs[netip.MustParseAddr("198.18.1.10")] != 1 {
+		t.Error("address filter not rebuilt from the pinned maps")
+	}
+	// The adopted table's region is in use: a new table cannot overlap it.
+	if d2.slots.reserve(0, 13) {
+		t.Error("slot allocator not rebuilt: the adopted table's region is free")
+	}
+	bad := opts
+	bad.ConntrackSize = 8192
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "conntrack size") {
+		t.Errorf("load with another conntrack size: %v", err)
+	}
+}
+
+// TestGoldenNextHopCache: the next-hop cache never sends a packet over the egress MTU (the kernel
+// must send "fragmentation needed"), and a route change is seen within its TTL.
+func TestGoldenNextHopCache(t *testing.T) {
+	g := newGW(t, Options{NextHopCacheTTL: 50 * time.Millisecond})
+	services(t, g)
+	g.ns.MustIP(t, "link set int0 mtu 1000")
+	small, smallOut := clientTCP(1, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
+	g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, smallOut.bytes(t), fwd(ReasonFwdRedirect)})
+	big := small
+	big.Payload = make([]byte, 1200)
+	bigOut := big
+	bigOut.Dst, bigOut.TTL = ap(be1v4, 8080), 63
+	g.expect(t, big.bytes(t), g.ext, want{xdpPass, bigOut.bytes(t), map[Reason]uint64{ReasonNATForward: 1, ReasonPassFIB: 1}})
+	// The backend's neighbour changes MAC: after the TTL the new one is used.
+	g.ns.MustIP(t, "neigh replace 198.18.1.10 lladdr "+macBE3+" dev int0 nud permanent")
+	time.Sleep(60 * time.Millisecond)
+	_, newOut := clientTCP(1, ap(vip4, 80), "A", ap(be1v4, 8080), macBE3)
+	g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, newOut.bytes(t), fwd(ReasonFwdRedirect)})
+	_ = layers.IPProtocolTCP
+}

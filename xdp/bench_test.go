@@ -1,0 +1,158 @@
+package xdp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/internal/progrun"
+)
+
+// The datapath benchmarks measure the way Katran's numbers were taken on this machine: many
+// BPF_PROG_TEST_RUN calls with repeat=1 (a rewritten packet cannot be run again), the kernel's
+// own duration for each, minus a trivial XDP_PASS program measured the same way, interleaved in
+// the same run. The result is reported as ns/pkt (net); raw-ns/pkt and base-ns/pkt are the two
+// means it is made of.
+
+func passProgram(b *testing.B) *ebpf.Program {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.XDP,
+		License:      "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	return p
+}
+
+// benchPackets runs every packet of pkts in turn, b.N times in all, and reports the net cost.
+func benchPackets(b *testing.B, g *gw, ifindex int, pkts [][]byte, wantVerdict uint32) {
+	base := passProgram(b)
+	prog := g.dp.Program()
+	var raw, triv time.Duration
+	b.ResetTimer()
+	err := g.ns.Do(func() error {
+		for i := 0; i < b.N; i++ {
+			pkt := pkts[i%len(pkts)]
+			r, err := progrun.XDP(base, pkt, ifindex, 1)
+			if err != nil {
+				return err
+			}
+			triv += r.Duration
+			r, err = progrun.XDP(prog, pkt, ifindex, 1)
+			if err != nil {
+				return err
+			}
+			if r.Verdict != wantVerdict {
+				b.Fatalf("verdict %s, want %s", verdictNames[r.Verdict], verdictNames[wantVerdict])
+			}
+			raw += r.Duration
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(raw)/n, "raw-ns/pkt")
+	b.ReportMetric(float64(triv)/n, "base-ns/pkt")
+	b.ReportMetric((float64(raw)-float64(triv))/n, "ns/pkt")
+}
+
+// flowPackets builds n client -> VIP:80 TCP packets with distinct source ports.
+func flowPackets(b *testing.B, n int, flags string) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, uint16(10000+i)), Dst: ap(vip4, 80),
+			Proto: layers.IPProtocolTCP, Flags: flags, Payload: make([]byte, 10)}.bytes(b)
+	}
+	return out
+}
+
+func benchGW(b *testing.B) *gw {
+	g := newGW(b, Options{ConntrackSize: 1 << 20})
+	services(b, g)
+	// A realistic table: M = 65537 over 3 backends.
+	must(b, g.dp.UpsertBackend(21, Backend{Addr: be2v4, Port: 8080}))
+	must(b, g.dp.UpsertBackend(22, Backend{Addr: be3v4, Port: 8080}))
+	must(b, g.dp.SetMaglevTable(1, table(65537, 1, 21, 22)))
+	return g
+}
+
+// BenchmarkNewTCPFlow: a SYN to a VIP (VIP lookup, Maglev, DNAT, fib, redirect; no conntrack).
+func BenchmarkNewTCPFlow(b *testing.B) {
+	g := benchGW(b)
+	benchPackets(b, g, g.ext, flowPackets(b, 4096, "S"), xdpRedirect)
+}
+
+// BenchmarkNewUDPFlow: the first datagram of a UDP flow, which also inserts a conntrack entry.
+func BenchmarkNewUDPFlow(b *testing.B) {
+	g := benchGW(b)
+	pkts := make([][]byte, 0, 1<<16)
+	for i := range cap(pkts) {
+		src := client4
+		if i >= 1<<15 {
+			src = router4
+		}
+		pkts = append(pkts, pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, uint16(i)), Dst: ap(vip4, 53),
+			Proto: layers.IPProtocolUDP, Payload: make([]byte, 18)}.bytes(b))
+	}
+	if b.N > len(pkts) {
+		b.N = len(pkts) // each packet must be a new flow
+	}
+	benchPackets(b, g, g.ext, pkts, xdpRedirect)
+}
+
+// BenchmarkEstablishedFlow: an ACK of a flow conntrack already holds.
+func BenchmarkEstablishedFlow(b *testing.B) {
+	g := benchGW(b)
+	pkts := flowPackets(b, 4096, "A")
+	for _, p := range pkts {
+		g.run(b, p, g.ext)
+	}
+	benchPackets(b, g, g.ext, pkts, xdpRedirect)
+}
+
+// BenchmarkEstablishedHotFlow: an ACK of one of 16 flows conntrack holds (the cache-resident
+// case, as in Katran's own fixtures).
+func BenchmarkEstablishedHotFlow(b *testing.B) {
+	g := benchGW(b)
+	pkts := flowPackets(b, 16, "A")
+	for _, p := range pkts {
+		g.run(b, p, g.ext)
+	}
+	benchPackets(b, g, g.ext, pkts, xdpRedirect)
+}
+
+// BenchmarkNewTCPFlowHot: SYNs of 16 flows (cache-resident).
+func BenchmarkNewTCPFlowHot(b *testing.B) {
+	g := benchGW(b)
+	benchPackets(b, g, g.ext, flowPackets(b, 16, "S"), xdpRedirect)
+}
+
+// BenchmarkReverseNAT: a backend's reply, translated statelessly back to the VIP.
+func BenchmarkReverseNAT(b *testing.B) {
+	g := benchGW(b)
+	pkts := make([][]byte, 4096)
+	for i := range pkts {
+		pkts[i] = pk{SrcMAC: macBE1, DstMAC: macInt, Src: ap(be1v4, 8080), Dst: ap(client4, uint16(10000+i)),
+			Proto: layers.IPProtocolTCP, Flags: "A", Payload: make([]byte, 10)}.bytes(b)
+	}
+	benchPackets(b, g, g.int, pkts, xdpRedirect)
+}
+
+// BenchmarkNonVIPPass: TCP to an address that is no VIP, from one that is no backend.
+func BenchmarkNonVIPPass(b *testing.B) {
+	g := benchGW(b)
+	pkts := make([][]byte, 4096)
+	for i := range pkts {
+		pkts[i] = pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, uint16(10000+i)), Dst: ap(other4, 80),
+			Proto: layers.IPProtocolTCP, Flags: "A", Payload: make([]byte, 10)}.bytes(b)
+	}
+	benchPackets(b, g, g.ext, pkts, xdpPass)
+}
