@@ -12,3 +12,5 @@ require (
 	github.com/vishvananda/netlink v1.3.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
 )
+
+tool github.com/cilium/ebpf/cmd/bpf2go

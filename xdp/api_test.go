@@ -239,3 +239,36 @@ func TestGoldenNextHopCache(t *testing.T) {
 	g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, newOut.bytes(t), fwd(ReasonFwdRedirect)})
 	_ = layers.IPProtocolTCP
 }
+
+// TestAttachStalePin: a pinned link whose interface was deleted and recreated does not block a
+// restarted loader: the stale pin is replaced.
+func TestAttachStalePin(t *testing.T) {
+	p := netlab.Prefix()
+	ns := netlab.New(t, p+"a")
+	peer := netlab.New(t, p+"b")
+	netlab.Veth(t, ns, "gw0", "02:00:00:00:01:01", peer, "pe0", "02:00:00:00:01:02")
+	dir := "/sys/fs/bpf/" + p
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			ns.Do(d.Remove)
+		}
+		os.RemoveAll(dir)
+	})
+	d1, err := Load(opts)
+	must(t, err)
+	must(t, ns.Do(func() error { return d1.Attach("gw0", AttachAuto) }))
+	must(t, d1.Close())
+
+	ns.MustIP(t, "link del gw0")
+	netlab.Veth(t, ns, "gw0", "02:00:00:00:01:01", peer, "pe0", "02:00:00:00:01:02")
+	d2, err := Load(opts)
+	must(t, err)
+	defer d2.Close()
+	must(t, ns.Do(func() error { return d2.Attach("gw0", AttachAuto) }))
+	ifs, err := d2.Interfaces()
+	must(t, err)
+	if len(ifs) != 1 || ifs[0] != "gw0" {
+		t.Fatalf("interfaces after re-attach: %v", ifs)
+	}
+}

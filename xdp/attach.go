@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // AttachMode selects how the program is attached to an interface.
@@ -47,17 +48,14 @@ func (d *Datapath) Attach(ifname string, mode AttachMode) error {
 	}
 	var l link.Link
 	if !d.opts.NoPin {
-		if pinned, err := link.LoadPinnedLink(d.linkPin(ifname), nil); err == nil {
-			if err := pinned.Update(d.objs.XlbXdp); err != nil {
-				pinned.Close()
-				return fmt.Errorf("attach to %s: replace program of pinned link: %w", ifname, err)
-			}
-			l = pinned
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("attach to %s: load pinned link: %w", ifname, err)
+		pinned, err := d.adoptPinnedLink(ifname, iface.Index)
+		if err != nil {
+			return err
 		}
+		l = pinned
 	}
 	if l == nil {
+		var err error
 		l, err = d.attachNew(iface, mode)
 		if err != nil {
 			return err
@@ -79,6 +77,42 @@ func (d *Datapath) Attach(ifname string, mode AttachMode) error {
 	}
 	d.links[ifname] = linkHandle{link: l, ifindex: iface.Index}
 	return nil
+}
+
+// adoptPinnedLink replaces the program of the link pinned for ifname, if there is one, and
+// returns it. A stale pin (its interface was deleted and maybe recreated: the link is severed or
+// points at another ifindex) is removed, and nil is returned so the caller attaches afresh.
+func (d *Datapath) adoptPinnedLink(ifname string, ifindex int) (link.Link, error) {
+	pinned, err := link.LoadPinnedLink(d.linkPin(ifname), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attach to %s: load pinned link: %w", ifname, err)
+	}
+	stale := false
+	if info, err := pinned.Info(); err != nil {
+		stale = true
+	} else if x := info.XDP(); x == nil || int(x.Ifindex) != ifindex {
+		stale = true
+	}
+	if !stale {
+		err := pinned.Update(d.objs.XlbXdp)
+		if err == nil {
+			return pinned, nil
+		}
+		if !errors.Is(err, unix.ENOLINK) {
+			pinned.Close()
+			return nil, fmt.Errorf("attach to %s: replace program of pinned link: %w", ifname, err)
+		}
+	}
+	d.log.Warn("removing stale pinned XDP link (its interface was recreated)", "interface", ifname)
+	if err := pinned.Unpin(); err != nil {
+		pinned.Close()
+		return nil, fmt.Errorf("attach to %s: remove stale pinned link: %w", ifname, err)
+	}
+	pinned.Close()
+	return nil, nil
 }
 
 func (d *Datapath) attachNew(iface *net.Interface, mode AttachMode) (link.Link, error) {
