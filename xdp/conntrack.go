@@ -67,6 +67,7 @@ func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
 		return 0, fmt.Errorf("flush conntrack: list: %w", err)
 	}
 	n := 0
+	defer func() { _ = d.invalidateCaches() }()
 	for i := range keys {
 		if err := d.objs.Conntrack.Delete(&keys[i]); err == nil {
 			n++

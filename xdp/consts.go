@@ -15,7 +15,8 @@ const (
 	vipFlagSrcRanges        = 1 << 1
 	vipFlagMarker           = 1 << 2
 
-	backendFlagDown = 1 << 0
+	backendFlagDown      = 1 << 0
+	backendFlagReverseCT = 1 << 1
 
 	revFlagAmbiguous = 1 << 0
 

@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,6 +75,15 @@ type Datapath struct {
 	filter addrFilter
 	// slots: the free regions of maglev_slots, rebuilt from the VIP descriptors on load.
 	slots *slotAllocator
+	// endpoints: backends by endpoint and ambiguous endpoints, rebuilt from the maps on load.
+	endpoints endpointIndex
+	// stopClock stops the goroutine that writes map clock; clockDone closes when it has.
+	stopClock context.CancelFunc
+	clockDone chan struct{}
+	// clockMu orders writes of map clock, so the cache generation never goes backwards.
+	clockMu sync.Mutex
+	// gen is the cache generation written to map clock (see bpf/consts.h); never 0.
+	gen uint32
 }
 
 func (o Options) withDefaults() Options {
@@ -178,6 +188,17 @@ func Load(opts Options) (*Datapath, error) {
 		d.objs.Close()
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
+	if err := d.endpoints.rebuild(&d.objs); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: rebuild backend index: %w", err)
+	}
+	if err := d.tick(); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopClock, d.clockDone = cancel, make(chan struct{})
+	go d.runClock(ctx)
 	return d, nil
 }
 
@@ -233,12 +254,62 @@ func (d *Datapath) rebuildSlots() error {
 	return nil
 }
 
+// clockTick is how often the loader refreshes the datapath's clock (see bpf/consts.h).
+const clockTick = 10 * time.Millisecond
+
+func (d *Datapath) tick() error {
+	d.clockMu.Lock()
+	defer d.clockMu.Unlock()
+	if d.gen == 0 {
+		d.gen = 1
+	}
+	if err := d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: monotonicNow(), Gen: d.gen}); err != nil {
+		return fmt.Errorf("write clock: %w", err)
+	}
+	return nil
+}
+
+// invalidateCaches makes every CPU drop its cached vips, reverse and conntrack lookups. Called
+// after each change of those maps.
+func (d *Datapath) invalidateCaches() error {
+	d.clockMu.Lock()
+	d.gen++
+	if d.gen == 0 {
+		d.gen = 1
+	}
+	d.clockMu.Unlock()
+	return d.tick()
+}
+
+// runClock keeps map clock fresh until ctx ends. If it stops (the process dies), the datapath
+// notices within CLOCK_STALE_NS and reads the kernel clock itself.
+func (d *Datapath) runClock(ctx context.Context) {
+	defer close(d.clockDone)
+	t := time.NewTicker(clockTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := d.tick(); err != nil {
+				d.log.Warn("datapath clock", "error", err)
+			}
+		}
+	}
+}
+
 // Program returns the XDP program, for tests and tools that run it with BPF_PROG_TEST_RUN.
 func (d *Datapath) Program() *ebpf.Program { return d.objs.XlbXdp }
 
 // Close releases this process's handles. Pinned maps and links stay, so forwarding goes on;
 // with NoPin, closing detaches everything.
 func (d *Datapath) Close() error {
+	if d.stopClock != nil {
+		d.stopClock()
+		<-d.clockDone
+		d.stopClock = nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var errs []error
@@ -284,7 +355,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
-	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Conntrack, m.FlowRate,
+	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Conntrack,
 		m.Frags, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }

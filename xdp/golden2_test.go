@@ -92,6 +92,7 @@ func ageFlows(t *testing.T, dp *Datapath, d time.Duration) {
 		e.LastSeen -= uint64(d)
 		must(t, dp.objs.Conntrack.Put(&k, &e))
 	}
+	must(t, dp.invalidateCaches())
 }
 
 // TestGoldenReverseNAT: replies from a backend get the VIP as their source, without conntrack

@@ -22,7 +22,8 @@ func (f Frontend) validate() error {
 
 // UpsertVIP creates frontend f or updates its configuration. Packets reach its backends once
 // its Maglev table is set (SetMaglevTable); until then they are dropped as "no backend".
-func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) error {
+func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
+	defer d.invalidateAfter(&err)
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -45,12 +46,12 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) error {
 	} else if err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
-	var holder xlbSvcKey
+	var holder xlbVipRef
 	if err := d.objs.VipById.Lookup(uint32(cfg.ID), &holder); err != nil {
 		return fmt.Errorf("VIP %s: read vip_by_id[%d]: %w", f, cfg.ID, err)
 	}
-	if holder.Family != 0 && holder != key {
-		return fmt.Errorf("VIP %s: id %d is already used by %s", f, cfg.ID, frontendOf(holder))
+	if holder.Key.Family != 0 && holder.Key != key {
+		return fmt.Errorf("VIP %s: id %d is already used by %s", f, cfg.ID, frontendOf(holder.Key))
 	}
 
 	flags := uint32(0)
@@ -65,7 +66,7 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) error {
 	if err := d.addSourceRanges(cfg.ID, cfg.SourceRanges); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
-	if err := d.objs.VipById.Put(uint32(cfg.ID), &key); err != nil {
+	if err := d.objs.VipById.Put(uint32(cfg.ID), &xlbVipRef{Key: key, Flags: flags}); err != nil {
 		return fmt.Errorf("VIP %s: write vip_by_id: %w", f, err)
 	}
 	// The Maglev table belongs to the frontend and survives a configuration update.
@@ -89,7 +90,8 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) error {
 
 // DeleteVIP removes frontend f, its Maglev table and source ranges. Deleting a missing VIP is
 // not an error.
-func (d *Datapath) DeleteVIP(f Frontend) error {
+func (d *Datapath) DeleteVIP(f Frontend) (err error) {
+	defer d.invalidateAfter(&err)
 	if err := f.validate(); err != nil {
 		return err
 	}
@@ -115,7 +117,7 @@ func (d *Datapath) DeleteVIP(f Frontend) error {
 
 // clearVIPID forgets everything stored under a VIP id.
 func (d *Datapath) clearVIPID(id VIPID) {
-	_ = d.objs.VipById.Put(uint32(id), &xlbSvcKey{})
+	_ = d.objs.VipById.Put(uint32(id), &xlbVipRef{})
 	_ = d.pruneSourceRanges(id, nil)
 	_ = d.zeroTraffic(d.objs.VipStats, uint32(id))
 }
@@ -258,14 +260,27 @@ func (d *Datapath) UpsertBackend(id BackendID, b Backend) error {
 	if err := checkAddr(b.Addr); err != nil {
 		return fmt.Errorf("backend %d: %w", id, err)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	w, fam := toWire(b.Addr)
 	v := xlbBackend{Addr: w, Port: htons(b.Port), Family: fam}
 	if b.Down {
 		v.Flags |= backendFlagDown
 	}
+	if d.endpoints.needsReverseCT(b.Addr, b.Port) {
+		v.Flags |= backendFlagReverseCT
+	}
+	var old xlbBackend
+	if err := d.objs.Backends.Lookup(uint32(id), &old); err != nil {
+		return fmt.Errorf("backend %d (%s): %w", id, b.Addr, err)
+	}
 	if err := d.objs.Backends.Put(uint32(id), &v); err != nil {
 		return fmt.Errorf("backend %d (%s): %w", id, b.Addr, err)
 	}
+	if old.Family != 0 {
+		d.endpoints.remove(id, fromWire(old.Addr, old.Family), ntohs(old.Port))
+	}
+	d.endpoints.add(id, b.Addr, b.Port)
 	return nil
 }
 
@@ -275,8 +290,17 @@ func (d *Datapath) DeleteBackend(id BackendID) error {
 	if id == 0 || id >= maxBackends {
 		return fmt.Errorf("backend %d: id out of range 1..%d", id, maxBackends-1)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var old xlbBackend
+	if err := d.objs.Backends.Lookup(uint32(id), &old); err != nil {
+		return fmt.Errorf("backend %d: %w", id, err)
+	}
 	if err := d.objs.Backends.Put(uint32(id), &xlbBackend{}); err != nil {
 		return fmt.Errorf("backend %d: delete: %w", id, err)
+	}
+	if old.Family != 0 {
+		d.endpoints.remove(id, fromWire(old.Addr, old.Family), ntohs(old.Port))
 	}
 	return d.zeroTraffic(d.objs.BackendStats, uint32(id))
 }
@@ -303,7 +327,8 @@ func (d *Datapath) Backends() (map[BackendID]Backend, error) {
 // SetMaglevTable replaces VIP id's Maglev table atomically: packets see the old table or the new
 // one, never a mix. table[i] is the backend of slot i; len(table) is M (a prime, at most
 // 1048573). A zero entry is an empty slot (its flows are dropped as "no backend").
-func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) error {
+func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) (err error) {
+	defer d.invalidateAfter(&err)
 	if id == 0 || id >= maxVIPs {
 		return fmt.Errorf("Maglev table of VIP id %d: id out of range 1..%d", id, maxVIPs-1)
 	}
@@ -344,11 +369,12 @@ func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) error {
 
 // vipByID returns the frontend key and descriptor of VIP id.
 func (d *Datapath) vipByID(id VIPID) (xlbSvcKey, xlbVipInfo, error) {
-	var key xlbSvcKey
+	var ref xlbVipRef
 	var vi xlbVipInfo
-	if err := d.objs.VipById.Lookup(uint32(id), &key); err != nil {
-		return key, vi, fmt.Errorf("read vip_by_id: %w", err)
+	if err := d.objs.VipById.Lookup(uint32(id), &ref); err != nil {
+		return ref.Key, vi, fmt.Errorf("read vip_by_id: %w", err)
 	}
+	key := ref.Key
 	if key.Family == 0 {
 		return key, vi, fmt.Errorf("no such VIP")
 	}
@@ -381,7 +407,8 @@ func (d *Datapath) MaglevTable(id VIPID) ([]BackendID, error) {
 }
 
 // SetReverse says which VIP the replies of backend endpoint ep come from.
-func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) error {
+func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) (err error) {
+	defer d.invalidateAfter(&err)
 	if err := checkAddr(ep.Addr); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
@@ -394,20 +421,23 @@ func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) error {
 	if r.Ambiguous {
 		v.Flags = revFlagAmbiguous
 	} else {
-		var vip xlbSvcKey
-		if err := d.objs.VipById.Lookup(uint32(r.VIP), &vip); err != nil || vip.Family == 0 {
+		var ref xlbVipRef
+		if err := d.objs.VipById.Lookup(uint32(r.VIP), &ref); err != nil || ref.Key.Family == 0 {
 			return fmt.Errorf("reverse NAT of %s: VIP id %d is not configured", ep, r.VIP)
 		}
-		if _, fam := toWire(ep.Addr); fam != vip.Family {
-			return fmt.Errorf("reverse NAT of %s: VIP %s is of another family", ep, frontendOf(vip))
+		if _, fam := toWire(ep.Addr); fam != ref.Key.Family {
+			return fmt.Errorf("reverse NAT of %s: VIP %s is of another family", ep, frontendOf(ref.Key))
 		}
 		v.VipId = uint32(r.VIP)
-		v.VipPort = vip.Port
+		v.VipPort = ref.Key.Port
 	}
 	key := svcKey(ep.Addr, ep.Port, ep.Proto)
 	var old xlbRevValue
 	exists := d.objs.Reverse.Lookup(&key, &old) == nil
 	if err := d.objs.Reverse.Put(&key, &v); err != nil {
+		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
+	}
+	if err := d.setAmbiguous(ep, r.Ambiguous); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
 	if !exists {
@@ -417,7 +447,8 @@ func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) error {
 }
 
 // DeleteReverse removes the reverse NAT entry of ep.
-func (d *Datapath) DeleteReverse(ep Endpoint) error {
+func (d *Datapath) DeleteReverse(ep Endpoint) (err error) {
+	defer d.invalidateAfter(&err)
 	if err := checkAddr(ep.Addr); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
@@ -428,6 +459,9 @@ func (d *Datapath) DeleteReverse(ep Endpoint) error {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("reverse NAT of %s: delete: %w", ep, err)
+	}
+	if err := d.setAmbiguous(ep, false); err != nil {
+		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
 	return d.filter.delBackend(&d.objs, ep.Addr.Unmap())
 }
@@ -446,4 +480,12 @@ func (d *Datapath) Reverses() (map[Endpoint]ReverseNAT, error) {
 		return nil, fmt.Errorf("list reverse NAT entries: %w", err)
 	}
 	return out, nil
+}
+
+// invalidateAfter drops the datapath's lookup caches once a change is written (even a partial
+// one), joining any error in doing so to *err.
+func (d *Datapath) invalidateAfter(err *error) {
+	if ierr := d.invalidateCaches(); ierr != nil {
+		*err = errors.Join(*err, ierr)
+	}
 }

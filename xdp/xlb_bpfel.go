@@ -30,6 +30,21 @@ type xlbBackend struct {
 	Flags  uint8
 }
 
+type xlbClockValue struct {
+	_   structs.HostLayout
+	Ns  uint64
+	Gen uint32
+	Pad uint32
+}
+
+type xlbCpuState struct {
+	_          structs.HostLayout
+	RateStart  uint64
+	RateCount  uint64
+	Pkts       uint32
+	ClockStale uint32
+}
+
 type xlbCtEntry struct {
 	_         structs.HostLayout
 	LastSeen  uint64
@@ -38,6 +53,17 @@ type xlbCtEntry struct {
 	VipPort   uint16
 	Flags     uint8
 	Pad       [5]uint8
+}
+
+type xlbFlowCacheEntry struct {
+	_         structs.HostLayout
+	Key       xlbFlowKey
+	Refreshed uint64
+	BackendId uint32
+	VipId     uint32
+	Gen       uint32
+	Flags     uint8
+	Pad       [3]uint8
 }
 
 type xlbFlowKey struct {
@@ -105,12 +131,6 @@ type xlbNexthop struct {
 	_       [4]byte
 }
 
-type xlbRateWindow struct {
-	_     structs.HostLayout
-	Start uint64
-	Count uint64
-}
-
 type xlbReason uint32
 
 const (
@@ -160,6 +180,16 @@ type xlbSrcRangeKey struct {
 	}
 }
 
+type xlbSvcCacheEntry struct {
+	_     structs.HostLayout
+	Key   xlbSvcKey
+	Gen   uint32
+	Map   uint8
+	Found uint8
+	Pad   [2]uint8
+	Vip   xlbVipInfo
+}
+
 type xlbSvcKey struct {
 	_    structs.HostLayout
 	Addr struct {
@@ -186,6 +216,12 @@ type xlbVipInfo struct {
 	TableSize uint32
 }
 
+type xlbVipRef struct {
+	_     structs.HostLayout
+	Key   xlbSvcKey
+	Flags uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -193,8 +229,10 @@ const (
 	xlbMapAddrFilter          = "addr_filter"
 	xlbMapBackendStats        = "backend_stats"
 	xlbMapBackends            = "backends"
+	xlbMapClock               = "clock"
 	xlbMapConntrack           = "conntrack"
-	xlbMapFlowRate            = "flow_rate"
+	xlbMapCpuState            = "cpu_state"
+	xlbMapFlowCache           = "flow_cache"
 	xlbMapFrags               = "frags"
 	xlbMapMaglevSlots         = "maglev_slots"
 	xlbMapNhCache             = "nh_cache"
@@ -202,6 +240,7 @@ const (
 	xlbMapReasons             = "reasons"
 	xlbMapReverse             = "reverse"
 	xlbMapSrcRanges           = "src_ranges"
+	xlbMapSvcCache            = "svc_cache"
 	xlbMapTxPorts             = "tx_ports"
 	xlbMapV6Scratch           = "v6_scratch"
 	xlbMapVipById             = "vip_by_id"
@@ -270,8 +309,10 @@ type xlbMapSpecs struct {
 	AddrFilter   *ebpf.MapSpec `ebpf:"addr_filter"`
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	Clock        *ebpf.MapSpec `ebpf:"clock"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
-	FlowRate     *ebpf.MapSpec `ebpf:"flow_rate"`
+	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
+	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	MaglevSlots  *ebpf.MapSpec `ebpf:"maglev_slots"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
@@ -279,6 +320,7 @@ type xlbMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	Reverse      *ebpf.MapSpec `ebpf:"reverse"`
 	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
+	SvcCache     *ebpf.MapSpec `ebpf:"svc_cache"`
 	TxPorts      *ebpf.MapSpec `ebpf:"tx_ports"`
 	V6Scratch    *ebpf.MapSpec `ebpf:"v6_scratch"`
 	VipById      *ebpf.MapSpec `ebpf:"vip_by_id"`
@@ -321,8 +363,10 @@ type xlbMaps struct {
 	AddrFilter   *ebpf.Map `ebpf:"addr_filter"`
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	Clock        *ebpf.Map `ebpf:"clock"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
-	FlowRate     *ebpf.Map `ebpf:"flow_rate"`
+	CpuState     *ebpf.Map `ebpf:"cpu_state"`
+	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	MaglevSlots  *ebpf.Map `ebpf:"maglev_slots"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
@@ -330,6 +374,7 @@ type xlbMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	Reverse      *ebpf.Map `ebpf:"reverse"`
 	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
+	SvcCache     *ebpf.Map `ebpf:"svc_cache"`
 	TxPorts      *ebpf.Map `ebpf:"tx_ports"`
 	V6Scratch    *ebpf.Map `ebpf:"v6_scratch"`
 	VipById      *ebpf.Map `ebpf:"vip_by_id"`
@@ -342,8 +387,10 @@ func (m *xlbMaps) Close() error {
 		m.AddrFilter,
 		m.BackendStats,
 		m.Backends,
+		m.Clock,
 		m.Conntrack,
-		m.FlowRate,
+		m.CpuState,
+		m.FlowCache,
 		m.Frags,
 		m.MaglevSlots,
 		m.NhCache,
@@ -351,6 +398,7 @@ func (m *xlbMaps) Close() error {
 		m.Reasons,
 		m.Reverse,
 		m.SrcRanges,
+		m.SvcCache,
 		m.TxPorts,
 		m.V6Scratch,
 		m.VipById,

@@ -29,6 +29,17 @@
  * trusted for cfg_nh_cache_ns; bpf_fib_lookup is the slow path that fills it. */
 #define NH_CACHE_SLOTS 1024
 
+/* Per-CPU caches in front of the hash maps, so the common packet makes no map-lookup call:
+ * svc_cache holds recent vips/reverse lookups (found or not), flow_cache recent conntrack entries.
+ * Both are direct-mapped by hash and trust an entry only while its generation equals the one in
+ * map clock, which the loader bumps whenever it changes vips, reverse or conntrack. A flow_cache
+ * entry is also trusted for at most CT_REFRESH_NS: then the packet reads (and refreshes) the shared
+ * conntrack entry again. */
+#define SVC_CACHE_SLOTS  4096
+#define FLOW_CACHE_SLOTS 16384
+#define SVC_CACHE_VIPS    1
+#define SVC_CACHE_REVERSE 2
+
 /* Index of the ICMP program in the progs tail-call table. */
 #define PROG_ICMP 0
 
@@ -44,7 +55,9 @@
 #define VIP_F_MARKER            (1u << 2) /* address marker {addr, 0, 0}: "this address is a VIP" */
 
 /* backend.flags */
-#define BACKEND_F_DOWN (1u << 0) /* unusable: even established flows are moved off it */
+#define BACKEND_F_DOWN       (1u << 0) /* unusable: even established flows are moved off it */
+#define BACKEND_F_REVERSE_CT (1u << 1) /* its endpoint's reverse NAT is ambiguous: new flows also
+					* write a reverse conntrack entry (set by Go) */
 
 /* rev_value.flags */
 #define REV_F_AMBIGUOUS (1u << 0) /* endpoint serves several VIP:ports: find the VIP in conntrack */
@@ -59,6 +72,14 @@
 
 /* The new-flow rate guard works in windows of this length, per CPU. */
 #define RATE_WINDOW_NS 1000000000ull
+
+/* The clock. Calling into the kernel costs ~40 ns per call on CPUs with return-thunk mitigations,
+ * so the datapath reads CLOCK_MONOTONIC from map clock, which the loader refreshes every few
+ * milliseconds. Every CLOCK_CHECK_EVERY packets a CPU compares it with bpf_ktime_get_coarse_ns();
+ * when it lags by more than CLOCK_STALE_NS (no loader is running) the CPU uses the helper on every
+ * packet until the clock moves again. */
+#define CLOCK_CHECK_EVERY 256
+#define CLOCK_STALE_NS    (200ull * 1000000ull)
 
 /* Ethernet and IP constants we need without pulling in libc headers. */
 #define ETH_ALEN 6

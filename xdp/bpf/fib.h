@@ -19,11 +19,6 @@
 #define AF_INET6 10
 #define IPV6_FLOWINFO_MASK_BE 0xFFFFFF0F /* htonl(0x0FFFFFFF) */
 
-static __always_inline int addr_eq(const struct addr *a, const struct addr *b)
-{
-	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
-}
-
 /* send_to rewrites the MACs and sends the packet out of ifindex. */
 static __always_inline int send_to(struct xdp_md *ctx, struct packet *p, __u32 ifindex,
 				   const __u8 *smac, const __u8 *dmac)

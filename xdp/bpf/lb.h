@@ -45,6 +45,52 @@ static __always_inline void *svc_lookup(void *map, const struct addr *a, __u8 fa
 	return bpf_map_lookup_elem(map, &k);
 }
 
+/* cache_gen returns the current cache generation (0 when the loader has not started). */
+static __always_inline __u32 cache_gen(void)
+{
+	__u32 zero = 0;
+	struct clock_value *c = bpf_map_lookup_elem(&clock, &zero);
+
+	return c ? c->gen : 0;
+}
+
+static __always_inline int svc_key_eq(const struct svc_key *a, const struct svc_key *b)
+{
+	return addr_eq(&a->addr, &b->addr) && a->port == b->port && a->proto == b->proto &&
+	       a->family == b->family;
+}
+
+/* svc_lookup_cached is svc_lookup (of vips when which is SVC_CACHE_VIPS, else reverse) through
+ * the per-CPU svc_cache. It returns a pointer to this CPU's copy of the value, or NULL. */
+static __always_inline void *svc_lookup_cached(int which, const struct addr *a, __u8 family,
+					       __be16 port, __u8 proto, __u32 gen)
+{
+	struct svc_key k = { .addr = *a, .port = port, .proto = proto, .family = family };
+	__u32 slot = murmur_final(murmur_mix(murmur_mix(hash_addr(which, a, family), port), proto),
+				  24) % SVC_CACHE_SLOTS;
+	struct svc_cache_entry *e = bpf_map_lookup_elem(&svc_cache, &slot);
+	void *v;
+
+	if (!e || !gen)
+		return svc_lookup(which == SVC_CACHE_VIPS ? (void *)&vips : (void *)&reverse, a,
+				  family, port, proto);
+	if (e->gen == gen && e->map == which && svc_key_eq(&e->key, &k))
+		return e->found ? &e->vip : NULL;
+	v = svc_lookup(which == SVC_CACHE_VIPS ? (void *)&vips : (void *)&reverse, a, family,
+		       port, proto);
+	e->key = k;
+	e->gen = gen;
+	e->map = which;
+	e->found = v != NULL;
+	if (!v)
+		return NULL;
+	if (which == SVC_CACHE_VIPS)
+		e->vip = *(struct vip_info *)v;
+	else
+		e->rev = *(struct rev_value *)v;
+	return &e->vip;
+}
+
 /* is_vip_addr reports whether a is the address of any VIP (the marker entry). */
 static __always_inline int is_vip_addr(const struct addr *a, __u8 family)
 {
@@ -88,28 +134,55 @@ static __always_inline __u64 ct_timeout(__u8 proto, __u8 flags)
 	return (flags & CT_F_CLOSING) ? cfg_tcp_closing_ns : cfg_tcp_established_ns;
 }
 
-/* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts per CPU
- * per window. Above it, flows are still forwarded (Maglev is stateless), just not remembered. */
-static __always_inline int rate_allow(__u64 now)
+/* cpu_state_get returns this CPU's bookkeeping (never NULL in practice). */
+static __always_inline struct cpu_state *cpu_state_get(void)
 {
 	__u32 zero = 0;
-	struct rate_window *w;
 
-	if (!cfg_new_flow_rate)
+	return bpf_map_lookup_elem(&cpu_state, &zero);
+}
+
+/* now_ns returns CLOCK_MONOTONIC in ns, from the loader's clock when it is fresh (see consts.h). */
+static __always_inline __u64 now_ns(struct cpu_state *cs)
+{
+	__u32 zero = 0;
+	struct clock_value *c = bpf_map_lookup_elem(&clock, &zero);
+	__u64 t = c ? c->ns : 0;
+
+	if (!t || !cs)
+		return bpf_ktime_get_coarse_ns();
+	if ((++cs->pkts % CLOCK_CHECK_EVERY) == 0)
+		cs->clock_stale = bpf_ktime_get_coarse_ns() > t + CLOCK_STALE_NS;
+	if (cs->clock_stale)
+		return bpf_ktime_get_coarse_ns();
+	return t;
+}
+
+/* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts per CPU
+ * per window. Above it, flows are still forwarded (Maglev is stateless), just not remembered. */
+static __always_inline int rate_allow(struct cpu_state *cs, __u64 now)
+{
+	if (!cfg_new_flow_rate || !cs)
 		return 1;
-	w = bpf_map_lookup_elem(&flow_rate, &zero);
-	if (!w)
-		return 1;
-	if (now - w->start >= RATE_WINDOW_NS) {
-		w->start = now;
-		w->count = 0;
+	if (now - cs->rate_start >= RATE_WINDOW_NS) {
+		cs->rate_start = now;
+		cs->rate_count = 0;
 	}
-	if (w->count >= cfg_new_flow_rate) {
+	if (cs->rate_count >= cfg_new_flow_rate) {
 		count_reason(REASON_CT_RATE_LIMITED);
 		return 0;
 	}
-	w->count++;
+	cs->rate_count++;
 	return 1;
+}
+
+/* src_allowed checks a client against VIP vip_id's loadBalancerSourceRanges. */
+static __always_inline int src_allowed(struct packet *p, __u32 vip_id)
+{
+	struct src_range_key k = { .prefixlen = 32 + (p->family == FAMILY_V6 ? 128 : 32),
+				   .vip_id = bpf_htonl(vip_id), .addr = p->src };
+
+	return bpf_map_lookup_elem(&src_ranges, &k) != NULL;
 }
 
 /* frag_key_of fills the datagram key of a fragment. */
@@ -129,7 +202,9 @@ static __always_inline int reverse_vip(const struct addr *be_addr, const struct 
 				       __be16 bport, __be16 cport, __u8 proto, __u8 family,
 				       struct svc_key **vip, __be16 *vport)
 {
-	struct rev_value *rv = svc_lookup(&reverse, be_addr, family, bport, proto);
+	struct rev_value *rv = svc_lookup_cached(SVC_CACHE_REVERSE, be_addr, family, bport, proto,
+						 cache_gen());
+	struct vip_ref *ref;
 	__u32 vip_id;
 
 	if (!rv)
@@ -147,9 +222,10 @@ static __always_inline int reverse_vip(const struct addr *be_addr, const struct 
 		vip_id = rv->vip_id;
 		*vport = rv->vip_port ? rv->vip_port : bport;
 	}
-	*vip = bpf_map_lookup_elem(&vip_by_id, &vip_id);
-	if (!*vip || (*vip)->family != family)
+	ref = bpf_map_lookup_elem(&vip_by_id, &vip_id);
+	if (!ref || ref->key.family != family)
 		return -1;
+	*vip = &ref->key;
 	return 0;
 }
 

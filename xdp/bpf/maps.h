@@ -22,12 +22,12 @@ struct {
 	PIN;
 } vips SEC(".maps");
 
-/* vip_by_id: VIP id -> its {address, port, proto}. Reverse NAT reads the address from here.
- * Written by Go. */
+/* vip_by_id: VIP id -> its {address, port, proto} and flags. Reverse NAT reads the address from
+ * here, established flows check that their VIP still exists. Written by Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct svc_key);
+	__type(value, struct vip_ref);
 	__uint(max_entries, MAX_VIPS);
 	PIN;
 } vip_by_id SEC(".maps");
@@ -142,14 +142,36 @@ struct {
 	PIN;
 } reasons SEC(".maps");
 
-/* flow_rate: per-CPU window of the new-flow rate guard. Written by the datapath. */
+/* cpu_state: per-CPU rate-guard window and clock check. Written by the datapath. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
-	__type(value, struct rate_window);
+	__type(value, struct cpu_state);
 	__uint(max_entries, 1);
-	PIN;
-} flow_rate SEC(".maps");
+} cpu_state SEC(".maps");
+
+/* clock: the loader's CLOCK_MONOTONIC (see consts.h). Written by Go; not pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct clock_value);
+	__uint(max_entries, 1);
+} clock SEC(".maps");
+
+/* svc_cache, flow_cache: per-CPU lookup caches (see consts.h). Written by the datapath. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct svc_cache_entry);
+	__uint(max_entries, SVC_CACHE_SLOTS);
+} svc_cache SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct flow_cache_entry);
+	__uint(max_entries, FLOW_CACHE_SLOTS);
+} flow_cache SEC(".maps");
 
 /* nh_cache: per-CPU next-hop cache (see consts.h). Written by the datapath. Not pinned: a new
  * program starts with an empty cache. */

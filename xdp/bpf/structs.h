@@ -5,11 +5,18 @@
 #define XLB_STRUCTS_H
 
 #include <linux/types.h>
+#include <bpf/bpf_helpers.h>
 
 /* An IPv4 or IPv6 address. IPv4 uses w[0] (network order) and leaves w[1..3] zero. */
 struct addr {
 	__u32 w[4];
 };
+
+/* addr_eq compares two addresses (IPv4 ones have zero padding, so this works for both). */
+static __always_inline int addr_eq(const struct addr *a, const struct addr *b)
+{
+	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
+}
 
 /* A service or endpoint on the wire: {address, port, protocol}. Key of vips and reverse.
  * port 0 in vips = all ports; {addr, 0, proto 0} in vips = the address marker. */
@@ -18,6 +25,12 @@ struct svc_key {
 	__be16 port;
 	__u8 proto;
 	__u8 family; /* FAMILY_V4 or FAMILY_V6 */
+};
+
+/* Value of vip_by_id: a VIP id's frontend and flags (the flags as in vips). */
+struct vip_ref {
+	struct svc_key key;
+	__u32 flags; /* VIP_F_* */
 };
 
 /* Value of vips. */
@@ -95,10 +108,43 @@ struct traffic {
 	__u64 new_flows;
 };
 
-/* Value of flow_rate: the per-CPU new-flow rate guard's window. */
-struct rate_window {
-	__u64 start; /* ns */
-	__u64 count; /* conntrack inserts in this window */
+/* Value of cpu_state: per-CPU bookkeeping. */
+struct cpu_state {
+	__u64 rate_start;  /* ns: start of the new-flow rate guard's window */
+	__u64 rate_count;  /* conntrack inserts in this window */
+	__u32 pkts;        /* packets that asked for the time (clock check cadence) */
+	__u32 clock_stale; /* the loader's clock lags: use bpf_ktime_get_coarse_ns() */
+};
+
+/* Value of clock (struct clock_value). */
+struct clock_value {
+	__u64 ns;  /* CLOCK_MONOTONIC, written by the loader; 0 = not running yet */
+	__u32 gen; /* cache generation: bumped when vips, reverse or conntrack change */
+	__u32 pad;
+};
+
+/* Value of svc_cache: a copy of one vips or reverse lookup. */
+struct svc_cache_entry {
+	struct svc_key key;
+	__u32 gen;      /* generation when filled; 0 = empty */
+	__u8 map;       /* SVC_CACHE_VIPS or SVC_CACHE_REVERSE */
+	__u8 found;     /* 0: the lookup found nothing (a negative entry) */
+	__u8 pad[2];
+	union {
+		struct vip_info vip;
+		struct rev_value rev;
+	};
+};
+
+/* Value of flow_cache: a copy of one forward conntrack entry. */
+struct flow_cache_entry {
+	struct flow_key key;
+	__u64 refreshed;   /* when the shared entry was last read and refreshed */
+	__u32 backend_id;
+	__u32 vip_id;
+	__u32 gen;         /* generation when filled; 0 = empty */
+	__u8 flags;        /* CT_F_* */
+	__u8 pad[3];
 };
 
 /* Value of nh_cache: where packets to one address go. */

@@ -23,23 +23,21 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* ct_store inserts or replaces the forward entry of flow fk, and the reverse entry when the
- * backend's endpoint serves several VIP:ports (replies cannot be mapped statelessly). */
+/* ct_store inserts or replaces the forward entry of flow fk (unless only_reverse), and the
+ * reverse entry when the backend's endpoint serves several VIP:ports (its replies cannot be
+ * mapped statelessly). */
 static __always_inline void ct_store(struct flow_key *fk, __u64 now, __u32 bid,
 				     const struct backend *be, __u32 vip_id, __u8 flags,
-				     int forward_entry)
+				     int only_reverse)
 {
 	struct ct_entry e = { .last_seen = now, .backend_id = bid, .vip_id = vip_id,
 			      .vip_port = fk->dport, .flags = flags };
-	__be16 bport = be->port ? be->port : fk->dport;
-	struct rev_value *rv;
 
-	if (forward_entry)
+	if (!only_reverse)
 		bpf_map_update_elem(&conntrack, fk, &e, BPF_ANY);
-
-	rv = svc_lookup(&reverse, &be->addr, be->family, bport, fk->proto);
-	if (rv && (rv->flags & REV_F_AMBIGUOUS)) {
-		struct flow_key rk = { .src = be->addr, .dst = fk->src, .sport = bport,
+	if (be->flags & BACKEND_F_REVERSE_CT) {
+		struct flow_key rk = { .src = be->addr, .dst = fk->src,
+				       .sport = be->port ? be->port : fk->dport,
 				       .dport = fk->sport, .proto = fk->proto,
 				       .family = fk->family };
 
@@ -49,68 +47,128 @@ static __always_inline void ct_store(struct flow_key *fk, __u64 now, __u32 bid,
 	}
 }
 
-/* lb_forward handles a packet to VIP vi: choose the backend, DNAT, forward. */
-static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
-				      struct vip_info *vi)
+/* ct_vip returns the VIP of a conntrack entry if it still is the frontend this packet is for
+ * (the VIP may have been deleted or its id given to another frontend since). */
+static __always_inline struct vip_ref *ct_vip(struct packet *p, __u32 vip_id)
 {
-	struct flow_key fk = { .src = p->src, .dst = p->dst, .sport = p->sport,
-			       .dport = p->dport, .proto = p->proto, .family = p->family };
-	int syn = p->proto == PROTO_TCP &&
-		  (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN;
-	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
-	__u64 now = bpf_ktime_get_coarse_ns();
-	struct ct_entry *ct = NULL;
-	struct backend *be = NULL;
-	__u32 bid = 0, vip_id = vi->id;
-	int new_flow = 0;
+	struct vip_ref *ref = bpf_map_lookup_elem(&vip_by_id, &vip_id);
 
-	if (vi->flags & VIP_F_SRC_RANGES) {
-		struct src_range_key k = { .prefixlen = 32 + (p->family == FAMILY_V6 ? 128 : 32),
-					   .vip_id = bpf_htonl(vip_id), .addr = p->src };
+	if (!ref || ref->key.family != p->family || ref->key.proto != p->proto ||
+	    (ref->key.port && ref->key.port != p->dport) || !addr_eq(&ref->key.addr, &p->dst))
+		return NULL;
+	return ref;
+}
 
-		if (!bpf_map_lookup_elem(&src_ranges, &k))
-			return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
-	}
-	if (ttl_expiring(p, data_end))
-		return verdict(REASON_PASS_TTL, XDP_PASS);
-
-	/* A SYN never reads or writes conntrack: a SYN flood cannot evict established flows. */
-	if (!syn) {
-		ct = bpf_map_lookup_elem(&conntrack, &fk);
-		if (ct) {
-			if (now - ct->last_seen <= ct_timeout(p->proto, ct->flags))
-				be = backend_get(ct->backend_id);
-			if (be) {
-				bid = ct->backend_id;
-				if ((closing & ~ct->flags) || now - ct->last_seen > CT_REFRESH_NS) {
-					ct->flags |= closing;
-					ct->last_seen = now;
-				}
-			} else {
-				count_reason(REASON_CT_RESELECT);
-			}
-		}
-	}
-	if (!be) {
-		__u32 h = flow_hash(cfg_hash_seed, &p->src, p->family, p->sport, p->dport,
-				    p->proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);
-
-		bid = maglev_pick(vi, h);
-		be = backend_get(bid);
-		if (!be)
-			return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
-		new_flow = syn || (p->proto != PROTO_TCP && !ct);
-		/* Remember the flow from its first non-SYN packet; a SYN only records the reverse
-		 * entry an ambiguous backend's SYN-ACK needs. Both pass the rate guard. */
-		if (rate_allow(now))
-			ct_store(&fk, now, bid, be, vip_id, closing, !syn);
-	}
-
+/* forward DNATs a packet of VIP vip_id to backend bid and sends it on its way. */
+static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *data_end,
+				   __u32 vip_id, __u32 bid, struct backend *be, int new_flow,
+				   __u64 now)
+{
 	count_traffic(&vip_stats, vip_id, p->pkt_len, new_flow);
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
 	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
 	return fib_forward(ctx, p, data_end, now);
+}
+
+static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
+{
+	return addr_eq(&a->src, &b->src) && addr_eq(&a->dst, &b->dst) && a->sport == b->sport &&
+	       a->dport == b->dport && a->proto == b->proto && a->family == b->family;
+}
+
+/* flow_cache_slot returns this CPU's flow_cache entry for flow fk. */
+static __always_inline struct flow_cache_entry *flow_cache_slot(struct flow_key *fk)
+{
+	__u32 slot = flow_hash(fk->dst.w[0] ^ fk->dst.w[3], &fk->src, fk->family, fk->sport,
+			       fk->dport, fk->proto, 0) % FLOW_CACHE_SLOTS;
+
+	return bpf_map_lookup_elem(&flow_cache, &slot);
+}
+
+/* lb_forward handles a packet to a VIP address. An established flow is usually found in this
+ * CPU's flow_cache, else in conntrack; anything else looks up the VIP (through svc_cache) and
+ * picks a backend with its Maglev table. Returns -1 when the packet is for no VIP. */
+static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end)
+{
+	struct flow_key fk = { .src = p->src, .dst = p->dst, .sport = p->sport,
+			       .dport = p->dport, .proto = p->proto, .family = p->family };
+	int syn = p->proto == PROTO_TCP && (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN;
+	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
+	struct cpu_state *cs = cpu_state_get();
+	__u64 now = now_ns(cs);
+	__u32 gen = cache_gen();
+	struct flow_cache_entry *fc = NULL;
+	struct ct_entry *ct = NULL;
+	struct backend *be;
+	struct vip_info *vi;
+	struct vip_ref *ref;
+	__u32 bid, vip_id;
+
+	/* A SYN never reads or writes conntrack: a SYN flood cannot evict established flows. */
+	if (!syn) {
+		fc = flow_cache_slot(&fk);
+		if (fc && gen && fc->gen == gen && flow_key_eq(&fc->key, &fk) &&
+		    now - fc->refreshed <= CT_REFRESH_NS && !(closing & ~fc->flags)) {
+			ref = ct_vip(p, fc->vip_id);
+			be = ref ? backend_get(fc->backend_id) : NULL;
+			if (be) {
+				vip_id = fc->vip_id;
+				bid = fc->backend_id;
+				goto established;
+			}
+		}
+		ct = bpf_map_lookup_elem(&conntrack, &fk);
+		if (ct && !(ct->flags & CT_F_REVERSE)) {
+			ref = ct_vip(p, ct->vip_id);
+			be = NULL;
+			if (ref && now - ct->last_seen <= ct_timeout(p->proto, ct->flags))
+				be = backend_get(ct->backend_id);
+			if (be) {
+				vip_id = ct->vip_id;
+				bid = ct->backend_id;
+				ct->flags |= closing;
+				ct->last_seen = now;
+				if (fc && gen) {
+					fc->key = fk;
+					fc->refreshed = now;
+					fc->backend_id = bid;
+					fc->vip_id = vip_id;
+					fc->flags = ct->flags;
+					fc->gen = gen;
+				}
+				goto established;
+			}
+			if (ref)
+				count_reason(REASON_CT_RESELECT);
+		}
+	}
+
+	vi = svc_lookup_cached(SVC_CACHE_VIPS, &p->dst, p->family, p->dport, p->proto, gen);
+	if (!vi || (vi->flags & VIP_F_MARKER))
+		return -1;
+	vip_id = vi->id;
+	if ((vi->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
+		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
+	if (ttl_expiring(p, data_end))
+		return verdict(REASON_PASS_TTL, XDP_PASS);
+	bid = maglev_pick(vi, flow_hash(cfg_hash_seed, &p->src, p->family, p->sport, p->dport,
+					p->proto, vi->flags & VIP_F_AFFINITY_CLIENTIP));
+	be = backend_get(bid);
+	if (!be)
+		return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
+	/* Remember the flow from its first non-SYN packet. A SYN only records the reverse entry
+	 * an ambiguous backend's SYN-ACK needs. Both pass the rate guard. */
+	if ((!syn || (be->flags & BACKEND_F_REVERSE_CT)) && rate_allow(cs, now))
+		ct_store(&fk, now, bid, be, vip_id, closing, syn);
+	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now);
+
+established:
+	if ((ref->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
+		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
+	if (ttl_expiring(p, data_end))
+		return verdict(REASON_PASS_TTL, XDP_PASS);
+	return forward(ctx, p, data_end, vip_id, bid, be, 0, now);
 }
 
 /* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
@@ -130,7 +188,7 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_PASS_TTL, XDP_PASS);
 	count_reason(REASON_NAT_REVERSE);
 	rewrite_endpoint(p, data_end, 1, &vip->addr, vport);
-	return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns());
+	return fib_forward(ctx, p, data_end, now_ns(cpu_state_get()));
 }
 
 /* process balances a parsed packet; fam is a constant in each inlined copy, so the compiler
@@ -139,7 +197,6 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 				   const __u8 fam)
 {
 	int to_vip, from_backend, rc;
-	struct vip_info *vi;
 
 	p->family = fam; /* a constant from here on */
 	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP)
@@ -185,9 +242,9 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	}
 
 	if (to_vip) {
-		vi = svc_lookup(&vips, &p->dst, fam, p->dport, p->proto);
-		if (vi && !(vi->flags & VIP_F_MARKER))
-			return lb_forward(ctx, p, data_end, vi);
+		rc = lb_forward(ctx, p, data_end);
+		if (rc >= 0)
+			return rc;
 	}
 	if (from_backend) {
 		rc = lb_reverse(ctx, p, data_end);
