@@ -272,3 +272,10 @@ func TestAttachStalePin(t *testing.T) {
 		t.Fatalf("interfaces after re-attach: %v", ifs)
 	}
 }
+
+func TestLoadRejectsShortTimeouts(t *testing.T) {
+	_, err := Load(Options{NoPin: true, ConntrackSize: 4096, UDPTimeout: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "UDPTimeout") {
+		t.Fatalf("Load with a 100 ms UDP timeout: %v", err)
+	}
+}

@@ -42,7 +42,7 @@ type Options struct {
 	// ECMP moves to another gateway lands on another backend.
 	Seed uint32
 	// TCPEstablishedTimeout, TCPClosingTimeout (after FIN/RST) and UDPTimeout are conntrack idle
-	// timeouts; 0 means the Default* value.
+	// timeouts; 0 means the Default* value, and each must be at least one second.
 	TCPEstablishedTimeout time.Duration
 	TCPClosingTimeout     time.Duration
 	UDPTimeout            time.Duration
@@ -128,8 +128,12 @@ func (o Options) withDefaults() Options {
 // pinned there are adopted by Attach.
 func Load(opts Options) (*Datapath, error) {
 	opts = opts.withDefaults()
-	if opts.TCPEstablishedTimeout < 0 || opts.TCPClosingTimeout < 0 || opts.UDPTimeout < 0 {
-		return nil, fmt.Errorf("load datapath: conntrack timeouts must be positive")
+	for name, v := range map[string]time.Duration{"TCPEstablishedTimeout": opts.TCPEstablishedTimeout,
+		"TCPClosingTimeout": opts.TCPClosingTimeout, "UDPTimeout": opts.UDPTimeout} {
+		if v < time.Second {
+			return nil, fmt.Errorf("load datapath: %s %s is below the 1 s minimum "+
+				"(conntrack timestamps are refreshed once a second)", name, v)
+		}
 	}
 	spec, err := loadXlb()
 	if err != nil {

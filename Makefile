@@ -1,0 +1,50 @@
+# xlb build, test and benchmark entry points. Everything runs as root on Debian 12 (BPF, netns).
+
+GO      ?= go
+PKGS    ?= ./...
+# Packages Debian must provide: the BPF toolchain, and the tools the tests drive.
+DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool
+
+export GOTOOLCHAIN ?= local
+
+.PHONY: all deps generate build vet check-generated test e2e bench clean
+
+all: build
+
+## deps: install the Debian packages the build and the tests need (needs root).
+deps:
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS)
+
+## generate: compile the BPF C with clang-16 and regenerate the bpf2go bindings.
+generate:
+	$(GO) generate ./xdp/...
+
+## build: build every package.
+build:
+	$(GO) build $(PKGS)
+
+## vet: go vet every package (tests included).
+vet:
+	$(GO) vet $(PKGS)
+
+## check-generated: fail if the committed bpf2go output differs from a fresh `make generate`.
+check-generated: generate
+	@git diff --exit-code --stat -- xdp/xlb_bpfel.go xdp/xlb_bpfel.o || \
+		{ echo "xdp/xlb_bpfel.* are stale: run 'make generate' and commit them" >&2; exit 1; }
+
+## test: everything, privileged tests included (run as root).
+test: check-generated vet
+	$(GO) test -count=1 $(PKGS)
+
+## e2e: a real appliance in three namespaces (client, gateway with the XDP datapath, backend)
+## forwarding real TCP and UDP through a VIP, then surviving a loader restart.
+e2e:
+	$(GO) test -count=1 -v -run 'TestE2E' ./xdp/
+
+## bench: the datapath benchmarks (ns/pkt net of a trivial XDP program, BPF_PROG_TEST_RUN).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 200000x -count 3 ./xdp/
+
+clean:
+	$(GO) clean -testcache
