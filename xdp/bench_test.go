@@ -131,26 +131,22 @@ func BenchmarkNewUDPFlow(b *testing.B) {
 	benchPackets(b, g, g.ext, pkts, xdpRedirect)
 }
 
-// BenchmarkEstablishedFlow: an ACK of a flow conntrack already holds.
-func BenchmarkEstablishedFlow(b *testing.B) {
+// benchEstablished measures ACKs of n flows that were established first.
+func benchEstablished(b *testing.B, n int) {
 	g := benchGW(b)
-	pkts := flowPackets(b, 4096, "A")
+	pkts := flowPackets(b, n, "A")
 	for _, p := range pkts {
 		g.run(b, p, g.ext)
 	}
 	benchPackets(b, g, g.ext, pkts, xdpRedirect)
 }
 
+// BenchmarkEstablishedFlow: an ACK of one of 4096 flows conntrack holds.
+func BenchmarkEstablishedFlow(b *testing.B) { benchEstablished(b, 4096) }
+
 // BenchmarkEstablishedHotFlow: an ACK of one of 16 flows conntrack holds (the cache-resident
 // case, as in Katran's own fixtures).
-func BenchmarkEstablishedHotFlow(b *testing.B) {
-	g := benchGW(b)
-	pkts := flowPackets(b, 16, "A")
-	for _, p := range pkts {
-		g.run(b, p, g.ext)
-	}
-	benchPackets(b, g, g.ext, pkts, xdpRedirect)
-}
+func BenchmarkEstablishedHotFlow(b *testing.B) { benchEstablished(b, 16) }
 
 // BenchmarkEstablishedHotFlowTX: as EstablishedHotFlow on a one-armed gateway (the backend is
 // reached through the ingress interface: XDP_TX, no redirect).

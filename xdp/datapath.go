@@ -180,23 +180,7 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
-	if err := d.objs.Progs.Put(uint32(progICMP), d.objs.XlbIcmp); err != nil {
-		d.objs.Close()
-		return nil, fmt.Errorf("load datapath: install ICMP program in tail-call table: %w", err)
-	}
-	if err := d.filter.rebuild(&d.objs); err != nil {
-		d.objs.Close()
-		return nil, fmt.Errorf("load datapath: rebuild address filter from maps: %w", err)
-	}
-	if err := d.rebuildSlots(); err != nil {
-		d.objs.Close()
-		return nil, fmt.Errorf("load datapath: %w", err)
-	}
-	if err := d.endpoints.rebuild(&d.objs); err != nil {
-		d.objs.Close()
-		return nil, fmt.Errorf("load datapath: rebuild backend index: %w", err)
-	}
-	if err := d.tick(); err != nil {
+	if err := d.start(); err != nil {
 		d.objs.Close()
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
@@ -204,6 +188,24 @@ func Load(opts Options) (*Datapath, error) {
 	d.stopClock, d.clockDone = cancel, make(chan struct{})
 	go d.runClock(ctx)
 	return d, nil
+}
+
+// start wires the loaded objects together and rebuilds the loader's derived state from the maps
+// (empty ones, or those adopted from pins).
+func (d *Datapath) start() error {
+	if err := d.objs.Progs.Put(uint32(progICMP), d.objs.XlbIcmp); err != nil {
+		return fmt.Errorf("install ICMP program in tail-call table: %w", err)
+	}
+	if err := d.filter.rebuild(&d.objs); err != nil {
+		return fmt.Errorf("rebuild address filter from maps: %w", err)
+	}
+	if err := d.rebuildSlots(); err != nil {
+		return err
+	}
+	if err := d.endpoints.rebuild(&d.objs); err != nil {
+		return fmt.Errorf("rebuild backend index: %w", err)
+	}
+	return d.tick()
 }
 
 // ensureBPFFS checks that dir is (or will be) on a bpffs, mounting one on /sys/fs/bpf when that is

@@ -219,3 +219,75 @@ func TestGoldenHashMatchesGo(t *testing.T) {
 		t.Fatalf("random flows reached only %v", seen)
 	}
 }
+
+// TestGoldenStateChanges: what the control plane changes takes effect on the next packet, even
+// for flows the per-CPU caches hold: a flush re-balances, a deleted VIP stops forwarding.
+func TestGoldenStateChanges(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	d := g.dp
+	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	ack, toBE1 := clientTCP(44000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
+	_, toBE2 := clientTCP(44000, ap(vip4, 80), "A", ap(be2v4, 8080), macBE2)
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)}) // cached
+
+	must(t, d.SetMaglevTable(1, table(13, 11)))
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
+	n, err := d.FlushFlows(func(f Flow) bool { return f.VIP == 1 })
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("flushed %d flows, want 1", n)
+	}
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE2.bytes(t), fwd(ReasonFwdRedirect)})
+
+	must(t, d.DeleteVIP(Frontend{vip4, 80, TCP}))
+	g.expect(t, ack.bytes(t), g.ext, want{xdpPass, nil, map[Reason]uint64{ReasonPassNotVIP: 1}})
+}
+
+// TestGoldenRateGuard: above the per-CPU new-flow rate, flows are still balanced but not recorded.
+func TestGoldenRateGuard(t *testing.T) {
+	g := newGW(t, Options{NewFlowRate: 2})
+	services(t, g)
+	for i := range 3 {
+		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, uint16(7000+i)), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP}
+		out := in
+		out.SrcMAC, out.DstMAC, out.Dst, out.TTL = macInt, macBE2, ap(be2v4, 5353), 63
+		r := fwd(ReasonFwdRedirect)
+		if i == 2 {
+			r[ReasonCTRateLimited] = 1
+		}
+		g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), r})
+	}
+	flows, err := g.dp.Flows()
+	must(t, err)
+	if len(flows) != 2 {
+		t.Fatalf("%d flows recorded, want 2 (the rate guard allows 2 per second)", len(flows))
+	}
+}
+
+// TestGoldenClockFallback: when the loader stops refreshing the clock map, the datapath notices
+// and reads the kernel clock itself, so conntrack timestamps stay right.
+func TestGoldenClockFallback(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	d := g.dp
+	d.stopClock()
+	<-d.clockDone
+	d.stopClock = nil
+	stale := monotonicNow() - uint64(time.Hour)
+	must(t, d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: stale, Gen: d.gen}))
+	in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 8000), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP}
+	// More than CLOCK_CHECK_EVERY packets on one CPU or another: every CPU has checked by then.
+	for range 600 {
+		g.run(t, in.bytes(t), g.ext)
+	}
+	must(t, d.invalidateCaches()) // tick() writes a fresh clock: put the stale one back
+	must(t, d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: stale, Gen: d.gen}))
+	g.run(t, in.bytes(t), g.ext)
+	flows, err := d.Flows()
+	must(t, err)
+	if len(flows) != 1 || flows[0].Idle > time.Minute {
+		t.Fatalf("flow timestamp follows the stale clock: %+v", flows)
+	}
+}

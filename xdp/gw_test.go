@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/internal/progrun"
 )
@@ -118,6 +120,16 @@ func (g *gw) run(t testing.TB, pkt []byte, ifindex int) progrun.Result {
 	t.Helper()
 	var res progrun.Result
 	err := g.ns.Do(func() error {
+		// One CPU for every run: per-CPU caches and counters then behave deterministically.
+		var old, one unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			return err
+		}
+		one.Set(benchCPU(old))
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			return err
+		}
+		defer unix.SchedSetaffinity(0, &old)
 		var err error
 		res, err = progrun.XDP(g.dp.Program(), pkt, ifindex, 1)
 		return err

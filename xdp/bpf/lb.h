@@ -126,6 +126,12 @@ static __always_inline __u32 maglev_pick(const struct vip_info *vi, __u32 hash)
 	return id ? *id : 0;
 }
 
+/* elapsed is now - then, or 0 when then is later (CPUs may read slightly different clocks). */
+static __always_inline __u64 elapsed(__u64 now, __u64 then)
+{
+	return now > then ? now - then : 0;
+}
+
 /* ct_timeout is the idle timeout of an entry. */
 static __always_inline __u64 ct_timeout(__u8 proto, __u8 flags)
 {
@@ -164,7 +170,7 @@ static __always_inline int rate_allow(struct cpu_state *cs, __u64 now)
 {
 	if (!cfg_new_flow_rate || !cs)
 		return 1;
-	if (now - cs->rate_start >= RATE_WINDOW_NS) {
+	if (now - cs->rate_start >= RATE_WINDOW_NS || now < cs->rate_start) {
 		cs->rate_start = now;
 		cs->rate_count = 0;
 	}

@@ -109,7 +109,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	if (!syn) {
 		fc = flow_cache_slot(&fk);
 		if (fc && gen && fc->gen == gen && flow_key_eq(&fc->key, &fk) &&
-		    now - fc->refreshed <= CT_REFRESH_NS && !(closing & ~fc->flags)) {
+		    elapsed(now, fc->refreshed) <= CT_REFRESH_NS && !(closing & ~fc->flags)) {
 			ref = ct_vip(p, fc->vip_id);
 			be = ref ? backend_get(fc->backend_id) : NULL;
 			if (be) {
@@ -122,7 +122,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		if (ct && !(ct->flags & CT_F_REVERSE)) {
 			ref = ct_vip(p, ct->vip_id);
 			be = NULL;
-			if (ref && now - ct->last_seen <= ct_timeout(p->proto, ct->flags))
+			if (ref && elapsed(now, ct->last_seen) <= ct_timeout(p->proto, ct->flags))
 				be = backend_get(ct->backend_id);
 			if (be) {
 				vip_id = ct->vip_id;
