@@ -218,6 +218,36 @@ func TestGoldenHashMatchesGo(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("random flows reached only %v", seen)
 	}
+
+	// IPv6: four address words in the hash.
+	bes6 := []netip.Addr{be1v6, be2v6}
+	macs6 := []string{macBE1, macBE2}
+	tbl6 := make([]BackendID, m)
+	for i := range tbl6 {
+		tbl6[i] = BackendID(31 + rng.IntN(2))
+	}
+	for i, a := range bes6 {
+		must(t, d.UpsertBackend(BackendID(31+i), Backend{Addr: a, Port: 8080}))
+	}
+	must(t, d.UpsertVIP(Frontend{vip6, 80, TCP}, VIPConfig{ID: 3}))
+	must(t, d.SetMaglevTable(3, tbl6))
+	seen6 := map[BackendID]int{}
+	for range 100 {
+		src := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(rng.IntN(256)), 15: byte(1 + rng.IntN(250))})
+		must(t, g.ns.IP("neigh replace "+src.String()+" lladdr "+macClient+" dev ext0 nud permanent"))
+		sport := uint16(1024 + rng.IntN(60000))
+		be := tbl6[FlowHash(seed, src, sport, 80, uint8(TCP), false)%m]
+		seen6[be]++
+		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, sport), Dst: ap(vip6, 80), Proto: layers.IPProtocolTCP, Flags: "S"}
+		out := in
+		out.SrcMAC, out.DstMAC, out.Dst, out.TTL = macInt, macs6[be-31], ap(bes6[be-31], 8080), 63
+		if res := g.run(t, in.bytes(t), g.ext); string(res.Data) != string(out.bytes(t)) {
+			t.Fatalf("flow %s: program chose another backend than Go (%s)\n%s", ap(src, sport), bes6[be-31], dump("got", res.Data))
+		}
+	}
+	if len(seen6) != 2 {
+		t.Fatalf("random IPv6 flows reached only %v", seen6)
+	}
 }
 
 // TestGoldenStateChanges: what the control plane changes takes effect on the next packet, even
