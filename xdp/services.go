@@ -392,18 +392,76 @@ func (d *Datapath) MaglevTable(id VIPID) ([]BackendID, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Maglev table of VIP id %d: %w", id, err)
 	}
-	if vi.TableSize == 0 {
-		return nil, nil
+	all, err := d.readSlots(vi.TableOff + vi.TableSize)
+	if err != nil {
+		return nil, fmt.Errorf("Maglev table of VIP id %d: %w", id, err)
 	}
-	out := make([]BackendID, vi.TableSize)
-	for i := range vi.TableSize {
-		var b uint32
-		if err := d.objs.MaglevSlots.Lookup(vi.TableOff+i, &b); err != nil {
-			return nil, fmt.Errorf("Maglev table of VIP id %d: read slot %d: %w", id, i, err)
+	return tableOf(all, vi), nil
+}
+
+// MaglevTables returns every VIP's current table, reading the slot array once (for adopting the
+// state of an earlier process).
+func (d *Datapath) MaglevTables() (map[VIPID][]BackendID, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var k xlbSvcKey
+	var vi xlbVipInfo
+	infos := map[VIPID]xlbVipInfo{}
+	end := uint32(0)
+	it := d.objs.Vips.Iterate()
+	for it.Next(&k, &vi) {
+		if vi.Flags&vipFlagMarker != 0 {
+			continue
 		}
-		out[i] = BackendID(b)
+		infos[VIPID(vi.Id)] = vi
+		end = max(end, vi.TableOff+vi.TableSize)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("list VIPs: %w", err)
+	}
+	all, err := d.readSlots(end)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[VIPID][]BackendID, len(infos))
+	for id, vi := range infos {
+		out[id] = tableOf(all, vi)
 	}
 	return out, nil
+}
+
+func tableOf(all []uint32, vi xlbVipInfo) []BackendID {
+	if vi.TableSize == 0 {
+		return nil
+	}
+	out := make([]BackendID, vi.TableSize)
+	for i := range out {
+		out[i] = BackendID(all[vi.TableOff+uint32(i)])
+	}
+	return out
+}
+
+// readSlots reads maglev_slots[0:end] in batches.
+func (d *Datapath) readSlots(end uint32) ([]uint32, error) {
+	out := make([]uint32, 0, end)
+	const chunk = 1 << 16
+	keys := make([]uint32, chunk)
+	vals := make([]uint32, chunk)
+	var cursor ebpf.MapBatchCursor
+	for uint32(len(out)) < end {
+		n, err := d.objs.MaglevSlots.BatchLookup(&cursor, keys, vals, nil)
+		out = append(out, vals[:n]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read Maglev slots: %w", err)
+		}
+	}
+	if uint32(len(out)) < end {
+		return nil, fmt.Errorf("read Maglev slots: got %d of %d", len(out), end)
+	}
+	return out[:end], nil
 }
 
 // SetReverse says which VIP the replies of backend endpoint ep come from.
