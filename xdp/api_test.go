@@ -230,7 +230,7 @@ func TestGoldenNextHopCache(t *testing.T) {
 	big := small
 	big.Payload = make([]byte, 1200)
 	bigOut := big
-	bigOut.Dst, bigOut.TTL = ap(be1v4, 8080), 63
+	bigOut.Dst = ap(be1v4, 8080) // TTL given back: the kernel forwards (and sends frag-needed)
 	g.expect(t, big.bytes(t), g.ext, want{xdpPass, bigOut.bytes(t), map[Reason]uint64{ReasonNATForward: 1, ReasonPassFIB: 1}})
 	// The backend's neighbour changes MAC: after the TTL the new one is used.
 	g.ns.MustIP(t, "neigh replace 198.18.1.10 lladdr "+macBE3+" dev int0 nud permanent")

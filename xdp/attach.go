@@ -76,7 +76,8 @@ func (d *Datapath) Attach(ifname string, mode AttachMode) error {
 		return fmt.Errorf("attach to %s: add to tx_ports: %w", ifname, err)
 	}
 	d.links[ifname] = linkHandle{link: l, ifindex: iface.Index}
-	return nil
+	// Cached next hops may name interfaces that changed.
+	return d.invalidateCaches()
 }
 
 // adoptPinnedLink replaces the program of the link pinned for ifname, if there is one, and
@@ -168,6 +169,9 @@ func (d *Datapath) Detach(ifname string) error {
 	}
 	if h.ifindex > 0 {
 		_ = d.objs.TxPorts.Delete(uint32(h.ifindex))
+	}
+	if err := d.invalidateCaches(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

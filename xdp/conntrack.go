@@ -77,3 +77,23 @@ func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
 	}
 	return n, nil
 }
+
+// FlowCount returns the number of conntrack entries (expired ones included until the LRU reuses
+// them), reading the table in batches.
+func (d *Datapath) FlowCount() (int, error) {
+	const chunk = 4096
+	keys := make([]xlbFlowKey, chunk)
+	vals := make([]xlbCtEntry, chunk)
+	var cursor ebpf.MapBatchCursor
+	total := 0
+	for {
+		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
+		total += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return total, nil
+		}
+		if err != nil {
+			return total, fmt.Errorf("count conntrack entries: %w", err)
+		}
+	}
+}

@@ -267,7 +267,16 @@ func (d *Datapath) tick() error {
 	d.clockMu.Lock()
 	defer d.clockMu.Unlock()
 	if d.gen == 0 {
-		d.gen = 1
+		// Continue from the generation an earlier process left in the pinned clock: its
+		// program, still attached until ours replaces it, must see our changes too.
+		var prev xlbClockValue
+		if err := d.objs.Clock.Lookup(uint32(0), &prev); err == nil {
+			d.gen = prev.Gen
+		}
+		d.gen++
+		if d.gen == 0 {
+			d.gen = 1
+		}
 	}
 	if err := d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: monotonicNow(), Gen: d.gen}); err != nil {
 		return fmt.Errorf("write clock: %w", err)
@@ -361,7 +370,22 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
-	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Conntrack,
+	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Clock, m.Conntrack,
 		m.Frags, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
+}
+
+// LoadPinned loads the datapath adopting the maps pinned under dir with whatever conntrack size
+// and Maglev capacity they were made with (for tools such as `xlb cleanup`).
+func LoadPinned(dir string) (*Datapath, error) {
+	opts := Options{PinPath: dir}
+	for name, size := range map[string]*uint32{xlbMapConntrack: &opts.ConntrackSize, xlbMapMaglevSlots: &opts.MaglevSlots} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			continue // not pinned: Load creates it with the default
+		}
+		*size = m.MaxEntries()
+		m.Close()
+	}
+	return Load(opts)
 }

@@ -13,16 +13,20 @@ type addrFilter struct {
 	vipBits, backendBits [addrFilterBits]uint32
 	// backendAddrs: backend address -> number of reverse entries with it.
 	backendAddrs map[netip.Addr]int
+	// vipAddrs: VIP address -> number of VIP frontends on it (the marker's count).
+	vipAddrs map[netip.Addr]int
 }
 
 func (f *addrFilter) rebuild(objs *xlbObjects) error {
-	*f = addrFilter{backendAddrs: map[netip.Addr]int{}}
+	*f = addrFilter{backendAddrs: map[netip.Addr]int{}, vipAddrs: map[netip.Addr]int{}}
 	var k xlbSvcKey
 	var vi xlbVipInfo
 	it := objs.Vips.Iterate()
 	for it.Next(&k, &vi) {
 		if vi.Flags&vipFlagMarker != 0 {
 			f.vipBits[filterBit(fromWire(k.Addr, k.Family))]++
+		} else {
+			f.vipAddrs[fromWire(k.Addr, k.Family)]++
 		}
 	}
 	if err := it.Err(); err != nil {

@@ -3,10 +3,14 @@ package xdp
 import (
 	"math/rand/v2"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/internal/progrun"
 )
 
 // clientTCP returns a client -> VIP TCP packet and the same packet as the backend should get it.
@@ -319,5 +323,75 @@ func TestGoldenClockFallback(t *testing.T) {
 	must(t, err)
 	if len(flows) != 1 || flows[0].Idle > time.Minute {
 		t.Fatalf("flow timestamp follows the stale clock: %+v", flows)
+	}
+}
+
+// TestGoldenTupleReuse: a client reusing a 5-tuple after a FIN starts a new connection: the
+// SYN is balanced afresh and the handshake's ACK follows the SYN, not the old entry.
+func TestGoldenTupleReuse(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	d := g.dp
+	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	for _, flags := range []string{"S", "A", "FA"} {
+		in, out := clientTCP(45000, ap(vip4, 80), flags, ap(be1v4, 8080), macBE1)
+		g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwd(ReasonFwdRedirect)})
+	}
+	must(t, d.SetMaglevTable(1, table(13, 11)))
+	for _, flags := range []string{"S", "A"} {
+		in, out := clientTCP(45000, ap(vip4, 80), flags, ap(be2v4, 8080), macBE2)
+		g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwd(ReasonFwdRedirect)})
+	}
+	flows, err := d.Flows()
+	must(t, err)
+	if len(flows) != 1 || flows[0].Backend != 11 || flows[0].Closing {
+		t.Fatalf("conntrack after the new handshake: %+v", flows)
+	}
+}
+
+// TestRestartOldProgramSeesChanges: while a new loader adopts the pins, the old program (still
+// attached until Attach replaces it) must follow the new loader's changes, not its own caches.
+func TestRestartOldProgramSeesChanges(t *testing.T) {
+	g := newGW(t, Options{}) // the netns for fib lookups; its own datapath is not used
+	dir := "/sys/fs/bpf/" + netlab.Prefix()
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+		os.RemoveAll(dir)
+	})
+	old, err := Load(opts)
+	must(t, err)
+	defer old.Close()
+	must(t, old.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
+	must(t, old.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080}))
+	must(t, old.UpsertBackend(2, Backend{Addr: be2v4, Port: 8080}))
+	must(t, old.SetMaglevTable(1, table(13, 1)))
+	must(t, g.ns.Do(func() error { return old.objs.TxPorts.Put(uint32(g.int), uint32(g.int)) }))
+	in, toBE1 := clientTCP(46000, ap(vip4, 80), "S", ap(be1v4, 8080), macBE1)
+	_, toBE2 := clientTCP(46000, ap(vip4, 80), "S", ap(be2v4, 8080), macBE2)
+	runOld := func() []byte {
+		var res progrun.Result
+		must(t, g.ns.Do(func() error {
+			var err error
+			res, err = progrun.XDP(old.Program(), in.bytes(t), g.ext, 1)
+			return err
+		}))
+		return res.Data
+	}
+	if got := runOld(); string(got) != string(toBE1.bytes(t)) {
+		t.Fatalf("before the restart\n%s", dump("got", got))
+	}
+	old.stopClock() // the old process dies; its program stays
+	<-old.clockDone
+	old.stopClock = nil
+
+	neu, err := Load(opts)
+	must(t, err)
+	defer neu.Close()
+	must(t, neu.SetMaglevTable(1, table(13, 2)))
+	if got := runOld(); string(got) != string(toBE2.bytes(t)) {
+		t.Fatalf("the old program did not follow the new loader's table\n%s", dump("got", got))
 	}
 }

@@ -162,6 +162,8 @@ func TestGoldenPassUnchanged(t *testing.T) {
 		{"gre to a VIP address", gre.bytes(t), notVIP},
 		{"sctp to a VIP address", sctp.bytes(t), notVIP},
 		{"ipv6 with too many extension headers", manyExt6(t), map[Reason]uint64{ReasonPassIPv6Ext: 1}},
+		{"ipv6 routing header with segments left to a VIP", pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client6, 1), Dst: ap(vip6, 80), Proto: layers.IPProtocolTCP, Flags: "S",
+			Ext6: []byte{6, 2, 0, 1, 0, 0, 0, 0, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}, Ext6Types: []layers.IPProtocol{43}}.bytes(t), map[Reason]uint64{ReasonPassIPv6Ext: 1}},
 		{"TTL 1 to a VIP: the kernel answers", pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 1), Dst: ap(vip4, 80), Proto: layers.IPProtocolTCP, Flags: "S", TTL: 1}.bytes(t), map[Reason]uint64{ReasonPassTTL: 1}},
 	}
 	for _, c := range cases {
@@ -171,7 +173,7 @@ func TestGoldenPassUnchanged(t *testing.T) {
 	}
 	t.Run("no neighbour yet: rewritten, handed to the kernel", func(t *testing.T) {
 		in, out := clientTCP(1, ap(vip4, 8001), "S", ap(beNoNei4, 80), "")
-		out.SrcMAC, out.DstMAC = macClient, macExt // the kernel routes it: MACs untouched
+		out.SrcMAC, out.DstMAC, out.TTL = macClient, macExt, 64 // the kernel routes it: MACs and TTL as received
 		g.expect(t, in.bytes(t), g.ext, want{xdpPass, out.bytes(t), map[Reason]uint64{ReasonNATForward: 1, ReasonPassNoNeigh: 1}})
 	})
 	t.Run("udp6 with zero checksum to a VIP is dropped", func(t *testing.T) {

@@ -47,7 +47,7 @@ func hashAddr(h uint32, a netip.Addr) (uint32, uint32) {
 
 // FlowHash returns the hash the datapath computes for a new flow from client address src and
 // ports to a VIP (proto is the IP protocol number). With addrOnly (ClientIP session affinity) only
-// the address counts. The flow's Maglev slot is 1 + FlowHash % M.
+// the address counts. The flow's Maglev slot is FlowHash % M.
 func FlowHash(seed uint32, src netip.Addr, sport, dport uint16, proto uint8, addrOnly bool) uint32 {
 	h, n := hashAddr(seed, src.Unmap())
 	if !addrOnly {

@@ -31,8 +31,9 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
 		return fmt.Errorf("VIP %s: id %d out of range 1..%d", f, cfg.ID, maxVIPs-1)
 	}
 	for _, p := range cfg.SourceRanges {
-		if !p.IsValid() || p.Addr().Unmap().Is4() != f.Addr.Unmap().Is4() {
-			return fmt.Errorf("VIP %s: source range %s is not a prefix of the VIP's family", f, p)
+		if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Is4() != f.Addr.Unmap().Is4() {
+			return fmt.Errorf("VIP %s: source range %s is not a prefix of the VIP's family "+
+				"(write IPv4 prefixes in IPv4 form)", f, p)
 		}
 	}
 	d.mu.Lock()
@@ -74,16 +75,21 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
 	if err := d.objs.Vips.Put(&key, &info); err != nil {
 		return fmt.Errorf("VIP %s: write vips: %w", f, err)
 	}
+	if !exists {
+		d.filter.vipAddrs[f.Addr.Unmap()]++
+	}
+	// Every CPU must see the new flags before the prefixes no longer wanted go.
+	if err := d.invalidateCaches(); err != nil {
+		return fmt.Errorf("VIP %s: %w", f, err)
+	}
 	if exists && old.Id != uint32(cfg.ID) {
 		d.clearVIPID(VIPID(old.Id))
 	}
 	if err := d.pruneSourceRanges(cfg.ID, cfg.SourceRanges); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
-	if !exists {
-		if err := d.markerRef(f.Addr, +1); err != nil {
-			return fmt.Errorf("VIP %s: %w", f, err)
-		}
+	if err := d.syncMarker(f.Addr); err != nil {
+		return fmt.Errorf("VIP %s: %w", f, err)
 	}
 	return nil
 }
@@ -109,7 +115,10 @@ func (d *Datapath) DeleteVIP(f Frontend) (err error) {
 	}
 	d.clearVIPID(VIPID(vi.Id))
 	d.slots.freeAt(vi.TableOff, vi.TableSize, time.Now())
-	if err := d.markerRef(f.Addr, -1); err != nil {
+	if d.filter.vipAddrs[f.Addr.Unmap()]--; d.filter.vipAddrs[f.Addr.Unmap()] <= 0 {
+		delete(d.filter.vipAddrs, f.Addr.Unmap())
+	}
+	if err := d.syncMarker(f.Addr); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
 	return nil
@@ -122,29 +131,34 @@ func (d *Datapath) clearVIPID(id VIPID) {
 	_ = d.zeroTraffic(d.objs.VipStats, uint32(id))
 }
 
-// markerRef counts the VIPs on address a in its marker entry {a, 0, 0}; the marker (and the
-// address filter bit) exists while the count is positive.
-func (d *Datapath) markerRef(a netip.Addr, delta int) error {
+// syncMarker makes the marker entry {a, 0, 0} match the number of VIPs on address a (kept in
+// filter.vipAddrs): present with that count while there are some, absent otherwise, with the
+// address filter bit following. It repairs whatever an earlier failed call left.
+func (d *Datapath) syncMarker(a netip.Addr) error {
+	a = a.Unmap()
 	key := markerKey(a)
 	var vi xlbVipInfo
 	err := d.objs.Vips.Lookup(&key, &vi)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("read marker of %s: %w", a, err)
 	}
-	n := int(vi.Id) + delta
-	if n <= 0 {
-		if err == nil {
-			if err := d.objs.Vips.Delete(&key); err != nil {
-				return fmt.Errorf("delete marker of %s: %w", a, err)
-			}
-			return d.filter.delVIP(&d.objs, a)
+	present := err == nil
+	n := d.filter.vipAddrs[a]
+	switch {
+	case n == 0 && present:
+		if err := d.objs.Vips.Delete(&key); err != nil {
+			return fmt.Errorf("delete marker of %s: %w", a, err)
 		}
+		return d.filter.delVIP(&d.objs, a)
+	case n == 0:
+		return nil
+	case present && vi.Id == uint32(n):
 		return nil
 	}
 	if err := d.objs.Vips.Put(&key, &xlbVipInfo{Id: uint32(n), Flags: vipFlagMarker}); err != nil {
 		return fmt.Errorf("write marker of %s: %w", a, err)
 	}
-	if n == delta {
+	if !present {
 		return d.filter.addVIP(&d.objs, a)
 	}
 	return nil
@@ -495,11 +509,13 @@ func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) (err error) {
 	if err := d.objs.Reverse.Put(&key, &v); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
+	if !exists {
+		if err := d.filter.addBackend(&d.objs, ep.Addr.Unmap()); err != nil {
+			return fmt.Errorf("reverse NAT of %s: %w", ep, err)
+		}
+	}
 	if err := d.setAmbiguous(ep, r.Ambiguous); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
-	}
-	if !exists {
-		return d.filter.addBackend(&d.objs, ep.Addr.Unmap())
 	}
 	return nil
 }

@@ -41,7 +41,8 @@ type xlbCpuState struct {
 	_          structs.HostLayout
 	RateStart  uint64
 	RateCount  uint64
-	Pkts       uint32
+	LastClock  uint64
+	Same       uint32
 	ClockStale uint32
 }
 
@@ -123,12 +124,12 @@ type xlbNexthop struct {
 	}
 	Expires uint64
 	Ifindex uint32
+	Gen     uint32
 	Mtu     uint16
 	Family  uint8
 	Pad     uint8
 	Smac    [6]uint8
 	Dmac    [6]uint8
-	_       [4]byte
 }
 
 type xlbReason uint32

@@ -75,10 +75,10 @@
 
 /* The clock. Calling into the kernel costs ~40 ns per call on CPUs with return-thunk mitigations,
  * so the datapath reads CLOCK_MONOTONIC from map clock, which the loader refreshes every few
- * milliseconds. Every CLOCK_CHECK_EVERY packets a CPU compares it with bpf_ktime_get_coarse_ns();
- * when it lags by more than CLOCK_STALE_NS (no loader is running) the CPU uses the helper on every
- * packet until the clock moves again. */
-#define CLOCK_CHECK_EVERY 256
+ * milliseconds. While the value a CPU reads stays the same, the CPU compares it with
+ * bpf_ktime_get_coarse_ns() on the 1st, 2nd, 4th, 8th... packet; when it lags by more than
+ * CLOCK_STALE_NS (no loader is running) the CPU uses the helper until the clock moves again. A busy
+ * CPU thus checks ~14 times per tick, a quiet one on its first packet after the loader stopped. */
 #define CLOCK_STALE_NS    (200ull * 1000000ull)
 
 /* Ethernet and IP constants we need without pulling in libc headers. */

@@ -14,6 +14,8 @@
 #include "maps.h"
 #include "stats.h"
 #include "hash.h"
+#include "lb.h"
+#include "nat.h"
 
 #define AF_INET  2
 #define AF_INET6 10
@@ -37,20 +39,30 @@ static __always_inline __u32 ip_len(struct packet *p)
 	return p->l3_end - p->l3;
 }
 
+/* pass_rewritten hands a rewritten packet to the kernel to forward. Its TTL is given back first:
+ * the kernel's forwarding decrements it again. */
+static __always_inline int pass_rewritten(struct packet *p, void *data_end, __u32 reason)
+{
+	ttl_restore(p, data_end);
+	return verdict(reason, XDP_PASS);
+}
+
 static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
 				       __u64 now)
 {
+	__u32 gen = cache_gen();
 	struct bpf_fib_lookup fib = {};
 	__u32 slot = filter_bit(&p->dst, p->family) % NH_CACHE_SLOTS;
 	struct nexthop *nh = bpf_map_lookup_elem(&nh_cache, &slot);
 	long rc;
 
-	if (nh && now < nh->expires && nh->family == p->family && addr_eq(&nh->addr, &p->dst) &&
-	    ip_len(p) <= nh->mtu) {
-		if (p->vlan && nh->ifindex != ctx->ingress_ifindex)
-			return verdict(REASON_PASS_VLAN_EGRESS, XDP_PASS);
+	/* A tagged frame arrived on a VLAN the kernel terminates: the route's egress is a VLAN
+	 * device XDP cannot send from. The rewritten packet goes up and the kernel forwards it. */
+	if (p->vlan)
+		return pass_rewritten(p, data_end, REASON_PASS_VLAN_EGRESS);
+	if (nh && now < nh->expires && nh->gen == gen && nh->family == p->family &&
+	    addr_eq(&nh->addr, &p->dst) && ip_len(p) <= nh->mtu)
 		return send_to(ctx, p, nh->ifindex, nh->smac, nh->dmac);
-	}
 
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.l4_protocol = p->proto;
@@ -83,24 +95,18 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return verdict(REASON_PASS_NO_NEIGH, XDP_PASS);
+		return pass_rewritten(p, data_end, REASON_PASS_NO_NEIGH);
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
 	case BPF_FIB_LKUP_RET_UNREACHABLE:
 	case BPF_FIB_LKUP_RET_PROHIBIT:
 		return verdict(REASON_DROP_FIB, XDP_DROP);
 	default: /* forwarding disabled, frag needed, not forwarded, lwt */
-		return verdict(REASON_PASS_FIB, XDP_PASS);
+		return pass_rewritten(p, data_end, REASON_PASS_FIB);
 	}
 
-	if (fib.ifindex != ctx->ingress_ifindex) {
-		if (p->vlan)
-			return verdict(REASON_PASS_VLAN_EGRESS, XDP_PASS);
-		if (!bpf_map_lookup_elem(&tx_ports, &fib.ifindex))
-			return verdict(REASON_PASS_NO_TXPORT, XDP_PASS);
-	}
-	/* Only untagged frames, or frames leaving where they came in, are cached: the cache has no
-	 * notion of VLANs, and a tagged frame must never be redirected to another port. */
-	if (nh && cfg_nh_cache_ns && !p->vlan) {
+	if (fib.ifindex != ctx->ingress_ifindex && !bpf_map_lookup_elem(&tx_ports, &fib.ifindex))
+		return pass_rewritten(p, data_end, REASON_PASS_NO_TXPORT);
+	if (nh && cfg_nh_cache_ns) {
 		nh->addr = p->dst;
 		nh->family = p->family;
 		nh->ifindex = fib.ifindex;
@@ -108,6 +114,7 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 		__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
 		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
 		nh->expires = now + cfg_nh_cache_ns;
+		nh->gen = gen;
 	}
 	return send_to(ctx, p, fib.ifindex, fib.smac, fib.dmac);
 }

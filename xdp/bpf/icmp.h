@@ -261,7 +261,7 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct packet *p, voi
 {
 	__u8 type;
 
-	if (!p->l4 || parse_ports(data_end, p) < 0)
+	if (!p->l4 || p->is_frag || parse_ports(data_end, p) < 0)
 		return verdict(REASON_PASS_ICMP, XDP_PASS);
 	type = *(__u8 *)p->l4;
 	if (p->family == FAMILY_V4 && p->proto == PROTO_ICMP) {

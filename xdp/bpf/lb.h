@@ -157,8 +157,16 @@ static __always_inline __u64 now_ns(struct cpu_state *cs)
 
 	if (!t || !cs)
 		return bpf_ktime_get_coarse_ns();
-	if ((++cs->pkts % CLOCK_CHECK_EVERY) == 0)
-		cs->clock_stale = bpf_ktime_get_coarse_ns() > t + CLOCK_STALE_NS;
+	if (t != cs->last_clock) {
+		cs->last_clock = t;
+		cs->same = 0;
+		cs->clock_stale = 0;
+	} else {
+		__u32 n = ++cs->same;
+
+		if ((n & (n - 1)) == 0)
+			cs->clock_stale = bpf_ktime_get_coarse_ns() > t + CLOCK_STALE_NS;
+	}
 	if (cs->clock_stale)
 		return bpf_ktime_get_coarse_ns();
 	return t;

@@ -17,7 +17,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct svc_key);
 	__type(value, struct vip_info);
-	__uint(max_entries, MAX_VIPS);
+	__uint(max_entries, 2 * MAX_VIPS); /* VIP entries, plus up to one marker each */
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	PIN;
 } vips SEC(".maps");
@@ -150,12 +150,15 @@ struct {
 	__uint(max_entries, 1);
 } cpu_state SEC(".maps");
 
-/* clock: the loader's CLOCK_MONOTONIC (see consts.h). Written by Go; not pinned. */
+/* clock: the loader's CLOCK_MONOTONIC and the cache generation (see consts.h). Written by Go.
+ * Pinned, so that during a restart the old program, still attached until the new one replaces
+ * it, sees the new loader's generation bumps and drops its caches too. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct clock_value);
 	__uint(max_entries, 1);
+	PIN;
 } clock SEC(".maps");
 
 /* svc_cache, flow_cache: per-CPU lookup caches (see consts.h). Written by the datapath. */

@@ -21,6 +21,29 @@ static __always_inline int ttl_expiring(struct packet *p, void *data_end)
 	}
 }
 
+/* ttl_restore undoes the TTL / hop-limit decrement of rewrite_endpoint (for packets handed to
+ * the kernel, which decrements it itself when it forwards them). */
+static __always_inline void ttl_restore(struct packet *p, void *data_end)
+{
+	if (p->family == FAMILY_V4) {
+		struct iphdr *iph = p->l3;
+		__u16 *ttlw = (__u16 *)&iph->ttl;
+		__u16 old;
+
+		if ((void *)(iph + 1) > data_end)
+			return;
+		old = *ttlw;
+		iph->ttl++;
+		iph->check = csum_apply(iph->check, diff16(0, old, *ttlw));
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return;
+		ip6->hop_limit++;
+	}
+}
+
 /* rewrite_endpoint sets the source (src != 0) or destination endpoint of p to (a, port),
  * decrements the TTL, and fixes every checksum. port 0 keeps the port. A non-first fragment
  * (p->l4 == NULL) only has its IP header rewritten: its L4 checksum lives in the first one. */

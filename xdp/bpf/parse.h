@@ -59,8 +59,21 @@ static __always_inline void ipv6_walk(void *data, void *data_end, void *cur, __u
 		struct { __u8 next; __u8 len; __be16 frag_off; __be32 id; } *ext = cur;
 
 		switch (next) {
-		case PROTO_HOPOPTS:
 		case PROTO_ROUTING:
+			/* With segments left, the destination is not the final one and the L4
+			 * checksum covers another address: not ours to rewrite. */
+			if ((void *)ext + 8 > data_end) {
+				x->result = PARSE_BAD_L3;
+				return;
+			}
+			if (((__u8 *)ext)[3]) {
+				x->result = PARSE_IPV6_EXT;
+				return;
+			}
+			next = ext->next;
+			cur += (ext->len + 1) * 8;
+			break;
+		case PROTO_HOPOPTS:
 		case PROTO_DSTOPTS:
 			if ((void *)ext + 8 > data_end) {
 				x->result = PARSE_BAD_L3;

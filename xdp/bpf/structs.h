@@ -112,7 +112,8 @@ struct traffic {
 struct cpu_state {
 	__u64 rate_start;  /* ns: start of the new-flow rate guard's window */
 	__u64 rate_count;  /* conntrack inserts in this window */
-	__u32 pkts;        /* packets that asked for the time (clock check cadence) */
+	__u64 last_clock;  /* the loader's clock as this CPU last read it */
+	__u32 same;        /* packets since that value last changed */
 	__u32 clock_stale; /* the loader's clock lags: use bpf_ktime_get_coarse_ns() */
 };
 
@@ -150,8 +151,9 @@ struct flow_cache_entry {
 /* Value of nh_cache: where packets to one address go. */
 struct nexthop {
 	struct addr addr;
-	__u64 expires;     /* bpf_ktime_get_coarse_ns() after which the entry is refreshed */
+	__u64 expires;     /* clock value after which the entry is refreshed */
 	__u32 ifindex;     /* egress interface */
+	__u32 gen;         /* cache generation when filled (attach/detach bump it) */
 	__u16 mtu;         /* egress MTU: longer packets take the slow path (the kernel's ICMP) */
 	__u8 family;
 	__u8 pad;

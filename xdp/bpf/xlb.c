@@ -161,6 +161,24 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * an ambiguous backend's SYN-ACK needs. Both pass the rate guard. */
 	if ((!syn || (be->flags & BACKEND_F_REVERSE_CT)) && rate_allow(cs, now))
 		ct_store(&fk, now, bid, be, vip_id, closing, syn);
+	if (syn) {
+		/* A SYN on a tuple conntrack still holds (client port reuse after a FIN, or a FIN that
+		 * went through another gateway) starts a new connection: the entry takes the SYN's
+		 * backend in place, so the handshake's ACK follows it. Nothing is inserted: a SYN flood
+		 * still cannot evict flows. */
+		ct = bpf_map_lookup_elem(&conntrack, &fk);
+		if (ct && !(ct->flags & CT_F_REVERSE) &&
+		    (ct->backend_id != bid || ct->vip_id != vip_id || ct->flags)) {
+			ct->backend_id = bid;
+			ct->vip_id = vip_id;
+			ct->flags = 0;
+			ct->last_seen = now;
+		}
+		fc = flow_cache_slot(&fk);
+		if (fc)
+			fc->gen = 0;
+		ct = NULL;
+	}
 	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now);
 
 established:
