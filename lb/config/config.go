@@ -1,0 +1,191 @@
+package config
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// Defaults applied by Parse to absent fields. The datapath's defaults are not repeated here:
+// a zero Datapath field means "the datapath's default" (see Datapath).
+const (
+	// DefaultListen is the address of the HTTP server when listen is absent: loopback only, so
+	// metrics are not exposed to the network unless the file says so.
+	DefaultListen = "127.0.0.1:9610"
+	// DefaultWeight is a backend's weight when weight is absent.
+	DefaultWeight = 1
+	// DefaultAffinityTimeout is sessionAffinityTimeout when sessionAffinity is ClientIP and no
+	// timeout is given (Kubernetes' default, 10800 s).
+	DefaultAffinityTimeout = 3 * time.Hour
+	// MaxAffinityTimeout is the largest sessionAffinityTimeout (Kubernetes' limit, 86400 s).
+	MaxAffinityTimeout = 24 * time.Hour
+	// DefaultCheckInterval and DefaultCheckTimeout are a health check's interval and timeout
+	// when absent.
+	DefaultCheckInterval = 2 * time.Second
+	DefaultCheckTimeout  = time.Second
+	// DefaultRise and DefaultFall are a health check's rise and fall when absent.
+	DefaultRise = 2
+	DefaultFall = 3
+	// DefaultCheckPath and DefaultExpectStatus are an http or https check's path and expected
+	// status when absent.
+	DefaultCheckPath    = "/"
+	DefaultExpectStatus = 200
+	// MinDatapathTimeout is the smallest conntrack timeout the datapath accepts (its timestamps
+	// are refreshed once a second).
+	MinDatapathTimeout = time.Second
+)
+
+// Config is a parsed config file: every field checked, defaults applied.
+type Config struct {
+	// Interfaces (key interfaces; required, at least one) are the network interfaces the
+	// datapath attaches to, in file order, each named once.
+	Interfaces []Interface
+	// Datapath (key datapath; optional) holds the datapath's load options.
+	Datapath Datapath
+	// Listen (key listen) is the host:port of the HTTP server that serves /metrics, /healthz and
+	// /readyz. The host may be an IP address, a name, or empty for every address. Default
+	// DefaultListen.
+	Listen string
+	// Log (key log) configures the daemon's log.
+	Log Log
+	// Services (key services; may be empty) are the balanced services in file order, defaults
+	// applied. Each passed lb.Service.Validate; conflicts between services (two services claiming
+	// one VIP and port) are left to lb.Plan.
+	Services []lb.Service
+	// HealthChecks: service name → the health check of that service's backends (key
+	// services[].healthCheck). A service without a healthCheck has no entry: its backends are
+	// taken as healthy. Never nil.
+	HealthChecks map[string]HealthCheck
+}
+
+// Interface is an interface the datapath attaches to (an item of interfaces).
+type Interface struct {
+	// Name (key name; required) is the interface's name: 1 to 15 bytes without '/', ':' or
+	// white space (the kernel's rules).
+	Name string
+	// Mode (key mode) is how the program attaches; default AttachAuto.
+	Mode AttachMode
+}
+
+// AttachMode is how the XDP program attaches to an interface (key interfaces[].mode). The
+// daemon maps it to xdp.AttachMode.
+type AttachMode string
+
+// The attach modes.
+const (
+	// AttachAuto ("auto") uses native (driver) mode and falls back to generic mode, with a
+	// warning, when the driver refuses.
+	AttachAuto AttachMode = "auto"
+	// AttachNative ("native") insists on native mode: attaching fails if the driver refuses.
+	AttachNative AttachMode = "native"
+	// AttachGeneric ("generic") uses generic (SKB) mode: slower, works with every driver.
+	AttachGeneric AttachMode = "generic"
+)
+
+// Datapath holds the datapath's load options (key datapath). A zero field means the datapath's
+// default, as in xdp.Options, to which the daemon copies the fields one for one.
+type Datapath struct {
+	// PinPath (key pinPath) is the bpffs directory where maps and links are pinned: an absolute
+	// path, or empty for the datapath's default (/sys/fs/bpf/xlb). A daemon started with the
+	// pin path of an earlier one adopts its maps and links, and forwarding carries on.
+	PinPath string
+	// ConntrackSize (key conntrackSize) is the number of flows conntrack holds, 0 to
+	// 4294967295; 0 means the default (1048576). Changing it needs the pinned maps removed.
+	ConntrackSize uint32
+	// MaglevSlots (key maglevSlots) is the capacity of the array that holds every VIP's Maglev
+	// table (a VIP uses as many slots as its table size), 0 to 4294967295; 0 means the default
+	// (16777216). Changing it needs the pinned maps removed.
+	MaglevSlots uint32
+	// Seed (key seed) seeds the flow hash, 0 to 4294967295. Every gateway of a site must use
+	// the same seed, or a flow that ECMP moves to another gateway lands on another backend.
+	Seed uint32
+	// TCPEstablishedTimeout (key tcpEstablishedTimeout, default 1h), TCPClosingTimeout (key
+	// tcpClosingTimeout, after FIN or RST; default 10s) and UDPTimeout (key udpTimeout, default
+	// 60s) are conntrack idle timeouts, written as Go durations ("90s", "1h30m"). 0 means the
+	// default; any other value must be at least MinDatapathTimeout.
+	TCPEstablishedTimeout time.Duration
+	TCPClosingTimeout     time.Duration
+	UDPTimeout            time.Duration
+	// NewFlowRate (key newFlowRate) caps conntrack inserts per CPU per second, a flood guard:
+	// above it new flows are still balanced but not remembered. 0 means the default (250000);
+	// -1 means no cap (xdp.Options reads any negative value so); no other negative is accepted.
+	NewFlowRate int64
+	// NextHopCacheTTL (key nextHopCacheTTL) is how long the datapath trusts a cached next hop
+	// (egress interface, MACs, MTU) before asking the kernel's FIB again, a Go duration. 0 means
+	// the default (500ms); the string "off" disables the cache and is stored as a negative
+	// duration, as in xdp.Options.
+	NextHopCacheTTL time.Duration
+}
+
+// Log configures the daemon's log (key log).
+type Log struct {
+	// Format (key format) is the line format; default LogText.
+	Format LogFormat
+	// Level (key level) is the least severe level logged: "debug", "info" (the default),
+	// "warn" or "error".
+	Level slog.Level
+}
+
+// LogFormat is the log's line format (key log.format).
+type LogFormat string
+
+// The log formats.
+const (
+	// LogText ("text") writes key=value lines (slog.TextHandler).
+	LogText LogFormat = "text"
+	// LogJSON ("json") writes one JSON object a line (slog.JSONHandler).
+	LogJSON LogFormat = "json"
+)
+
+// HealthCheck is how a service's backends are probed (key services[].healthCheck).
+type HealthCheck struct {
+	// Type (key type; required) is the kind of probe.
+	Type CheckType
+	// Port (key port) is the port probed on every backend, 1 to 65535; 0 (or absent) means the
+	// backend's target port for the service's first port, which must then not be an all-ports
+	// port (port 0).
+	Port uint16
+	// Path (key path; http and https only) is the path requested, starting with '/'; default
+	// DefaultCheckPath.
+	Path string
+	// ExpectStatus (key expectStatus; http and https only) is the HTTP status a healthy backend
+	// answers, 100 to 599; default DefaultExpectStatus.
+	ExpectStatus int
+	// Payload (key payload; udp only) is the datagram sent: the string's UTF-8 bytes, or any
+	// bytes when written as base64 with the !!binary tag. Default empty.
+	Payload []byte
+	// Expect (key expect; udp only), if not empty, must occur in the reply; empty means any
+	// reply passes. Written like Payload.
+	Expect []byte
+	// Interval (key interval) is the time between probes, a Go duration above zero; default
+	// DefaultCheckInterval.
+	Interval time.Duration
+	// Timeout (key timeout) is how long a probe may take, a Go duration above zero and below
+	// Interval; default DefaultCheckTimeout.
+	Timeout time.Duration
+	// Rise (key rise) is the number of consecutive successes that make a failing backend
+	// healthy, at least 1; default DefaultRise.
+	Rise int
+	// Fall (key fall) is the number of consecutive failures that make a healthy backend
+	// unhealthy, at least 1; default DefaultFall.
+	Fall int
+}
+
+// CheckType is the kind of health probe (key services[].healthCheck.type).
+type CheckType string
+
+// The health check types.
+const (
+	// CheckTCP ("tcp") connects; a completed handshake passes.
+	CheckTCP CheckType = "tcp"
+	// CheckHTTP ("http") sends GET Path and expects ExpectStatus.
+	CheckHTTP CheckType = "http"
+	// CheckHTTPS ("https") is CheckHTTP over TLS.
+	CheckHTTPS CheckType = "https"
+	// CheckUDP ("udp") sends Payload and expects a reply containing Expect.
+	CheckUDP CheckType = "udp"
+)
+
+// isHTTP reports whether t sends an HTTP request.
+func (t CheckType) isHTTP() bool { return t == CheckHTTP || t == CheckHTTPS }

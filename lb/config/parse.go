@@ -1,0 +1,271 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The fields of each mapping of the file, in the order the documentation gives them.
+var (
+	topFields       = []string{"interfaces", "datapath", "listen", "log", "services"}
+	interfaceFields = []string{"name", "mode"}
+	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "seed", "tcpEstablishedTimeout",
+		"tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
+	logFields     = []string{"format", "level"}
+	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
+		"sourceRanges", "externalTrafficPolicy", "healthCheck"}
+	portFields        = []string{"name", "port", "protocol", "targetPort"}
+	backendFields     = []string{"address", "weight", "state", "node", "targetPorts"}
+	healthCheckFields = []string{"type", "port", "path", "expectStatus", "payload", "expect", "interval",
+		"timeout", "rise", "fall"}
+)
+
+// Load reads and parses the config file at path; errors name the file by path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses a config file's contents; name is the file's name, for errors. It returns
+// every problem it finds (up to 20), each an *Error that names the file, the line and the
+// field path, joined with errors.Join and sorted by line.
+func Parse(name string, data []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errEmpty(name)
+		}
+		return nil, syntaxError(name, data, err)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return nil, &Error{File: name, Line: next.Line, Err: errors.New("a second YAML document (after ---); a config file holds one")}
+	case !errors.Is(err, io.EOF):
+		return nil, syntaxError(name, data, err)
+	}
+	if len(doc.Content) == 0 || isNull(resolve(doc.Content[0])) {
+		return nil, errEmpty(name)
+	}
+	d := &decoder{file: name}
+	cfg := d.config(doc.Content[0])
+	if len(d.errs) > 0 {
+		return nil, joinErrors(name, d.errs)
+	}
+	return cfg, nil
+}
+
+func errEmpty(name string) error {
+	return &Error{File: name, Err: errors.New("the file is empty (a config needs at least interfaces; see lb/config/example.yaml)")}
+}
+
+// config walks the document's root.
+func (d *decoder) config(root *yaml.Node) *Config {
+	cfg := &Config{
+		Listen:       DefaultListen,
+		Log:          Log{Format: LogText, Level: slog.LevelInfo},
+		HealthChecks: map[string]HealthCheck{},
+	}
+	o, ok := d.object(root, "", topFields)
+	if !ok {
+		return nil
+	}
+	if n := d.required(o, "interfaces", "list at least one interface to attach to"); n != nil {
+		cfg.Interfaces = d.interfaces(n, "interfaces")
+	}
+	if n := o.get("datapath"); n != nil {
+		cfg.Datapath = d.datapath(n, "datapath")
+	}
+	if n := o.get("listen"); n != nil {
+		if s, ok := d.str(n, "listen"); ok {
+			if err := checkListen(s); err != nil {
+				d.fail(n, "listen", err)
+			}
+			cfg.Listen = s
+		}
+	}
+	if n := o.get("log"); n != nil {
+		d.log(n, "log", &cfg.Log)
+	}
+	if n := o.get("services"); n != nil {
+		d.services(n, "services", cfg)
+	}
+	return cfg
+}
+
+func (d *decoder) interfaces(n *yaml.Node, path string) []Interface {
+	items, ok := d.list(n, path)
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		d.failf(n, path, "empty (list at least one interface to attach to)")
+	}
+	var out []Interface
+	names := map[string]place{}
+	for i, item := range items {
+		o, ok := d.object(item, index(path, i), interfaceFields)
+		if !ok {
+			continue
+		}
+		ifc := Interface{Mode: AttachAuto}
+		if v := d.required(o, "name", "required"); v != nil {
+			if s, ok := d.str(v, o.at("name")); ok {
+				if err := checkIfName(s); err != nil {
+					d.fail(v, o.at("name"), err)
+				} else if first, dup := names[s]; dup {
+					d.fail(v, o.at("name"), errDuplicate(strconv.Quote(s), first))
+				} else {
+					names[s] = place{o.path, v.Line}
+				}
+				ifc.Name = s
+			}
+		}
+		if v := o.get("mode"); v != nil {
+			if s, ok := d.enum(v, o.at("mode"), "mode", string(AttachAuto), string(AttachNative), string(AttachGeneric)); ok {
+				ifc.Mode = AttachMode(s)
+			}
+		}
+		out = append(out, ifc)
+	}
+	return out
+}
+
+// checkIfName applies the kernel's rules for interface names (dev_valid_name).
+func checkIfName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty")
+	case len(s) > 15:
+		return fmt.Errorf("%q is longer than 15 bytes, the longest interface name", s)
+	case s == "." || s == "..":
+		return fmt.Errorf("%q is not a valid interface name", s)
+	case strings.ContainsAny(s, "/: \t\n\v\f\r"):
+		return fmt.Errorf("%q is not a valid interface name (no '/', ':' or white space)", s)
+	}
+	return nil
+}
+
+func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
+	var dp Datapath
+	o, ok := d.object(n, path, datapathFields)
+	if !ok {
+		return dp
+	}
+	if v := o.get("pinPath"); v != nil {
+		if s, ok := d.nonEmpty(v, o.at("pinPath")); ok {
+			if !filepath.IsAbs(s) {
+				d.failf(v, o.at("pinPath"), "%q is not an absolute path", s)
+			}
+			dp.PinPath = filepath.Clean(s)
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *uint32
+	}{{"conntrackSize", &dp.ConntrackSize}, {"maglevSlots", &dp.MaglevSlots}, {"seed", &dp.Seed}} {
+		if v := o.get(f.key); v != nil {
+			*f.dst, _ = d.uint32Of(v, o.at(f.key))
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *time.Duration
+	}{{"tcpEstablishedTimeout", &dp.TCPEstablishedTimeout}, {"tcpClosingTimeout", &dp.TCPClosingTimeout},
+		{"udpTimeout", &dp.UDPTimeout}} {
+		v := o.get(f.key)
+		if v == nil {
+			continue
+		}
+		t, ok := d.duration(v, o.at(f.key))
+		switch {
+		case !ok:
+		case t < 0:
+			d.failf(v, o.at(f.key), "%s is negative", t)
+		case t > 0 && t < MinDatapathTimeout:
+			d.failf(v, o.at(f.key), "%s is below the %s minimum (conntrack timestamps are refreshed once a second)", t, MinDatapathTimeout)
+		default:
+			*f.dst = t
+		}
+	}
+	if v := o.get("newFlowRate"); v != nil {
+		if r, ok := d.integer(v, o.at("newFlowRate"), -1, math.MaxInt64); ok {
+			dp.NewFlowRate = r
+		}
+	}
+	if v := o.get("nextHopCacheTTL"); v != nil {
+		if s := resolve(v); s.Kind == yaml.ScalarNode && s.ShortTag() == "!!str" && s.Value == "off" {
+			dp.NextHopCacheTTL = -1
+		} else if t, ok := d.duration(v, o.at("nextHopCacheTTL")); ok {
+			if t < 0 {
+				d.failf(v, o.at("nextHopCacheTTL"), "%s is negative (write off to disable the cache)", t)
+			}
+			dp.NextHopCacheTTL = t
+		}
+	}
+	return dp
+}
+
+// hostName matches a DNS name, for the host of listen.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$`)
+
+// checkListen checks a host:port for the HTTP server.
+func checkListen(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (want e.g. 127.0.0.1:9610, [::1]:9610 or :9610)", s)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("%q: port %q is not a number from 1 to 65535", s, port)
+	}
+	if host == "" {
+		return nil
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.IsMulticast() {
+			return fmt.Errorf("%q: %s is a multicast address", s, a)
+		}
+		return nil
+	}
+	if !hostName.MatchString(host) {
+		return fmt.Errorf("%q: %q is neither an IP address nor a host name", s, host)
+	}
+	return nil
+}
+
+func (d *decoder) log(n *yaml.Node, path string, l *Log) {
+	o, ok := d.object(n, path, logFields)
+	if !ok {
+		return
+	}
+	if v := o.get("format"); v != nil {
+		if s, ok := d.enum(v, o.at("format"), "format", string(LogText), string(LogJSON)); ok {
+			l.Format = LogFormat(s)
+		}
+	}
+	if v := o.get("level"); v != nil {
+		levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo,
+			"warn": slog.LevelWarn, "error": slog.LevelError}
+		if s, ok := d.enum(v, o.at("level"), "level", "debug", "info", "warn", "error"); ok {
+			l.Level = levels[s]
+		}
+	}
+}
