@@ -175,7 +175,6 @@ func TestGoldenForwardUDPAndIPv6(t *testing.T) {
 			Proto: layers.IPProtocolTCP, Flags: "S"},
 			pk{SrcMAC: macExt, DstMAC: macBEExt, Src: ap(client4, 1237), Dst: ap(beExt4, 80),
 				Proto: layers.IPProtocolTCP, Flags: "S", TTL: 63}, ReasonFwdTX},
-
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/lb/config"
+	"github.com/xlb-dev/xlb/lb/health"
+	"github.com/xlb-dev/xlb/lb/reconcile"
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+// daemon is the standalone appliance: config file -> model (+ health) -> plan -> reconciler ->
+// datapath. One goroutine (loop) owns reconciliation; everything else only wakes it.
+type daemon struct {
+	log     *slog.Logger
+	cfgPath string
+	dp      *xdp.Datapath
+	rec     *reconcile.Reconciler
+	checker *health.Checker
+	coll    *datapathCollector
+
+	mu  sync.Mutex
+	cfg *config.Config // the config being served (the last valid one)
+	// known: backend endpoints the datapath already serves. A health-checked backend whose first
+	// probe has not finished counts as healthy if it is known (a restarted daemon must not pull
+	// every backend out of service), and as unhealthy if it is new.
+	known map[netip.AddrPort]bool
+
+	wake  chan struct{}
+	ready atomic.Bool
+
+	reconciles      *prometheus.CounterVec
+	reconcileTime   prometheus.Histogram
+	configReloads   *prometheus.CounterVec
+	servicesInvalid prometheus.Gauge
+}
+
+func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr io.Writer) error {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	dp, err := xdp.Load(datapathOptions(cfg, log))
+	if err != nil {
+		return err
+	}
+	d := &daemon{log: log, cfgPath: cfgPath, dp: dp, cfg: cfg, known: map[netip.AddrPort]bool{},
+		wake: make(chan struct{}, 1)}
+	defer func() {
+		if cleanupOnExit {
+			if err := dp.Remove(); err != nil {
+				log.Error("cleanup", "error", err)
+			}
+			log.Info("stopped; programs detached and pins removed")
+			return
+		}
+		dp.Close()
+		log.Info("stopped; forwarding continues from the pinned datapath")
+	}()
+	if err := d.attach(cfg); err != nil {
+		return err
+	}
+	if d.rec, err = reconcile.New(dp, log); err != nil {
+		return err
+	}
+	if bes, err := dp.Backends(); err == nil {
+		for _, b := range bes {
+			d.known[netip.AddrPortFrom(b.Addr, b.Port)] = true
+		}
+	}
+	d.checker = health.New(health.Options{Logger: log, OnChange: func(u health.Update) {
+		log.Info("backend health changed", "target", u.Key, "health", u.Health.String(), "reason", u.Reason)
+		d.trigger()
+	}})
+	if err := d.checker.Set(healthTargets(cfg)); err != nil {
+		return fmt.Errorf("health checks: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	d.registerMetrics(reg)
+	srv, err := d.serveHTTP(cfg.Listen, reg)
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown(context.Background())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); d.checker.Run(ctx) }()
+	go func() { defer wg.Done(); d.loop(ctx) }()
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	log.Info("xlb running", "config", cfgPath, "services", len(cfg.Services), "listen", cfg.Listen)
+	d.trigger()
+	for {
+		select {
+		case <-ctx.Done():
+			cancel()
+			wg.Wait()
+			return nil
+		case <-hup:
+			d.reload()
+		}
+	}
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.Level}
+	if c.Format == config.LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func datapathOptions(cfg *config.Config, log *slog.Logger) xdp.Options {
+	c := cfg.Datapath
+	return xdp.Options{PinPath: c.PinPath, ConntrackSize: c.ConntrackSize, MaglevSlots: c.MaglevSlots,
+		Seed: c.Seed, TCPEstablishedTimeout: c.TCPEstablishedTimeout, TCPClosingTimeout: c.TCPClosingTimeout,
+		UDPTimeout: c.UDPTimeout, NewFlowRate: c.NewFlowRate, NextHopCacheTTL: c.NextHopCacheTTL, Logger: log}
+}
+
+func attachMode(m config.AttachMode) xdp.AttachMode {
+	switch m {
+	case config.AttachNative:
+		return xdp.AttachNative
+	case config.AttachGeneric:
+		return xdp.AttachGeneric
+	}
+	return xdp.AttachAuto
+}
+
+// attach attaches to the configured interfaces and detaches from those no longer configured.
+func (d *daemon) attach(cfg *config.Config) error {
+	want := map[string]bool{}
+	for _, i := range cfg.Interfaces {
+		want[i.Name] = true
+		if err := d.dp.Attach(i.Name, attachMode(i.Mode)); err != nil {
+			return err
+		}
+	}
+	have, err := d.dp.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, n := range have {
+		if !want[n] {
+			if err := d.dp.Detach(n); err != nil {
+				return err
+			}
+			d.log.Info("detached", "interface", n)
+		}
+	}
+	return nil
+}
+
+// trigger asks the loop to reconcile.
+func (d *daemon) trigger() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop reconciles whenever woken, and retries failures with backoff.
+func (d *daemon) loop(ctx context.Context) {
+	backoff := time.Duration(0)
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		case <-retry:
+		}
+		if err := d.reconcile(); err != nil {
+			backoff = min(max(2*backoff, 500*time.Millisecond), 30*time.Second)
+			d.log.Error("reconcile failed; will retry", "error", err, "retry_in", backoff)
+			retry = time.After(backoff)
+			continue
+		}
+		backoff, retry = 0, nil
+	}
+}
+
+// reconcile plans the current config with the current health and applies it.
+func (d *daemon) reconcile() error {
+	start := time.Now()
+	d.mu.Lock()
+	cfg := d.cfg
+	services := d.withHealth(cfg)
+	d.mu.Unlock()
+	desired, errs := lb.Plan(services, cfg.Datapath.Seed)
+	d.servicesInvalid.Set(float64(len(errs)))
+	for _, err := range errs {
+		d.log.Error("service not served", "error", err)
+	}
+	res, err := d.rec.Apply(desired)
+	d.reconcileTime.Observe(time.Since(start).Seconds())
+	names := map[xdp.Frontend]string{}
+	for f, p := range desired.Frontends {
+		names[xdp.Frontend{Addr: f.Addr, Port: f.Port, Proto: xdp.Protocol(f.Proto)}] = p.Service
+		if p.Serving == 0 {
+			d.log.Warn("frontend has no healthy backend", "frontend", f.String(), "service", p.Service)
+		}
+	}
+	d.coll.setServices(names)
+	if err != nil {
+		d.reconciles.WithLabelValues("error").Inc()
+		return err
+	}
+	d.reconciles.WithLabelValues("ok").Inc()
+	d.mu.Lock()
+	for _, p := range desired.Frontends {
+		for _, b := range p.Backends {
+			d.known[b.Key] = true
+		}
+	}
+	d.mu.Unlock()
+	if res.Changes() > 0 {
+		d.log.Info("reconciled", "changes", res.Changes(), "vips", res.VIPsWritten, "tables", res.TablesWritten,
+			"backends", res.BackendsWritten, "deleted_vips", res.VIPsDeleted, "took", time.Since(start))
+	}
+	d.ready.Store(true)
+	return nil
+}
+
+// withHealth returns the config's services with health-check verdicts applied: unhealthy
+// backends (and new ones not yet probed) take no new flows.
+func (d *daemon) withHealth(cfg *config.Config) []lb.Service {
+	out := make([]lb.Service, len(cfg.Services))
+	for i, s := range cfg.Services {
+		out[i] = s
+		if _, checked := cfg.HealthChecks[s.Name]; !checked {
+			continue
+		}
+		out[i].Backends = append([]lb.Backend(nil), s.Backends...)
+		for j, b := range out[i].Backends {
+			st, ok := d.checker.Status(healthKey(s.Name, b.Addr))
+			if !ok || b.State != lb.Active {
+				continue
+			}
+			switch st.Health {
+			case health.Unhealthy:
+				out[i].Backends[j].State = lb.Unhealthy
+			case health.Unknown:
+				if !d.knownBackend(s, b) {
+					out[i].Backends[j].State = lb.Unhealthy
+				}
+			}
+		}
+	}
+	return out
+}
+
+// knownBackend reports whether the datapath already serves backend b of service s.
+func (d *daemon) knownBackend(s lb.Service, b lb.Backend) bool {
+	for _, p := range s.Ports {
+		tp := p.TargetPort
+		if t, ok := b.TargetPorts[p.Name]; ok {
+			tp = t
+		} else if tp == 0 {
+			tp = p.Port
+		}
+		if d.known[netip.AddrPortFrom(b.Addr.Unmap(), tp)] {
+			return true
+		}
+	}
+	return false
+}
+
+func healthKey(service string, addr netip.Addr) string {
+	return service + "|" + addr.Unmap().String()
+}
+
+// healthTargets lists a health-check target per backend of every service with a check.
+func healthTargets(cfg *config.Config) []health.Target {
+	var out []health.Target
+	for _, s := range cfg.Services {
+		hc, ok := cfg.HealthChecks[s.Name]
+		if !ok {
+			continue
+		}
+		for _, b := range s.Backends {
+			port := hc.Port
+			if port == 0 && len(s.Ports) > 0 {
+				p := s.Ports[0]
+				port = p.TargetPort
+				if t, ok := b.TargetPorts[p.Name]; ok {
+					port = t
+				} else if port == 0 {
+					port = p.Port
+				}
+			}
+			out = append(out, health.Target{Key: healthKey(s.Name, b.Addr),
+				Addr: netip.AddrPortFrom(b.Addr.Unmap(), port), Check: healthCheck(hc)})
+		}
+	}
+	return out
+}
+
+// healthCheck converts a configured check to the checker's.
+func healthCheck(hc config.HealthCheck) health.Check {
+	kind, _ := health.ParseKind(string(hc.Type)) // config validated the type
+	return health.Check{Kind: kind, Port: hc.Port, Path: hc.Path, ExpectStatus: hc.ExpectStatus,
+		Payload: hc.Payload, Expect: hc.Expect, Interval: hc.Interval, Timeout: hc.Timeout,
+		Rise: hc.Rise, Fall: hc.Fall}
+}
+
+// reload re-reads the config file; an invalid one is logged and the old one keeps serving.
+func (d *daemon) reload() {
+	cfg, err := config.Load(d.cfgPath)
+	if err != nil {
+		d.configReloads.WithLabelValues("rejected").Inc()
+		d.log.Error("config reload rejected; still serving the previous config", "error", err)
+		return
+	}
+	if err := d.checker.Set(healthTargets(cfg)); err != nil {
+		d.configReloads.WithLabelValues("rejected").Inc()
+		d.log.Error("config reload rejected: health checks; still serving the previous config", "error", err)
+		return
+	}
+	if cfg.Datapath != d.cfg.Datapath {
+		d.log.Warn("datapath settings changed; they take effect at the next restart")
+	}
+	if err := d.attach(cfg); err != nil {
+		d.log.Error("config reload: interfaces", "error", err)
+	}
+	d.mu.Lock()
+	d.cfg = cfg
+	d.mu.Unlock()
+	d.configReloads.WithLabelValues("applied").Inc()
+	d.log.Info("config reloaded", "services", len(cfg.Services))
+	d.trigger()
+}
+
+func (d *daemon) registerMetrics(reg *prometheus.Registry) {
+	d.coll = newDatapathCollector(d.dp)
+	d.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xlb_reconciles_total",
+		Help: "Reconciliations of the datapath, by result (ok, error)."}, []string{"result"})
+	d.reconcileTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "xlb_reconcile_duration_seconds",
+		Help: "Time to plan and apply the desired state.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)})
+	d.configReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xlb_config_reloads_total",
+		Help: "SIGHUP reloads, by result (applied, rejected)."}, []string{"result"})
+	d.servicesInvalid = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xlb_services_invalid",
+		Help: "Configured services left out because they are invalid or conflict with another."})
+	reg.MustRegister(d.coll, d.reconciles, d.reconcileTime, d.configReloads, d.servicesInvalid,
+		&healthCollector{d: d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// healthCollector exports the health checker's verdicts.
+type healthCollector struct{ d *daemon }
+
+var healthDesc = prometheus.NewDesc("xlb_backend_healthy", "1 if the backend passes its health check, 0 if not, -1 before its first probe.",
+	[]string{"service", "backend"}, nil)
+
+func (h *healthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- healthDesc }
+func (h *healthCollector) Collect(ch chan<- prometheus.Metric) {
+	for key, st := range h.d.checker.Snapshot() {
+		svc, be, _ := strings.Cut(key, "|")
+		v := map[health.Health]float64{health.Healthy: 1, health.Unhealthy: 0, health.Unknown: -1}[st.Health]
+		ch <- prometheus.MustNewConstMetric(healthDesc, prometheus.GaugeValue, v, svc, be)
+	}
+}
+
+func (d *daemon) serveHTTP(addr string, reg *prometheus.Registry) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "not reconciled yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("http server", "error", err)
+		}
+	}()
+	return srv, nil
+}

@@ -1,0 +1,91 @@
+// Command xlb is the xlb load-balancer appliance.
+//
+//	xlb run --config FILE    run the standalone appliance from a YAML file
+//	xlb cleanup [--pin-path DIR]
+//	                         detach every program and remove every map and link xlb pinned
+//
+// See README.md and lb/config/example.yaml.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stderr))
+}
+
+const usage = `usage:
+  xlb run --config FILE [--cleanup-on-exit]
+      Run the standalone appliance. SIGHUP reloads FILE; SIGTERM/SIGINT stop the daemon and,
+      unless --cleanup-on-exit, leave forwarding in place (maps and links stay pinned).
+  xlb cleanup [--pin-path DIR]
+      Detach every program and remove every pin xlb made (default DIR: /sys/fs/bpf/xlb).
+`
+
+func cli(args []string, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		fs := flag.NewFlagSet("xlb run", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		cfgPath := fs.String("config", "", "the YAML configuration `file` (required)")
+		cleanup := fs.Bool("cleanup-on-exit", false, "on SIGTERM/SIGINT, detach and unpin everything instead of leaving forwarding in place")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if *cfgPath == "" || fs.NArg() != 0 {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := runDaemon(ctx, *cfgPath, *cleanup, stderr); err != nil {
+			fmt.Fprintf(stderr, "xlb: %v\n", err)
+			return 1
+		}
+		return 0
+	case "cleanup":
+		fs := flag.NewFlagSet("xlb cleanup", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` xlb pinned into")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if err := cleanupPins(*pin); err != nil {
+			fmt.Fprintf(stderr, "xlb cleanup: %v\n", err)
+			return 1
+		}
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stderr, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "xlb: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+// cleanupPins removes everything pinned under dir (links first, so forwarding stops cleanly).
+func cleanupPins(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	// Any conntrack size and Maglev capacity: adopt whatever is pinned.
+	d, err := xdp.LoadPinned(dir)
+	if err != nil {
+		return err
+	}
+	return d.Remove()
+}

@@ -1,0 +1,215 @@
+package lb
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Protocol is the IP protocol of a service port.
+type Protocol uint8
+
+// The protocols a service port can have. SCTP is refused: the datapath does not balance it.
+const (
+	TCP Protocol = 6
+	UDP Protocol = 17
+)
+
+// String returns "TCP" or "UDP".
+func (p Protocol) String() string {
+	switch p {
+	case TCP:
+		return "TCP"
+	case UDP:
+		return "UDP"
+	}
+	return fmt.Sprintf("protocol %d", uint8(p))
+}
+
+// ParseProtocol parses "TCP" or "UDP" (any case).
+func ParseProtocol(s string) (Protocol, error) {
+	switch s {
+	case "TCP", "tcp", "Tcp":
+		return TCP, nil
+	case "UDP", "udp", "Udp":
+		return UDP, nil
+	case "SCTP", "sctp":
+		return 0, fmt.Errorf("protocol SCTP is not supported (xlb balances TCP and UDP)")
+	}
+	return 0, fmt.Errorf("unknown protocol %q (want TCP or UDP)", s)
+}
+
+// Affinity is a service's session affinity.
+type Affinity uint8
+
+const (
+	// AffinityNone spreads a client's connections over the backends.
+	AffinityNone Affinity = iota
+	// AffinityClientIP sends every connection of a client to one backend (sessionAffinity:
+	// ClientIP), for as long as the backend set is unchanged.
+	AffinityClientIP
+)
+
+// TrafficPolicy is externalTrafficPolicy.
+type TrafficPolicy uint8
+
+const (
+	// TrafficCluster may use any ready backend.
+	TrafficCluster TrafficPolicy = iota
+	// TrafficLocal uses only backends on nodes that pass their health check; whoever fills the
+	// model marks the others Unhealthy.
+	TrafficLocal
+)
+
+// BackendState says whether a backend takes new flows.
+type BackendState uint8
+
+const (
+	// Active backends take new flows in proportion to their weight.
+	Active BackendState = iota
+	// Draining backends take no new flows; their established flows stay (a terminating Pod).
+	Draining
+	// Unhealthy backends failed their health check: no new flows, established flows stay.
+	Unhealthy
+)
+
+// String returns the state's name.
+func (s BackendState) String() string {
+	switch s {
+	case Active:
+		return "active"
+	case Draining:
+		return "draining"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return fmt.Sprintf("state-%d", uint8(s))
+}
+
+// Service is one balanced service.
+type Service struct {
+	// Name identifies the service (namespace/name in Kubernetes); unique.
+	Name string
+	// VIPs are the service's addresses (IPv4 and/or IPv6).
+	VIPs []netip.Addr
+	// Ports are the service ports.
+	Ports []Port
+	// Backends are the Pods (or hosts) behind the service, of either family: a VIP uses the
+	// backends of its own family.
+	Backends []Backend
+	// Affinity and AffinityTimeout are sessionAffinity and its timeout. The datapath keeps a
+	// client on one backend while the backend set is unchanged; the timeout is not enforced.
+	Affinity        Affinity
+	AffinityTimeout time.Duration
+	// SourceRanges, if set, are the only client prefixes allowed (loadBalancerSourceRanges); each
+	// VIP uses the prefixes of its family.
+	SourceRanges []netip.Prefix
+	// TrafficPolicy is externalTrafficPolicy (see TrafficLocal).
+	TrafficPolicy TrafficPolicy
+}
+
+// Port is a service port.
+type Port struct {
+	// Name identifies the port among the service's (may be empty for a single port).
+	Name string
+	// Port is the port clients connect to; 0 serves every port of the VIP.
+	Port uint16
+	// Protocol is TCP or UDP.
+	Protocol Protocol
+	// TargetPort is the backends' port; 0 means the same as Port.
+	TargetPort uint16
+}
+
+// Backend is one backend of a service.
+type Backend struct {
+	// Addr is the Pod (or host) address.
+	Addr netip.Addr
+	// TargetPorts overrides Port.TargetPort by port name (named target ports resolve per Pod).
+	TargetPorts map[string]uint16
+	// Weight is the backend's share of new flows relative to the others; 0 takes none.
+	Weight uint32
+	// State says whether it takes new flows.
+	State BackendState
+	// Node is where the backend runs (informational, and for TrafficLocal).
+	Node string
+}
+
+// targetPort returns the backend's port for service port p.
+func (b Backend) targetPort(p Port) uint16 {
+	if tp, ok := b.TargetPorts[p.Name]; ok {
+		return tp
+	}
+	if p.TargetPort != 0 {
+		return p.TargetPort
+	}
+	return p.Port
+}
+
+// Validate checks a service on its own and says what is wrong, naming the field.
+func (s *Service) Validate() error {
+	if s.Name == "" {
+		return fmt.Errorf("service has no name")
+	}
+	if len(s.VIPs) == 0 {
+		return fmt.Errorf("service %s: no VIPs", s.Name)
+	}
+	seenVIP := map[netip.Addr]bool{}
+	for _, v := range s.VIPs {
+		if !v.IsValid() || v.Zone() != "" || v.IsUnspecified() || v.IsMulticast() {
+			return fmt.Errorf("service %s: VIP %s is not a usable unicast address", s.Name, v)
+		}
+		if seenVIP[v.Unmap()] {
+			return fmt.Errorf("service %s: VIP %s listed twice", s.Name, v)
+		}
+		seenVIP[v.Unmap()] = true
+	}
+	if len(s.Ports) == 0 {
+		return fmt.Errorf("service %s: no ports", s.Name)
+	}
+	type pp struct {
+		port  uint16
+		proto Protocol
+	}
+	seenPort := map[pp]bool{}
+	seenName := map[string]bool{}
+	for _, p := range s.Ports {
+		if p.Protocol != TCP && p.Protocol != UDP {
+			return fmt.Errorf("service %s: port %d: %s is not supported (TCP or UDP)", s.Name, p.Port, p.Protocol)
+		}
+		if seenPort[pp{p.Port, p.Protocol}] {
+			return fmt.Errorf("service %s: port %d/%s listed twice", s.Name, p.Port, p.Protocol)
+		}
+		seenPort[pp{p.Port, p.Protocol}] = true
+		if seenName[p.Name] && len(s.Ports) > 1 {
+			return fmt.Errorf("service %s: port name %q used twice (ports need distinct names)", s.Name, p.Name)
+		}
+		seenName[p.Name] = true
+		if p.Port == 0 && p.TargetPort != 0 {
+			return fmt.Errorf("service %s: an all-ports port (0) cannot have targetPort %d", s.Name, p.TargetPort)
+		}
+	}
+	seenBE := map[netip.Addr]bool{}
+	for _, b := range s.Backends {
+		if !b.Addr.IsValid() || b.Addr.Zone() != "" || b.Addr.IsUnspecified() || b.Addr.IsMulticast() {
+			return fmt.Errorf("service %s: backend %s is not a usable unicast address", s.Name, b.Addr)
+		}
+		if seenBE[b.Addr.Unmap()] {
+			return fmt.Errorf("service %s: backend %s listed twice", s.Name, b.Addr)
+		}
+		seenBE[b.Addr.Unmap()] = true
+		if b.State > Unhealthy {
+			return fmt.Errorf("service %s: backend %s: unknown state %d", s.Name, b.Addr, b.State)
+		}
+		for name := range b.TargetPorts {
+			if !seenName[name] {
+				return fmt.Errorf("service %s: backend %s: target port for unknown port %q", s.Name, b.Addr, name)
+			}
+		}
+	}
+	for _, r := range s.SourceRanges {
+		if !r.IsValid() {
+			return fmt.Errorf("service %s: source range %s is not a prefix", s.Name, r)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package lb
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/xlb-dev/xlb/lb/maglev"
+)
+
+// Frontend is a VIP service as clients address it. Port 0 serves every port of the VIP.
+type Frontend struct {
+	Addr  netip.Addr
+	Port  uint16
+	Proto Protocol
+}
+
+// String returns "addr:port/PROTO".
+func (f Frontend) String() string {
+	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
+}
+
+// Endpoint is a backend's {address, target port, protocol}, as its replies carry it.
+type Endpoint struct {
+	Addr  netip.Addr
+	Port  uint16
+	Proto Protocol
+}
+
+// PlannedBackend is one backend of a frontend.
+type PlannedBackend struct {
+	// Key is the backend's address and target port (0: the client's destination port).
+	Key netip.AddrPort
+	// Weight is its share of new flows (0 when it is not Active).
+	Weight uint32
+	// State is the model's state.
+	State BackendState
+}
+
+// FrontendPlan is what the datapath needs for one frontend.
+type FrontendPlan struct {
+	// Service names the service the frontend belongs to.
+	Service string
+	// Affinity is the service's session affinity.
+	Affinity Affinity
+	// SourceRanges are the service's source ranges of the frontend's family.
+	SourceRanges []netip.Prefix
+	// Backends are every backend of the frontend's family, sorted by Key, draining and
+	// unhealthy ones included (their established flows stay).
+	Backends []PlannedBackend
+	// Table is the Maglev table: for each slot the index in Backends, or -1 when no backend
+	// takes new flows. Its length is the prime table size M.
+	Table []int
+	// Serving counts the backends that take new flows; 0 means the frontend is down.
+	Serving int
+}
+
+// ReversePlan says which frontend a backend endpoint's replies must come from.
+type ReversePlan struct {
+	// Frontend is the frontend when the endpoint serves exactly one.
+	Frontend Frontend
+	// Ambiguous is set when the endpoint serves several frontends (replies are then mapped by
+	// conntrack; see docs/datapath.md).
+	Ambiguous bool
+}
+
+// Desired is the datapath state every gateway derives from the same services.
+type Desired struct {
+	// Frontends maps each frontend to its plan.
+	Frontends map[Frontend]*FrontendPlan
+	// Reverse maps backend endpoints to the frontend their replies come from.
+	Reverse map[Endpoint]ReversePlan
+}
+
+// Plan computes the desired datapath state of services, with Maglev tables seeded by seed. A
+// service that is invalid, or claims a frontend an earlier service (by name) already has, is left
+// out and reported in errs; the others are planned as if it were not there.
+func Plan(services []Service, seed uint32) (d *Desired, errs []error) {
+	d = &Desired{Frontends: map[Frontend]*FrontendPlan{}, Reverse: map[Endpoint]ReversePlan{}}
+	sorted := slices.Clone(services)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	names := map[string]bool{}
+	for i := range sorted {
+		s := &sorted[i]
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if names[s.Name] {
+			errs = append(errs, fmt.Errorf("service %s: defined twice", s.Name))
+			continue
+		}
+		names[s.Name] = true
+		plans, err := planService(s, seed)
+		if err == nil {
+			for f := range plans {
+				if other, taken := d.Frontends[f]; taken {
+					err = fmt.Errorf("service %s: frontend %s already belongs to service %s", s.Name, f, other.Service)
+					break
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for f, p := range plans {
+			d.Frontends[f] = p
+		}
+	}
+	d.planReverse()
+	return d, errs
+}
+
+// planService plans every frontend of one valid service.
+func planService(s *Service, seed uint32) (map[Frontend]*FrontendPlan, error) {
+	out := map[Frontend]*FrontendPlan{}
+	for _, vip := range s.VIPs {
+		vip = vip.Unmap()
+		var ranges []netip.Prefix
+		for _, r := range s.SourceRanges {
+			if r.Addr().Unmap().Is4() == vip.Is4() {
+				ranges = append(ranges, r.Masked())
+			}
+		}
+		if len(s.SourceRanges) > 0 && len(ranges) == 0 {
+			return nil, fmt.Errorf("service %s: VIP %s: no source range of its family "+
+				"(it would admit every client)", s.Name, vip)
+		}
+		for _, port := range s.Ports {
+			f := Frontend{Addr: vip, Port: port.Port, Proto: port.Protocol}
+			p := &FrontendPlan{Service: s.Name, Affinity: s.Affinity, SourceRanges: ranges}
+			for _, b := range s.Backends {
+				a := b.Addr.Unmap()
+				if a.Is4() != vip.Is4() {
+					continue
+				}
+				tp := b.targetPort(port)
+				if port.Port == 0 {
+					tp = 0
+				}
+				w := b.Weight
+				if b.State != Active {
+					w = 0
+				}
+				p.Backends = append(p.Backends, PlannedBackend{Key: netip.AddrPortFrom(a, tp), Weight: w, State: b.State})
+				if w > 0 {
+					p.Serving++
+				}
+			}
+			sort.Slice(p.Backends, func(i, j int) bool { return p.Backends[i].Key.Compare(p.Backends[j].Key) < 0 })
+			for i := 1; i < len(p.Backends); i++ {
+				if p.Backends[i].Key == p.Backends[i-1].Key {
+					return nil, fmt.Errorf("service %s: frontend %s: backend %s listed twice", s.Name, f, p.Backends[i].Key)
+				}
+			}
+			table, err := buildTable(p.Backends, seed)
+			if err != nil {
+				return nil, fmt.Errorf("service %s: frontend %s: %w", s.Name, f, err)
+			}
+			p.Table = table
+			out[f] = p
+		}
+	}
+	return out, nil
+}
+
+// buildTable builds the Maglev table of a frontend, sized for its backend count.
+func buildTable(bes []PlannedBackend, seed uint32) ([]int, error) {
+	mb := make([]maglev.Backend, len(bes))
+	for i, b := range bes {
+		mb[i] = maglev.Backend{Name: b.Key.String(), Weight: b.Weight}
+	}
+	return maglev.Build(mb, maglev.SizeFor(len(bes)), seed)
+}
+
+// planReverse derives the reverse NAT entries from the frontends.
+func (d *Desired) planReverse() {
+	for f, p := range d.Frontends {
+		for _, b := range p.Backends {
+			ep := Endpoint{Addr: b.Key.Addr(), Port: b.Key.Port(), Proto: f.Proto}
+			if r, ok := d.Reverse[ep]; ok {
+				if r.Frontend != f {
+					d.Reverse[ep] = ReversePlan{Ambiguous: true}
+				}
+				continue
+			}
+			d.Reverse[ep] = ReversePlan{Frontend: f}
+		}
+	}
+}

@@ -1,0 +1,354 @@
+// Package reconcile drives the XDP datapath from the desired state lb.Plan computes. It is the one
+// owner of the datapath's service state: diff-based (unchanged frontends, backends and reverse
+// entries are not written), idempotent, and on start it adopts what an earlier process left in
+// the pinned maps instead of wiping it.
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+// Datapath is what the reconciler needs of *xdp.Datapath (a smaller surface for tests).
+type Datapath interface {
+	VIPs() (map[xdp.Frontend]xdp.VIPConfig, error)
+	UpsertVIP(xdp.Frontend, xdp.VIPConfig) error
+	DeleteVIP(xdp.Frontend) error
+	Backends() (map[xdp.BackendID]xdp.Backend, error)
+	UpsertBackend(xdp.BackendID, xdp.Backend) error
+	DeleteBackend(xdp.BackendID) error
+	MaglevTables() (map[xdp.VIPID][]xdp.BackendID, error)
+	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
+	Reverses() (map[xdp.Endpoint]xdp.ReverseNAT, error)
+	SetReverse(xdp.Endpoint, xdp.ReverseNAT) error
+	DeleteReverse(xdp.Endpoint) error
+}
+
+// Reconciler applies desired states to a datapath. Its methods are safe for concurrent use.
+type Reconciler struct {
+	mu  sync.Mutex
+	dp  Datapath
+	log *slog.Logger
+
+	// vips: frontend -> what the datapath holds for it (its id, configuration, table).
+	vips map[xdp.Frontend]vipState
+	// vipIDs: the ids in vips.
+	vipIDs map[xdp.VIPID]bool
+	// backends: backend id -> its value in the datapath.
+	backends map[xdp.BackendID]xdp.Backend
+	// backendIDs: endpoint (address, target port) -> backend id; the inverse of backends.
+	backendIDs map[netip.AddrPort]xdp.BackendID
+	// reverse: the datapath's reverse NAT entries.
+	reverse map[xdp.Endpoint]xdp.ReverseNAT
+	// nextVIP, nextBackend: where the search for a free id starts. Ids are handed out in a
+	// circle, so a deleted id (which conntrack may still name) is reused as late as possible.
+	nextVIP, nextBackend uint32
+}
+
+type vipState struct {
+	cfg   xdp.VIPConfig
+	table []xdp.BackendID
+}
+
+// Result counts what one Apply wrote.
+type Result struct {
+	VIPsWritten, VIPsDeleted         int
+	TablesWritten                    int
+	BackendsWritten, BackendsDeleted int
+	ReverseWritten, ReverseDeleted   int
+}
+
+// Changes is the total number of writes.
+func (r Result) Changes() int {
+	return r.VIPsWritten + r.VIPsDeleted + r.TablesWritten + r.BackendsWritten + r.BackendsDeleted +
+		r.ReverseWritten + r.ReverseDeleted
+}
+
+// Highest ids the datapath accepts (xdp: VIP ids 1..65535, backend ids 1..262143).
+const (
+	maxVIPID     = 65535
+	maxBackendID = 262143
+)
+
+// New adopts the state in dp (left by an earlier process, or empty) and returns a reconciler.
+func New(dp Datapath, log *slog.Logger) (*Reconciler, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Reconciler{dp: dp, log: log, vips: map[xdp.Frontend]vipState{}, vipIDs: map[xdp.VIPID]bool{},
+		backendIDs: map[netip.AddrPort]xdp.BackendID{}}
+	vips, err := dp.VIPs()
+	if err != nil {
+		return nil, fmt.Errorf("adopt datapath state: %w", err)
+	}
+	tables, err := dp.MaglevTables()
+	if err != nil {
+		return nil, fmt.Errorf("adopt datapath state: %w", err)
+	}
+	for f, cfg := range vips {
+		r.vips[f] = vipState{cfg: normalize(cfg), table: tables[cfg.ID]}
+		r.vipIDs[cfg.ID] = true
+		r.nextVIP = max(r.nextVIP, uint32(cfg.ID))
+	}
+	if r.backends, err = dp.Backends(); err != nil {
+		return nil, fmt.Errorf("adopt datapath state: %w", err)
+	}
+	for id, b := range r.backends {
+		r.backendIDs[netip.AddrPortFrom(b.Addr, b.Port)] = id
+		r.nextBackend = max(r.nextBackend, uint32(id))
+	}
+	if r.reverse, err = dp.Reverses(); err != nil {
+		return nil, fmt.Errorf("adopt datapath state: %w", err)
+	}
+	log.Info("adopted datapath state", "vips", len(r.vips), "backends", len(r.backends),
+		"reverse", len(r.reverse))
+	return r, nil
+}
+
+func normalize(c xdp.VIPConfig) xdp.VIPConfig {
+	c.SourceRanges = slices.Clone(c.SourceRanges)
+	slices.SortFunc(c.SourceRanges, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	c.SourceRanges = slices.Compact(c.SourceRanges)
+	if len(c.SourceRanges) == 0 {
+		c.SourceRanges = nil
+	}
+	return c
+}
+
+func sameConfig(a, b xdp.VIPConfig) bool {
+	return a.ID == b.ID && a.Affinity == b.Affinity && slices.Equal(a.SourceRanges, b.SourceRanges)
+}
+
+func xdpFrontend(f lb.Frontend) xdp.Frontend {
+	return xdp.Frontend{Addr: f.Addr, Port: f.Port, Proto: xdp.Protocol(f.Proto)}
+}
+
+// Apply makes the datapath hold d: new and changed backends first, then VIPs and their tables
+// (each table swaps atomically), then reverse NAT entries, and only then removals. A failed write
+// is reported in the returned error and the rest is still applied; a frontend whose backends could
+// not all be written keeps its old table. Calling Apply again retries what failed.
+func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var res Result
+	var errs []error
+
+	// Backends: every endpoint some frontend names.
+	wanted := map[xdp.BackendID]bool{}
+	broken := map[netip.AddrPort]bool{}
+	for _, p := range d.Frontends {
+		for _, b := range p.Backends {
+			id, err := r.backendID(b.Key)
+			if err != nil {
+				errs = append(errs, err)
+				broken[b.Key] = true
+				continue
+			}
+			wanted[id] = true
+			v := xdp.Backend{Addr: b.Key.Addr(), Port: b.Key.Port()}
+			if cur, ok := r.backends[id]; ok && cur == v {
+				continue
+			}
+			if err := r.dp.UpsertBackend(id, v); err != nil {
+				errs = append(errs, fmt.Errorf("backend %s: %w", b.Key, err))
+				broken[b.Key] = true
+				continue
+			}
+			r.backends[id] = v
+			res.BackendsWritten++
+		}
+	}
+
+	// VIPs and tables.
+	ids := map[lb.Frontend]xdp.VIPID{}
+	for _, f := range sortedFrontends(d) {
+		p := d.Frontends[f]
+		xf := xdpFrontend(f)
+		cur, exists := r.vips[xf]
+		id := cur.cfg.ID
+		if !exists {
+			var err error
+			if id, err = r.freeVIPID(); err != nil {
+				errs = append(errs, fmt.Errorf("frontend %s: %w", f, err))
+				continue
+			}
+		}
+		cfg := normalize(xdp.VIPConfig{ID: id, Affinity: xdp.Affinity(p.Affinity), SourceRanges: p.SourceRanges})
+		if !exists || !sameConfig(cur.cfg, cfg) {
+			if err := r.dp.UpsertVIP(xf, cfg); err != nil {
+				errs = append(errs, fmt.Errorf("frontend %s (service %s): %w", f, p.Service, err))
+				continue
+			}
+			cur.cfg = cfg
+			r.vips[xf] = cur
+			r.vipIDs[id] = true
+			res.VIPsWritten++
+		}
+		ids[f] = id
+		table, err := r.table(p, broken)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("frontend %s (service %s): keeping its old table: %w", f, p.Service, err))
+			continue
+		}
+		if slices.Equal(cur.table, table) {
+			continue
+		}
+		if err := r.dp.SetMaglevTable(id, table); err != nil {
+			errs = append(errs, fmt.Errorf("frontend %s (service %s): %w", f, p.Service, err))
+			continue
+		}
+		cur.table = table
+		r.vips[xf] = cur
+		res.TablesWritten++
+	}
+
+	// Reverse NAT.
+	wantRev := map[xdp.Endpoint]xdp.ReverseNAT{}
+	for ep, rp := range d.Reverse {
+		if broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
+			continue // not in any table yet
+		}
+		xe := xdp.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: xdp.Protocol(ep.Proto)}
+		v := xdp.ReverseNAT{Ambiguous: rp.Ambiguous}
+		if !rp.Ambiguous {
+			id, ok := ids[rp.Frontend]
+			if !ok {
+				continue // its frontend failed above
+			}
+			v.VIP = id
+		}
+		wantRev[xe] = v
+		if cur, ok := r.reverse[xe]; ok && cur == v {
+			continue
+		}
+		if err := r.dp.SetReverse(xe, v); err != nil {
+			errs = append(errs, fmt.Errorf("reverse NAT of %s: %w", xe, err))
+			continue
+		}
+		r.reverse[xe] = v
+		res.ReverseWritten++
+	}
+
+	// Removals, once everything new is in place.
+	for ep := range r.reverse {
+		if _, ok := wantRev[ep]; ok {
+			continue
+		}
+		if err := r.dp.DeleteReverse(ep); err != nil {
+			errs = append(errs, fmt.Errorf("reverse NAT of %s: %w", ep, err))
+			continue
+		}
+		delete(r.reverse, ep)
+		res.ReverseDeleted++
+	}
+	for xf := range r.vips {
+		if _, ok := d.Frontends[lb.Frontend{Addr: xf.Addr, Port: xf.Port, Proto: lb.Protocol(xf.Proto)}]; ok {
+			continue
+		}
+		if err := r.dp.DeleteVIP(xf); err != nil {
+			errs = append(errs, fmt.Errorf("frontend %s: %w", xf, err))
+			continue
+		}
+		delete(r.vipIDs, r.vips[xf].cfg.ID)
+		delete(r.vips, xf)
+		res.VIPsDeleted++
+	}
+	for id, b := range r.backends {
+		if wanted[id] || r.referenced(id) {
+			continue
+		}
+		if err := r.dp.DeleteBackend(id); err != nil {
+			errs = append(errs, fmt.Errorf("backend %d (%s): %w", id, b.Addr, err))
+			continue
+		}
+		delete(r.backends, id)
+		delete(r.backendIDs, netip.AddrPortFrom(b.Addr, b.Port))
+		res.BackendsDeleted++
+	}
+	return res, errors.Join(errs...)
+}
+
+// table maps a plan's table to backend ids. It fails if a backend the table uses was not written.
+func (r *Reconciler) table(p *lb.FrontendPlan, broken map[netip.AddrPort]bool) ([]xdp.BackendID, error) {
+	ids := make([]xdp.BackendID, len(p.Backends))
+	for i, b := range p.Backends {
+		if broken[b.Key] {
+			return nil, fmt.Errorf("backend %s was not written", b.Key)
+		}
+		ids[i] = r.backendIDs[b.Key]
+	}
+	out := make([]xdp.BackendID, len(p.Table))
+	for i, idx := range p.Table {
+		if idx >= 0 {
+			out[i] = ids[idx]
+		}
+	}
+	return out, nil
+}
+
+// referenced reports whether a table the datapath still holds (of a frontend whose update
+// failed) names backend id.
+func (r *Reconciler) referenced(id xdp.BackendID) bool {
+	for _, v := range r.vips {
+		if slices.Contains(v.table, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// backendID returns the id of endpoint key, allocating one if needed.
+func (r *Reconciler) backendID(key netip.AddrPort) (xdp.BackendID, error) {
+	if id, ok := r.backendIDs[key]; ok {
+		return id, nil
+	}
+	for range maxBackendID {
+		r.nextBackend = r.nextBackend%maxBackendID + 1
+		id := xdp.BackendID(r.nextBackend)
+		if _, used := r.backends[id]; !used {
+			r.backendIDs[key] = id
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("backend %s: all %d backend ids are in use", key, maxBackendID)
+}
+
+// freeVIPID returns an unused VIP id.
+func (r *Reconciler) freeVIPID() (xdp.VIPID, error) {
+	for range maxVIPID {
+		r.nextVIP = r.nextVIP%maxVIPID + 1
+		if id := xdp.VIPID(r.nextVIP); !r.vipIDs[id] {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("all %d VIP ids are in use", maxVIPID)
+}
+
+func sortedFrontends(d *lb.Desired) []lb.Frontend {
+	out := make([]lb.Frontend, 0, len(d.Frontends))
+	for f := range d.Frontends {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b lb.Frontend) int {
+		if c := a.Addr.Compare(b.Addr); c != 0 {
+			return c
+		}
+		if a.Port != b.Port {
+			return int(a.Port) - int(b.Port)
+		}
+		return int(a.Proto) - int(b.Proto)
+	})
+	return out
+}
