@@ -49,8 +49,8 @@ func TestConstantsMatchBPF(t *testing.T) {
 			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)
 		}
 	}
-	if got := spec.Maps[xlbMapAddrFilter].ValueSize; got != 2*addrFilterBits/8 {
-		t.Errorf("addr_filter value %d bytes, Go expects %d", got, 2*addrFilterBits/8)
+	if got := spec.Maps[xlbMapAddrFilter].MaxEntries; got != 2*addrFilterWords {
+		t.Errorf("addr_filter has %d words, Go expects %d", got, 2*addrFilterWords)
 	}
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)
@@ -166,9 +166,9 @@ func TestAPIRoundTrip(t *testing.T) {
 		must(t, d.objs.Vips.Lookup(&k, &vi))
 		t.Errorf("vips still holds %v -> %+v (the address marker should be gone)", frontendOf(k), vi)
 	}
-	var bits xlbAddrBitmaps
-	must(t, d.objs.AddrFilter.Lookup(uint32(0), &bits))
-	if bits.Vip[filterBit(v4)/64] != 0 {
+	var word uint64
+	must(t, d.objs.AddrFilter.Lookup(filterBit(v4)/64, &word))
+	if word&(1<<(filterBit(v4)%64)) != 0 {
 		t.Error("address filter still has the deleted VIP's bit")
 	}
 }

@@ -2,11 +2,12 @@ package xdp
 
 // Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree).
 const (
-	maxVIPs        = 65536
-	maxBackends    = 262144
-	maxMaglevM     = 1048573
-	progICMP       = 0
-	addrFilterBits = 65536
+	maxVIPs         = 65536
+	maxBackends     = 262144
+	maxMaglevM      = 1048573
+	progICMP        = 0
+	addrFilterBits  = 65536
+	addrFilterWords = addrFilterBits / 64
 
 	familyV4 = 4
 	familyV6 = 6

@@ -11,6 +11,8 @@ import (
 type addrFilter struct {
 	// vipBits, backendBits: bit -> number of addresses hashing to it.
 	vipBits, backendBits [addrFilterBits]uint32
+	// words: the map's contents (VIP bitmap, then backend bitmap), as last written.
+	words [2 * addrFilterWords]uint64
 	// backendAddrs: backend address -> number of reverse entries with it.
 	backendAddrs map[netip.Addr]int
 	// vipAddrs: VIP address -> number of VIP frontends on it (the marker's count).
@@ -48,17 +50,38 @@ func (f *addrFilter) rebuild(objs *xlbObjects) error {
 }
 
 func (f *addrFilter) write(objs *xlbObjects) error {
-	var v xlbAddrBitmaps
+	keys := make([]uint32, len(f.words))
+	for i := range f.words {
+		keys[i] = uint32(i)
+		f.words[i] = 0
+	}
 	for i := range addrFilterBits {
 		if f.vipBits[i] > 0 {
-			v.Vip[i/64] |= 1 << (i % 64)
+			f.words[i/64] |= 1 << (i % 64)
 		}
 		if f.backendBits[i] > 0 {
-			v.Backend[i/64] |= 1 << (i % 64)
+			f.words[addrFilterWords+i/64] |= 1 << (i % 64)
 		}
 	}
-	if err := objs.AddrFilter.Put(uint32(0), &v); err != nil {
+	if _, err := objs.AddrFilter.BatchUpdate(keys, f.words[:], nil); err != nil {
 		return fmt.Errorf("write addr_filter: %w", err)
+	}
+	return nil
+}
+
+// setBit writes the one word holding bit of the VIP (backend false) or backend bitmap.
+func (f *addrFilter) setBit(objs *xlbObjects, backend bool, bit uint32, on bool) error {
+	w := bit / 64
+	if backend {
+		w += addrFilterWords
+	}
+	if on {
+		f.words[w] |= 1 << (bit % 64)
+	} else {
+		f.words[w] &^= 1 << (bit % 64)
+	}
+	if err := objs.AddrFilter.Put(w, f.words[w]); err != nil {
+		return fmt.Errorf("write addr_filter word %d: %w", w, err)
 	}
 	return nil
 }
@@ -68,7 +91,7 @@ func (f *addrFilter) addVIP(objs *xlbObjects, a netip.Addr) error {
 	b := filterBit(a)
 	f.vipBits[b]++
 	if f.vipBits[b] == 1 {
-		return f.write(objs)
+		return f.setBit(objs, false, b, true)
 	}
 	return nil
 }
@@ -80,7 +103,7 @@ func (f *addrFilter) delVIP(objs *xlbObjects, a netip.Addr) error {
 	}
 	f.vipBits[b]--
 	if f.vipBits[b] == 0 {
-		return f.write(objs)
+		return f.setBit(objs, false, b, false)
 	}
 	return nil
 }
@@ -94,7 +117,7 @@ func (f *addrFilter) addBackend(objs *xlbObjects, a netip.Addr) error {
 	b := filterBit(a)
 	f.backendBits[b]++
 	if f.backendBits[b] == 1 {
-		return f.write(objs)
+		return f.setBit(objs, true, b, true)
 	}
 	return nil
 }
@@ -111,7 +134,7 @@ func (f *addrFilter) delBackend(objs *xlbObjects, a netip.Addr) error {
 	b := filterBit(a)
 	f.backendBits[b]--
 	if f.backendBits[b] == 0 {
-		return f.write(objs)
+		return f.setBit(objs, true, b, false)
 	}
 	return nil
 }

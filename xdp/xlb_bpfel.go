@@ -13,12 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type xlbAddrBitmaps struct {
-	_       structs.HostLayout
-	Vip     [1024]uint64
-	Backend [1024]uint64
-}
-
 type xlbBackend struct {
 	_    structs.HostLayout
 	Addr struct {

@@ -21,15 +21,13 @@ volatile const __u64 cfg_nh_cache_ns = 500ull * 1000000ull;
 /* filter_has reports whether addr may be in the VIP (backend == 0) or backend address set. */
 static __always_inline int filter_has(int backend, const struct addr *a, __u8 family)
 {
-	__u32 zero = 0, bit;
-	struct addr_bitmaps *f = bpf_map_lookup_elem(&addr_filter, &zero);
-	__u64 w;
+	__u32 bit = filter_bit(a, family);
+	__u32 word = bit / 64 + (backend ? ADDR_FILTER_WORDS : 0);
+	__u64 *w = bpf_map_lookup_elem(&addr_filter, &word);
 
-	if (!f)
+	if (!w)
 		return 1;
-	bit = filter_bit(a, family);
-	w = backend ? f->backend[bit / 64] : f->vip[bit / 64];
-	return (w >> (bit % 64)) & 1;
+	return (*w >> (bit % 64)) & 1;
 }
 
 /* svc_lookup looks up {a, port, proto} in map, then {a, 0, proto} (all ports). */

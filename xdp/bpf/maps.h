@@ -105,13 +105,14 @@ struct {
 	PIN;
 } tx_ports SEC(".maps");
 
-/* addr_filter: one entry, the VIP and backend address bitmaps (see consts.h). Written by Go
- * whenever the set of VIP or backend addresses changes. */
+/* addr_filter: the VIP address bitmap (words 0..ADDR_FILTER_WORDS-1) and the backend address
+ * bitmap (the next ADDR_FILTER_WORDS words), 64 bits a word (see consts.h). Written by Go one
+ * word at a time whenever the set of VIP or backend addresses changes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct addr_bitmaps);
-	__uint(max_entries, 1);
+	__type(value, __u64);
+	__uint(max_entries, 2 * ADDR_FILTER_WORDS);
 	PIN;
 } addr_filter SEC(".maps");
 

@@ -179,10 +179,5 @@ struct icmp_hdr {
 	__u32 rest;
 };
 
-/* Value of addr_filter (one entry, struct addr_bitmaps): hash-indexed bitmaps of VIP and backend addresses. */
-struct addr_bitmaps {
-	__u64 vip[ADDR_FILTER_WORDS];
-	__u64 backend[ADDR_FILTER_WORDS];
-};
 
 #endif
