@@ -30,7 +30,7 @@ func addrs(ss ...string) []netip.Addr {
 }
 
 func TestExample(t *testing.T) {
-	cfg, err := Load("example.yaml")
+	cfg, err := Load("../../deploy/xlb.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func schemaKeys() map[string]bool {
 // TestExampleCoversSchema checks that example.yaml, which the README walks through, sets every
 // field the parser knows.
 func TestExampleCoversSchema(t *testing.T) {
-	data, err := os.ReadFile("example.yaml")
+	data, err := os.ReadFile("../../deploy/xlb.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

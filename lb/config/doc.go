@@ -4,7 +4,7 @@
 // Go: it imports neither the datapath nor anything of the kernel, so the datapath settings are
 // plain types ([Datapath], [AttachMode]) that the daemon converts.
 //
-// example.yaml, next to this file, is the reference: every field, commented, in a file that
+// deploy/xlb.example.yaml is the reference: every field, commented, in a file that
 // parses (a test keeps it so, and checks that it sets every field the parser knows). Each Go
 // field's doc comment names its YAML key, its default and its bounds. The service keys fill
 // lb.Service:

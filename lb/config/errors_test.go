@@ -28,9 +28,9 @@ func TestErrors(t *testing.T) {
 		name, file, want string
 	}{
 		// The file as a whole.
-		{"empty file", "", "xlb.yaml: the file is empty (a config needs at least interfaces; see lb/config/example.yaml)"},
-		{"only comments", "# nothing yet\n\n", "xlb.yaml: the file is empty (a config needs at least interfaces; see lb/config/example.yaml)"},
-		{"null document", "~\n", "xlb.yaml: the file is empty (a config needs at least interfaces; see lb/config/example.yaml)"},
+		{"empty file", "", "xlb.yaml: the file is empty (a config needs at least interfaces; see deploy/xlb.example.yaml)"},
+		{"only comments", "# nothing yet\n\n", "xlb.yaml: the file is empty (a config needs at least interfaces; see deploy/xlb.example.yaml)"},
+		{"null document", "~\n", "xlb.yaml: the file is empty (a config needs at least interfaces; see deploy/xlb.example.yaml)"},
 		{"syntax: bad indentation", "interfaces:\n  - name: ext0\nlisten: a\n  b: c\n",
 			"xlb.yaml:4: YAML syntax error: mapping values are not allowed in this context"},
 		{"syntax: unclosed list", "interfaces: [{name: ext0}\n", "xlb.yaml:2: YAML syntax error: did not find expected ',' or ']'"},

@@ -74,7 +74,7 @@ func Parse(name string, data []byte) (*Config, error) {
 }
 
 func errEmpty(name string) error {
-	return &Error{File: name, Err: errors.New("the file is empty (a config needs at least interfaces; see lb/config/example.yaml)")}
+	return &Error{File: name, Err: errors.New("the file is empty (a config needs at least interfaces; see deploy/xlb.example.yaml)")}
 }
 
 // config walks the document's root.
