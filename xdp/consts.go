@@ -41,6 +41,7 @@ const (
 	ReasonPassVLANEgress   = Reason(xlbReasonREASON_PASS_VLAN_EGRESS)
 	ReasonPassReverseNoCT  = Reason(xlbReasonREASON_PASS_REVERSE_NO_CT)
 	ReasonPassICMP         = Reason(xlbReasonREASON_PASS_ICMP)
+	ReasonPassLocal        = Reason(xlbReasonREASON_PASS_LOCAL)
 	ReasonDropMalformedL4  = Reason(xlbReasonREASON_DROP_MALFORMED_L4)
 	ReasonDropSrcRange     = Reason(xlbReasonREASON_DROP_SRC_RANGE)
 	ReasonDropNoBackend    = Reason(xlbReasonREASON_DROP_NO_BACKEND)
@@ -62,7 +63,7 @@ const (
 var reasonNames = [...]string{
 	"pass_not_ip", "pass_malformed_l3", "pass_not_vip", "pass_ipv6_ext", "pass_ttl",
 	"pass_no_neigh", "pass_fib", "pass_no_txport", "pass_vlan_egress", "pass_reverse_no_ct",
-	"pass_icmp", "drop_malformed_l4", "drop_src_range", "drop_no_backend", "drop_frag_unknown",
+	"pass_icmp", "pass_local", "drop_malformed_l4", "drop_src_range", "drop_no_backend", "drop_frag_unknown",
 	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
 }

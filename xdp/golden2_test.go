@@ -147,6 +147,13 @@ func TestGoldenReverseNAT(t *testing.T) {
 		}
 	})
 
+	// The gateway's own health probe of a backend: the reply is for this host, not a client.
+	t.Run("reply to the gateway itself: untouched", func(t *testing.T) {
+		in := pk{SrcMAC: macBE1, DstMAC: macInt, Src: ap(be1v4, 8080), Dst: ap(netipMust("198.18.1.1"), 40000),
+			Proto: layers.IPProtocolTCP, Flags: "SA"}
+		g.expect(t, in.bytes(t), g.int, want{xdpPass, nil, map[Reason]uint64{ReasonPassLocal: 1}})
+	})
+
 	t.Run("not a backend: passes untouched", func(t *testing.T) {
 		in := reply(ap(be1v4, 9999), macBE1, 40000, layers.IPProtocolTCP)
 		g.expect(t, in.bytes(t), g.int, want{xdpPass, nil, map[Reason]uint64{ReasonPassNotVIP: 1}})

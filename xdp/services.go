@@ -319,23 +319,30 @@ func (d *Datapath) DeleteBackend(id BackendID) error {
 	return d.zeroTraffic(d.objs.BackendStats, uint32(id))
 }
 
-// Backends returns every configured backend.
+// Backends returns every configured backend, reading the array in batches.
 func (d *Datapath) Backends() (map[BackendID]Backend, error) {
 	out := map[BackendID]Backend{}
-	var id uint32
-	var v xlbBackend
-	it := d.objs.Backends.Iterate()
-	for it.Next(&id, &v) {
-		if v.Family == 0 {
-			continue
+	const chunk = 8192
+	keys := make([]uint32, chunk)
+	vals := make([]xlbBackend, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := d.objs.Backends.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			v := vals[i]
+			if v.Family == 0 {
+				continue
+			}
+			out[BackendID(keys[i])] = Backend{Addr: fromWire(v.Addr, v.Family), Port: ntohs(v.Port),
+				Down: v.Flags&backendFlagDown != 0}
 		}
-		out[BackendID(id)] = Backend{Addr: fromWire(v.Addr, v.Family), Port: ntohs(v.Port),
-			Down: v.Flags&backendFlagDown != 0}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list backends: %w", err)
+		}
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list backends: %w", err)
-	}
-	return out, nil
 }
 
 // SetMaglevTable replaces VIP id's Maglev table atomically: packets see the old table or the new

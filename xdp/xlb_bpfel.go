@@ -140,22 +140,23 @@ const (
 	xlbReasonREASON_PASS_VLAN_EGRESS   xlbReason = 8
 	xlbReasonREASON_PASS_REVERSE_NO_CT xlbReason = 9
 	xlbReasonREASON_PASS_ICMP          xlbReason = 10
-	xlbReasonREASON_DROP_MALFORMED_L4  xlbReason = 11
-	xlbReasonREASON_DROP_SRC_RANGE     xlbReason = 12
-	xlbReasonREASON_DROP_NO_BACKEND    xlbReason = 13
-	xlbReasonREASON_DROP_FRAG_UNKNOWN  xlbReason = 14
-	xlbReasonREASON_DROP_FIB           xlbReason = 15
-	xlbReasonREASON_DROP_UDP6ZERO_CSUM xlbReason = 16
-	xlbReasonREASON_FWD_TX             xlbReason = 17
-	xlbReasonREASON_FWD_REDIRECT       xlbReason = 18
-	xlbReasonREASON_NAT_FORWARD        xlbReason = 19
-	xlbReasonREASON_NAT_REVERSE        xlbReason = 20
-	xlbReasonREASON_ICMP_ECHO_REPLY    xlbReason = 21
-	xlbReasonREASON_ICMP_TO_BACKEND    xlbReason = 22
-	xlbReasonREASON_ICMP_TO_CLIENT     xlbReason = 23
-	xlbReasonREASON_CT_RATE_LIMITED    xlbReason = 24
-	xlbReasonREASON_CT_RESELECT        xlbReason = 25
-	xlbReasonREASON_MAX                xlbReason = 26
+	xlbReasonREASON_PASS_LOCAL         xlbReason = 11
+	xlbReasonREASON_DROP_MALFORMED_L4  xlbReason = 12
+	xlbReasonREASON_DROP_SRC_RANGE     xlbReason = 13
+	xlbReasonREASON_DROP_NO_BACKEND    xlbReason = 14
+	xlbReasonREASON_DROP_FRAG_UNKNOWN  xlbReason = 15
+	xlbReasonREASON_DROP_FIB           xlbReason = 16
+	xlbReasonREASON_DROP_UDP6ZERO_CSUM xlbReason = 17
+	xlbReasonREASON_FWD_TX             xlbReason = 18
+	xlbReasonREASON_FWD_REDIRECT       xlbReason = 19
+	xlbReasonREASON_NAT_FORWARD        xlbReason = 20
+	xlbReasonREASON_NAT_REVERSE        xlbReason = 21
+	xlbReasonREASON_ICMP_ECHO_REPLY    xlbReason = 22
+	xlbReasonREASON_ICMP_TO_BACKEND    xlbReason = 23
+	xlbReasonREASON_ICMP_TO_CLIENT     xlbReason = 24
+	xlbReasonREASON_CT_RATE_LIMITED    xlbReason = 25
+	xlbReasonREASON_CT_RESELECT        xlbReason = 26
+	xlbReasonREASON_MAX                xlbReason = 27
 )
 
 type xlbRevValue struct {

@@ -133,6 +133,7 @@ enum reason {
 	REASON_PASS_VLAN_EGRESS,     /* rewritten, tagged frame leaving another port: kernel forwards */
 	REASON_PASS_REVERSE_NO_CT,   /* ambiguous backend reply with no conntrack entry */
 	REASON_PASS_ICMP,            /* ICMP not about a VIP flow */
+	REASON_PASS_LOCAL,           /* a backend's packet to this host (health-check reply): as is */
 	REASON_DROP_MALFORMED_L4,    /* to a VIP with a truncated or lying L4 header */
 	REASON_DROP_SRC_RANGE,       /* client outside the VIP's loadBalancerSourceRanges */
 	REASON_DROP_NO_BACKEND,      /* VIP with an empty or missing Maglev table */

@@ -47,8 +47,28 @@ static __always_inline int pass_rewritten(struct packet *p, void *data_end, __u3
 	return verdict(reason, XDP_PASS);
 }
 
-static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
-				       __u64 now)
+/* What next_hop found. */
+enum hop_result {
+	HOP_SEND = 0,      /* h is filled: XDP sends the packet */
+	HOP_LOCAL,         /* the destination is this host: the kernel delivers it */
+	HOP_NO_NEIGH,      /* the kernel must resolve the neighbour */
+	HOP_KERNEL,        /* the kernel must forward it (forwarding off, MTU, VLAN device...) */
+	HOP_NO_TXPORT,     /* egress is an interface XDP does not redirect to */
+	HOP_VLAN,          /* a tagged frame: the kernel owns the VLAN device */
+	HOP_DROP,          /* blackhole, unreachable or prohibited */
+};
+
+/* Where a packet goes next. */
+struct hop {
+	__u32 ifindex;
+	__u8 smac[ETH_ALEN];
+	__u8 dmac[ETH_ALEN];
+};
+
+/* next_hop finds where p goes as it stands (its destination, source and length): from the
+ * per-CPU next-hop cache, or bpf_fib_lookup on a miss (which fills the cache). */
+static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *data_end,
+				    __u64 now, struct hop *h)
 {
 	__u32 gen = cache_gen();
 	struct bpf_fib_lookup fib = {};
@@ -57,12 +77,16 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 	long rc;
 
 	/* A tagged frame arrived on a VLAN the kernel terminates: the route's egress is a VLAN
-	 * device XDP cannot send from. The rewritten packet goes up and the kernel forwards it. */
+	 * device XDP cannot send from. */
 	if (p->vlan)
-		return pass_rewritten(p, data_end, REASON_PASS_VLAN_EGRESS);
+		return HOP_VLAN;
 	if (nh && now < nh->expires && nh->gen == gen && nh->family == p->family &&
-	    addr_eq(&nh->addr, &p->dst) && ip_len(p) <= nh->mtu)
-		return send_to(ctx, p, nh->ifindex, nh->smac, nh->dmac);
+	    addr_eq(&nh->addr, &p->dst) && ip_len(p) <= nh->mtu) {
+		h->ifindex = nh->ifindex;
+		__builtin_memcpy(h->smac, nh->smac, ETH_ALEN);
+		__builtin_memcpy(h->dmac, nh->dmac, ETH_ALEN);
+		return HOP_SEND;
+	}
 
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.l4_protocol = p->proto;
@@ -72,7 +96,7 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 		struct iphdr *iph = p->l3;
 
 		if ((void *)(iph + 1) > data_end)
-			return verdict(REASON_PASS_FIB, XDP_PASS);
+			return HOP_KERNEL;
 		fib.family = AF_INET;
 		fib.tos = iph->tos;
 		fib.tot_len = bpf_ntohs(iph->tot_len);
@@ -82,7 +106,7 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 		struct ipv6hdr *ip6 = p->l3;
 
 		if ((void *)(ip6 + 1) > data_end)
-			return verdict(REASON_PASS_FIB, XDP_PASS);
+			return HOP_KERNEL;
 		fib.family = AF_INET6;
 		fib.flowinfo = *(__be32 *)ip6 & IPV6_FLOWINFO_MASK_BE;
 		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
@@ -94,18 +118,20 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		return HOP_LOCAL;
 	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		return pass_rewritten(p, data_end, REASON_PASS_NO_NEIGH);
+		return HOP_NO_NEIGH;
 	case BPF_FIB_LKUP_RET_BLACKHOLE:
 	case BPF_FIB_LKUP_RET_UNREACHABLE:
 	case BPF_FIB_LKUP_RET_PROHIBIT:
-		return verdict(REASON_DROP_FIB, XDP_DROP);
-	default: /* forwarding disabled, frag needed, not forwarded, lwt */
-		return pass_rewritten(p, data_end, REASON_PASS_FIB);
+		return HOP_DROP;
+	default: /* forwarding disabled, frag needed, lwt */
+		return HOP_KERNEL;
 	}
 
 	if (fib.ifindex != ctx->ingress_ifindex && !bpf_map_lookup_elem(&tx_ports, &fib.ifindex))
-		return pass_rewritten(p, data_end, REASON_PASS_NO_TXPORT);
+		return HOP_NO_TXPORT;
 	if (nh && cfg_nh_cache_ns) {
 		nh->addr = p->dst;
 		nh->family = p->family;
@@ -116,7 +142,39 @@ static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, voi
 		nh->expires = now + cfg_nh_cache_ns;
 		nh->gen = gen;
 	}
-	return send_to(ctx, p, fib.ifindex, fib.smac, fib.dmac);
+	h->ifindex = fib.ifindex;
+	__builtin_memcpy(h->smac, fib.smac, ETH_ALEN);
+	__builtin_memcpy(h->dmac, fib.dmac, ETH_ALEN);
+	return HOP_SEND;
+}
+
+/* send_hop sends a rewritten packet as next_hop said: out of an interface, or up to the kernel
+ * (with its TTL given back), or nowhere. */
+static __always_inline int send_hop(struct xdp_md *ctx, struct packet *p, void *data_end,
+				    int rc, struct hop *h)
+{
+	switch (rc) {
+	case HOP_SEND:
+		return send_to(ctx, p, h->ifindex, h->smac, h->dmac);
+	case HOP_NO_NEIGH:
+		return pass_rewritten(p, data_end, REASON_PASS_NO_NEIGH);
+	case HOP_NO_TXPORT:
+		return pass_rewritten(p, data_end, REASON_PASS_NO_TXPORT);
+	case HOP_VLAN:
+		return pass_rewritten(p, data_end, REASON_PASS_VLAN_EGRESS);
+	case HOP_DROP:
+		return verdict(REASON_DROP_FIB, XDP_DROP);
+	}
+	return pass_rewritten(p, data_end, REASON_PASS_FIB);
+}
+
+/* fib_forward sends a packet whose destination was just rewritten. */
+static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
+				       __u64 now)
+{
+	struct hop h = {};
+
+	return send_hop(ctx, p, data_end, next_hop(ctx, p, data_end, now, &h), &h);
 }
 
 #endif

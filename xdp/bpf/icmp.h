@@ -248,11 +248,18 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 	if (filter_has(1, &in.dst, p->family) &&
 	    reverse_vip(&in.dst, &in.src, in.dport, in.sport, in.proto, p->family,
 			&vip, &vport) == 0) {
+		struct hop h = {};
+		int hop;
+
 		if (ttl_expiring(p, data_end))
 			return verdict(REASON_PASS_TTL, XDP_PASS);
+		/* An error about this host's own connection (e.g. a health probe) stays as it is. */
+		hop = next_hop(ctx, p, data_end, bpf_ktime_get_coarse_ns(), &h);
+		if (hop == HOP_LOCAL)
+			return verdict(REASON_PASS_LOCAL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 0, &vip->addr, vport);
 		count_reason(REASON_ICMP_TO_CLIENT);
-		return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns());
+		return send_hop(ctx, p, data_end, hop, &h);
 	}
 	return verdict(REASON_PASS_ICMP, XDP_PASS);
 }

@@ -194,7 +194,9 @@ established:
 static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void *data_end)
 {
 	struct svc_key *vip;
+	struct hop h = {};
 	__be16 vport;
+	int hop;
 	int rc = reverse_vip(&p->src, &p->dst, p->sport, p->dport, p->proto, p->family,
 			     &vip, &vport);
 
@@ -204,9 +206,14 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_PASS_REVERSE_NO_CT, XDP_PASS);
 	if (ttl_expiring(p, data_end))
 		return verdict(REASON_PASS_TTL, XDP_PASS);
+	/* The destination does not change: route first, so that a backend's packet to this host
+	 * (a health-check reply) is left alone. */
+	hop = next_hop(ctx, p, data_end, now_ns(cpu_state_get()), &h);
+	if (hop == HOP_LOCAL)
+		return verdict(REASON_PASS_LOCAL, XDP_PASS);
 	count_reason(REASON_NAT_REVERSE);
 	rewrite_endpoint(p, data_end, 1, &vip->addr, vport);
-	return fib_forward(ctx, p, data_end, now_ns(cpu_state_get()));
+	return send_hop(ctx, p, data_end, hop, &h);
 }
 
 /* process balances a parsed packet; fam is a constant in each inlined copy, so the compiler
