@@ -40,9 +40,10 @@ type daemon struct {
 
 	mu  sync.Mutex
 	cfg *config.Config // the config being served (the last valid one)
-	// known: backend endpoints the datapath already serves. A health-checked backend whose first
-	// probe has not finished counts as healthy if it is known (a restarted daemon must not pull
-	// every backend out of service), and as unhealthy if it is new.
+	// known: backend endpoints the datapath already serves (that take new flows: in a Maglev
+	// table). A health-checked backend whose first probe has not finished counts as healthy if it
+	// is known (a restarted daemon must not pull every backend out of service), and as unhealthy
+	// if it is not (new, or out of service). Replaced after each successful apply.
 	known map[netip.AddrPort]bool
 
 	wake  chan struct{}
@@ -52,9 +53,17 @@ type daemon struct {
 	reconcileTime   prometheus.Histogram
 	configReloads   *prometheus.CounterVec
 	servicesInvalid prometheus.Gauge
+	serving         *prometheus.GaugeVec
+	// down: frontends that had no backend taking new flows at the last reconcile (logged on change).
+	down map[lb.Frontend]bool
 }
 
 func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr io.Writer) error {
+	// Catch SIGHUP first: its default action ends the process, and loading the datapath takes a
+	// while. A SIGHUP that comes during start-up is handled (a reload) once running.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return err
@@ -83,11 +92,7 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 	if d.rec, err = reconcile.New(dp, log); err != nil {
 		return err
 	}
-	if bes, err := dp.Backends(); err == nil {
-		for _, b := range bes {
-			d.known[netip.AddrPortFrom(b.Addr, b.Port)] = true
-		}
-	}
+	d.known = servingBackends(dp)
 	d.checker = health.New(health.Options{Logger: log, OnChange: func(u health.Update) {
 		log.Info("backend health changed", "target", u.Key, "health", u.Health.String(), "reason", u.Reason)
 		d.trigger()
@@ -111,9 +116,6 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 	go func() { defer wg.Done(); d.checker.Run(ctx) }()
 	go func() { defer wg.Done(); d.loop(ctx) }()
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	log.Info("xlb running", "config", cfgPath, "services", len(cfg.Services), "listen", cfg.Listen)
 	d.trigger()
 	for {
@@ -211,7 +213,7 @@ func (d *daemon) reconcile() error {
 	start := time.Now()
 	d.mu.Lock()
 	cfg := d.cfg
-	services := d.withHealth(cfg)
+	services, pending := d.withHealth(cfg)
 	d.mu.Unlock()
 	desired, errs := lb.Plan(services, cfg.Datapath.Seed)
 	d.servicesInvalid.Set(float64(len(errs)))
@@ -221,36 +223,58 @@ func (d *daemon) reconcile() error {
 	res, err := d.rec.Apply(desired)
 	d.reconcileTime.Observe(time.Since(start).Seconds())
 	names := map[xdp.Frontend]string{}
+	down := map[lb.Frontend]bool{}
+	d.serving.Reset()
 	for f, p := range desired.Frontends {
 		names[xdp.Frontend{Addr: f.Addr, Port: f.Port, Proto: xdp.Protocol(f.Proto)}] = p.Service
+		d.serving.WithLabelValues(p.Service, f.String()).Set(float64(p.Serving))
 		if p.Serving == 0 {
-			d.log.Warn("frontend has no healthy backend", "frontend", f.String(), "service", p.Service)
+			down[f] = true
+			if !d.down[f] {
+				d.log.Warn("frontend has no backend taking new flows", "frontend", f.String(), "service", p.Service)
+			}
+		} else if d.down[f] {
+			d.log.Info("frontend has backends again", "frontend", f.String(), "service", p.Service, "backends", p.Serving)
 		}
 	}
+	d.down = down
 	d.coll.setServices(names)
 	if err != nil {
 		d.reconciles.WithLabelValues("error").Inc()
 		return err
 	}
 	d.reconciles.WithLabelValues("ok").Inc()
-	d.mu.Lock()
+	// Only the backends that take new flows are known: one held out (unhealthy, or new and not
+	// probed yet) must not count as served when its verdict is Unknown again.
+	known := map[netip.AddrPort]bool{}
 	for _, p := range desired.Frontends {
 		for _, b := range p.Backends {
-			d.known[b.Key] = true
+			if b.Weight > 0 {
+				known[b.Key] = true
+			}
 		}
 	}
+	d.mu.Lock()
+	d.known = known
 	d.mu.Unlock()
 	if res.Changes() > 0 {
 		d.log.Info("reconciled", "changes", res.Changes(), "vips", res.VIPsWritten, "tables", res.TablesWritten,
 			"backends", res.BackendsWritten, "deleted_vips", res.VIPsDeleted, "took", time.Since(start))
 	}
-	d.ready.Store(true)
+	// Ready once the datapath holds the config with a verdict for every backend: a new backend
+	// is held out until its first probe, and a daemon that said ready before then would serve
+	// its VIPs with no backend at all.
+	if pending == 0 && !d.ready.Load() {
+		d.ready.Store(true)
+		d.log.Info("ready")
+	}
 	return nil
 }
 
 // withHealth returns the config's services with health-check verdicts applied: unhealthy
-// backends (and new ones not yet probed) take no new flows.
-func (d *daemon) withHealth(cfg *config.Config) []lb.Service {
+// backends (and new ones not yet probed) take no new flows. pending counts the backends held
+// out only because their first probe has not finished. d.mu must be held.
+func (d *daemon) withHealth(cfg *config.Config) (services []lb.Service, pending int) {
 	out := make([]lb.Service, len(cfg.Services))
 	for i, s := range cfg.Services {
 		out[i] = s
@@ -269,11 +293,12 @@ func (d *daemon) withHealth(cfg *config.Config) []lb.Service {
 			case health.Unknown:
 				if !d.knownBackend(s, b) {
 					out[i].Backends[j].State = lb.Unhealthy
+					pending++
 				}
 			}
 		}
 	}
-	return out
+	return out, pending
 }
 
 // knownBackend reports whether the datapath already serves backend b of service s.
@@ -290,6 +315,29 @@ func (d *daemon) knownBackend(s lb.Service, b lb.Backend) bool {
 		}
 	}
 	return false
+}
+
+// servingBackends returns the endpoints of the backends that dp's Maglev tables use: those an
+// earlier daemon left in service. Backends that are only in the backends map (held out, but
+// kept for their established flows) are not among them.
+func servingBackends(dp *xdp.Datapath) map[netip.AddrPort]bool {
+	out := map[netip.AddrPort]bool{}
+	bes, err := dp.Backends()
+	if err != nil {
+		return out
+	}
+	tables, err := dp.MaglevTables()
+	if err != nil {
+		return out
+	}
+	for _, table := range tables {
+		for _, id := range table {
+			if b, ok := bes[id]; ok {
+				out[netip.AddrPortFrom(b.Addr, b.Port)] = true
+			}
+		}
+	}
+	return out
 }
 
 func healthKey(service string, addr netip.Addr) string {
@@ -335,16 +383,37 @@ func (d *daemon) reload() {
 	cfg, err := config.Load(d.cfgPath)
 	if err != nil {
 		d.configReloads.WithLabelValues("rejected").Inc()
-		d.log.Error("config reload rejected; still serving the previous config", "error", err)
+		d.log.Error("config reload rejected; still serving the previous config", "config", d.cfgPath, "error", err)
 		return
 	}
-	if err := d.checker.Set(healthTargets(cfg)); err != nil {
+	// Check the health targets before Set: Set applies the valid ones even when it fails, and
+	// a rejected reload must leave the checker with the previous config's targets.
+	targets := healthTargets(cfg)
+	var terrs []error
+	keys := map[string]bool{}
+	for _, t := range targets {
+		if err := t.Validate(); err != nil {
+			terrs = append(terrs, err)
+		} else if keys[t.Key] {
+			terrs = append(terrs, fmt.Errorf("target %q: listed twice", t.Key))
+		}
+		keys[t.Key] = true
+	}
+	if len(terrs) == 0 {
+		err = d.checker.Set(targets)
+	} else {
+		err = errors.Join(terrs...)
+	}
+	if err != nil {
 		d.configReloads.WithLabelValues("rejected").Inc()
-		d.log.Error("config reload rejected: health checks; still serving the previous config", "error", err)
+		d.log.Error("config reload rejected: health checks; still serving the previous config", "config", d.cfgPath, "error", err)
 		return
 	}
 	if cfg.Datapath != d.cfg.Datapath {
 		d.log.Warn("datapath settings changed; they take effect at the next restart")
+	}
+	if cfg.Listen != d.cfg.Listen {
+		d.log.Warn("listen address changed; it takes effect at the next restart", "listen", d.cfg.Listen)
 	}
 	if err := d.attach(cfg); err != nil {
 		d.log.Error("config reload: interfaces", "error", err)
@@ -367,7 +436,9 @@ func (d *daemon) registerMetrics(reg *prometheus.Registry) {
 		Help: "SIGHUP reloads, by result (applied, rejected)."}, []string{"result"})
 	d.servicesInvalid = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xlb_services_invalid",
 		Help: "Configured services left out because they are invalid or conflict with another."})
-	reg.MustRegister(d.coll, d.reconciles, d.reconcileTime, d.configReloads, d.servicesInvalid,
+	d.serving = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xlb_frontend_serving_backends",
+		Help: "Backends taking new flows per frontend; 0 means the VIP:port is down."}, []string{"service", "frontend"})
+	reg.MustRegister(d.coll, d.reconciles, d.reconcileTime, d.configReloads, d.servicesInvalid, d.serving,
 		&healthCollector{d: d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
