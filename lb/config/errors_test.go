@@ -257,6 +257,8 @@ func TestErrors(t *testing.T) {
 			"xlb.yaml:8: services[0].healthCheck.port: 65536 is out of range (0 to 65535)"},
 		{"check interval without unit", check("      type: tcp\n      interval: 2\n"),
 			"xlb.yaml:8: services[0].healthCheck.interval: want a duration with a unit, such as 2s, got 2"},
+		{"check interval too short", check("      type: tcp\n      interval: 5ms\n      timeout: 1ms\n"),
+			"xlb.yaml:8: services[0].healthCheck.interval: 5ms is below the minimum of 10ms"},
 		{"check timeout not below interval", check("      type: tcp\n      interval: 1s\n      timeout: 1s\n"),
 			"xlb.yaml:9: services[0].healthCheck.timeout: 1s is not shorter than the interval (1s)"},
 		{"check timeout not below default interval", check("      type: tcp\n      timeout: 2s\n"),

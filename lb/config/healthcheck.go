@@ -3,14 +3,19 @@ package config
 import (
 	"math"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/xlb-dev/xlb/lb"
 )
 
+// MinCheckInterval is the shortest health-check interval (the checker's minimum).
+const MinCheckInterval = 10 * time.Millisecond
+
 // healthCheck walks a service's healthCheck. ports are the service's, checked against only
 // when they had no error (portsOK).
+
 func (d *decoder) healthCheck(n *yaml.Node, path string, ports []lb.Port, portsOK bool) *HealthCheck {
 	o, ok := d.object(n, path, healthCheckFields)
 	if !ok {
@@ -76,6 +81,10 @@ func (d *decoder) healthCheck(n *yaml.Node, path string, ports []lb.Port, portsO
 	if v := o.get("interval"); v != nil {
 		t, ok := d.positiveDuration(v, o.at("interval"))
 		hc.Interval, intervalOK = t, ok
+		if ok && t < MinCheckInterval {
+			d.failf(v, o.at("interval"), "%s is below the minimum of %s", t, MinCheckInterval)
+			intervalOK = false
+		}
 	}
 	if v := o.get("timeout"); v != nil {
 		t, ok := d.positiveDuration(v, o.at("timeout"))
