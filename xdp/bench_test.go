@@ -7,7 +7,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/google/gopacket/layers"
-	"golang.org/x/sys/unix"
 
 	"github.com/xlb-dev/xlb/internal/progrun"
 )
@@ -37,18 +36,7 @@ func benchPackets(b *testing.B, g *gw, ifindex int, pkts [][]byte, wantVerdict u
 	prog := g.dp.Program()
 	var raw, triv time.Duration
 	b.ResetTimer()
-	err := g.ns.Do(func() error {
-		// Stay on one CPU: the per-CPU caches and counters then behave as under steady traffic
-		// on one receive queue, and the measurement does not depend on the scheduler.
-		var old, one unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			return err
-		}
-		one.Set(benchCPU(old))
-		if err := unix.SchedSetaffinity(0, &one); err != nil {
-			return err
-		}
-		defer unix.SchedSetaffinity(0, &old)
+	err := g.do(func() error {
 		for i := 0; i < b.N; i++ {
 			pkt := pkts[i%len(pkts)]
 			r, err := progrun.XDP(base, pkt, ifindex, 1)
@@ -74,17 +62,6 @@ func benchPackets(b *testing.B, g *gw, ifindex int, pkts [][]byte, wantVerdict u
 	b.ReportMetric(float64(raw)/n, "raw-ns/pkt")
 	b.ReportMetric(float64(triv)/n, "base-ns/pkt")
 	b.ReportMetric((float64(raw)-float64(triv))/n, "ns/pkt")
-}
-
-// benchCPU picks the last CPU the process may use.
-func benchCPU(set unix.CPUSet) int {
-	cpu := 0
-	for i := 0; i < 1024; i++ {
-		if set.IsSet(i) {
-			cpu = i
-		}
-	}
-	return cpu
 }
 
 // flowPackets builds n client -> VIP:80 TCP packets with distinct source ports.

@@ -115,21 +115,39 @@ func newGW(t testing.TB, opts Options) *gw {
 	return g
 }
 
-// run runs the program on pkt as if it arrived on ifindex.
-func (g *gw) run(t testing.TB, pkt []byte, ifindex int) progrun.Result {
-	t.Helper()
-	var res progrun.Result
-	err := g.ns.Do(func() error {
-		// One CPU for every run: per-CPU caches and counters then behave deterministically.
+// do runs fn in the gateway namespace on one CPU, so that per-CPU caches and counters behave
+// deterministically (as under steady traffic on one receive queue).
+func (g *gw) do(fn func() error) error {
+	return g.ns.Do(func() error {
 		var old, one unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &old); err != nil {
 			return err
 		}
-		one.Set(benchCPU(old))
+		one.Set(lastCPU(old))
 		if err := unix.SchedSetaffinity(0, &one); err != nil {
 			return err
 		}
 		defer unix.SchedSetaffinity(0, &old)
+		return fn()
+	})
+}
+
+// lastCPU picks the last CPU of set.
+func lastCPU(set unix.CPUSet) int {
+	cpu := 0
+	for i := 0; i < 1024; i++ {
+		if set.IsSet(i) {
+			cpu = i
+		}
+	}
+	return cpu
+}
+
+// run runs the program on pkt as if it arrived on ifindex.
+func (g *gw) run(t testing.TB, pkt []byte, ifindex int) progrun.Result {
+	t.Helper()
+	var res progrun.Result
+	err := g.do(func() error {
 		var err error
 		res, err = progrun.XDP(g.dp.Program(), pkt, ifindex, 1)
 		return err
