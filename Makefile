@@ -4,17 +4,19 @@ GO      ?= go
 PKGS    ?= ./...
 # Packages Debian must provide: the BPF toolchain, and the tools the tests drive.
 DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool
+# What a person uses to poke at the lab (make lab): curl and ping inside its namespaces.
+LAB_PKGS = curl iputils-ping
 
 export GOTOOLCHAIN ?= local
 
-.PHONY: all deps generate build vet check-generated test e2e bench clean
+.PHONY: all deps generate build vet check-generated test e2e bench lab lab-down clean
 
 all: build
 
 ## deps: install the Debian packages the build and the tests need (needs root).
 deps:
 	apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS) $(LAB_PKGS)
 
 ## generate: compile the BPF C with clang-16 and regenerate the bpf2go bindings.
 generate:
@@ -45,6 +47,22 @@ e2e:
 ## bench: the datapath benchmarks (ns/pkt net of a trivial XDP program, BPF_PROG_TEST_RUN).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200000x -count 3 ./xdp/
+
+## lab: a whole edge site in network namespaces (docs/lab.md): a client behind a router with
+## ECMP to 2 gateways running xlb, a cluster L2 with 2 nodes and 5 pods. Shows it working, then
+## keeps it up until Ctrl-C. DEMO=1 runs the demonstration and exits (non-zero on failure), for
+## CI. LAB_FLAGS passes more flags to xlb-lab (e.g. LAB_FLAGS="--gateways 3 --pods 8").
+lab: deps
+	mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+	$(GO) build -o bin/xlb ./cmd/xlb
+	$(GO) build -o bin/xlb-lab ./cmd/xlb-lab
+	./bin/xlb-lab $(if $(filter-out 0 no false,$(DEMO)),demo,up) --xlb bin/xlb $(LAB_FLAGS)
+
+## lab-down: remove what lab sites left behind (namespaces, pins, xlb processes, state under
+## /run/xlb-lab) when their lab process is gone. ALL=1 removes running sites too.
+lab-down:
+	$(GO) build -o bin/xlb-lab ./cmd/xlb-lab
+	./bin/xlb-lab down $(if $(filter-out 0 no false,$(ALL)),--all)
 
 clean:
 	$(GO) clean -testcache

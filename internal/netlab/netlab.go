@@ -24,9 +24,15 @@ type NS struct {
 // Prefix returns a short random prefix for namespace and link names, unique per test, so tests
 // running at once never collide. Namespace names stay within 15 characters with a suffix of 4.
 func Prefix() string {
+	return TaggedPrefix("xt")
+}
+
+// TaggedPrefix is Prefix with another two-letter tag in place of "xt", for callers that must
+// recognise their own leftovers by name (the lab uses "xl").
+func TaggedPrefix(tag string) string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
-	return "xt" + hex.EncodeToString(b)
+	return tag + hex.EncodeToString(b)
 }
 
 // New creates namespace name with loopback up and removes it when t ends.

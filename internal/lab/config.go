@@ -1,0 +1,49 @@
+package lab
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ConfigYAML returns the standalone xlb config the lab gives gateway g: XDP (native) on "up0" and
+// "cl0", the gateway's own pin path, the site's seed (the same on every gateway), the metrics
+// server on the namespace's 127.0.0.1, and one service "demo" on the site's VIPs whose backends
+// are pods (both of each pod's addresses), health-checked with GET /healthz on TargetHTTP.
+func (s *Site) ConfigYAML(g *Gateway, pods []*Pod) string {
+	hi := s.Opts.HealthInterval
+	var b strings.Builder
+	fmt.Fprintf(&b, "# xlb lab site %s, gateway %s (generated: %s)\n", s.Prefix, g.Name, time.Now().Format(time.RFC3339))
+	fmt.Fprintf(&b, `interfaces:
+  - {name: up0, mode: native}
+  - {name: cl0, mode: native}
+datapath:
+  pinPath: %s
+  conntrackSize: 65536
+  maglevSlots: 262144
+  seed: %d
+listen: %s
+log: {format: text, level: info}
+services:
+  - name: %s
+    vips: [%s, "%s"]
+    ports:
+      - {name: http, port: %d, protocol: TCP, targetPort: %d}
+      - {name: who, port: %d, protocol: UDP, targetPort: %d}
+      - {name: echo, port: %d, protocol: TCP, targetPort: %d}
+      - {name: echo-udp, port: %d, protocol: UDP, targetPort: %d}
+    healthCheck: {type: http, path: /healthz, interval: %s, timeout: %s, rise: 1, fall: 2}
+`, g.PinPath, s.Opts.Seed, g.Listen, ServiceName, VIP4, VIP6,
+		PortHTTP, TargetHTTP, PortWho, TargetHTTP, PortEcho, TargetEcho, PortEcho, TargetEcho,
+		hi, hi/2)
+	if len(pods) == 0 {
+		b.WriteString("    backends: []\n")
+		return b.String()
+	}
+	b.WriteString("    backends:\n")
+	for _, p := range pods {
+		fmt.Fprintf(&b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
+		fmt.Fprintf(&b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
+	}
+	return b.String()
+}

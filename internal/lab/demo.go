@@ -1,0 +1,220 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Describe writes the site's topology: namespaces, links and addresses, routes that matter.
+func (s *Site) Describe(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "ROLE\tNAMESPACE\tADDRESSES\tNOTES\n")
+	for _, c := range s.Clients {
+		fmt.Fprintf(tw, "client %s\t%s\t%s %s\tdefault via the router\n", c.Name, c.NS.Name, c.Addr4, c.Addr6)
+	}
+	var ups []string
+	for _, g := range s.Upstream() {
+		ups = append(ups, g.Name)
+	}
+	fmt.Fprintf(tw, "router\t%s\t\t%s, %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name, VIPPrefix4, VIPPrefix6, strings.Join(ups, "+"))
+	for _, g := range s.Gateways {
+		state := "xlb not running"
+		if pid := g.Pid(); pid != 0 {
+			state = fmt.Sprintf("xlb pid %d", pid)
+		}
+		fmt.Fprintf(tw, "gateway %s\t%s\tup0 %s %s, cl0 %s %s\t%s; XDP on up0+cl0; pins %s\n", g.Name, g.NS.Name,
+			g.Upstream4, g.Upstream6, g.Cluster4, g.Cluster6, state, g.PinPath)
+	}
+	fmt.Fprintf(tw, "cluster L2\t%s\t%s %s\tbridge br0: gateways' cl0 + nodes' eth0\n", s.L2.Name, ClusterPrefix4, ClusterPrefix6)
+	for _, n := range s.Nodes {
+		fmt.Fprintf(tw, "node %s\t%s\t%s %s\tpod CIDR %s %s; default via the gateways (ECMP)\n", n.Name, n.NS.Name,
+			n.Addr4, n.Addr6, n.PodCIDR4, n.PodCIDR6)
+	}
+	backend := map[*Pod]bool{}
+	for _, p := range s.Backends() {
+		backend[p] = true
+	}
+	for _, p := range s.Pods {
+		note := "HTTP :8080, who udp :8080, echo tcp+udp :7007"
+		if !backend[p] {
+			note += " (not a backend)"
+		}
+		fmt.Fprintf(tw, "pod %s\t%s\t%s %s\ton node %s; %s\n", p.Name, p.NS.Name, p.Addr4, p.Addr6, p.Node.Name, note)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nVIPs %s and %s (configured on no interface), service %q:\n"+
+		"  http %d/tcp -> pods :%d   who %d/udp -> pods :%d   echo %d/tcp+udp -> pods :%d\n",
+		VIP4, VIP6, ServiceName, PortHTTP, TargetHTTP, PortWho, TargetHTTP, PortEcho, TargetEcho)
+}
+
+// Demo shows that the site works, from its first client: HTTP requests through both VIPs
+// (which pod answered, and the client address it saw), UDP and TCP echo, ping to the VIPs,
+// how 200 new connections spread over the pods, and each gateway's per-VIP counters. It returns
+// an error if anything failed.
+func (s *Site) Demo(ctx context.Context, w io.Writer) error {
+	c := s.Clients[0]
+	var errs []error
+	fail := func(format string, args ...any) {
+		err := fmt.Errorf(format, args...)
+		errs = append(errs, err)
+		fmt.Fprintf(w, "  FAILED: %v\n", err)
+	}
+	fmt.Fprintf(w, "\n== HTTP through the VIP, from client %s (a new connection each) ==\n", c.Name)
+	for _, vip := range []netip.Addr{VIP4, VIP6} {
+		url := "http://" + vip.String() + "/"
+		if vip.Is6() {
+			url = "http://[" + vip.String() + "]/"
+		}
+		for range 4 {
+			a, local, err := c.Get(ctx, vip)
+			if err != nil {
+				fail("GET %s: %v", url, err)
+				continue
+			}
+			seen := "the client's own address and port"
+			if a.Client != local {
+				seen = "NOT the client's address " + local.String()
+			}
+			fmt.Fprintf(w, "  GET %-24s -> pod %s on node %s (%s) saw client %s: %s\n",
+				url, a.Pod, a.Node, a.PodAddr, a.Client, seen)
+		}
+	}
+
+	fmt.Fprintf(w, "\n== UDP and TCP through the VIP ==\n")
+	for _, vip := range []netip.Addr{VIP4, VIP6} {
+		if a, err := c.Who(vip); err != nil {
+			fail("UDP who %s: %v", vip, err)
+		} else {
+			fmt.Fprintf(w, "  UDP %-24s -> pod %s saw client %s\n", netip.AddrPortFrom(vip, PortWho), a.Pod, a.Client)
+		}
+		if err := echoTCP(ctx, c, vip); err != nil {
+			fail("TCP echo %s: %v", vip, err)
+		} else {
+			fmt.Fprintf(w, "  TCP echo %-19s -> echoed\n", netip.AddrPortFrom(vip, PortEcho))
+		}
+		if err := echoUDP(c, vip); err != nil {
+			fail("UDP echo %s: %v", vip, err)
+		} else {
+			fmt.Fprintf(w, "  UDP echo %-19s -> echoed\n", netip.AddrPortFrom(vip, PortEcho))
+		}
+		if rtt, err := c.Ping(vip); err != nil {
+			fail("ping %s: %v", vip, err)
+		} else {
+			fmt.Fprintf(w, "  ping %-23s -> echo reply in %v (answered by a gateway's XDP program)\n", vip, rtt.Round(time.Microsecond))
+		}
+	}
+
+	const spread = 200
+	fmt.Fprintf(w, "\n== %d new connections to http://%s/ ==\n", spread, VIP4)
+	counts := map[string]int{}
+	failed := 0
+	for range spread {
+		a, _, err := c.Get(ctx, VIP4)
+		if err != nil {
+			failed++
+			continue
+		}
+		counts[a.Pod]++
+	}
+	if failed > 0 {
+		fail("%d of %d requests failed", failed, spread)
+	}
+	var pods []string
+	for _, p := range s.Backends() {
+		pods = append(pods, fmt.Sprintf("%s %d", p.Name, counts[p.Name]))
+	}
+	fmt.Fprintf(w, "  answered by: %s\n", strings.Join(pods, ", "))
+
+	fmt.Fprintf(w, "\n== Per-VIP counters from each gateway's /metrics (xlb_vip_*_total) ==\n")
+	for _, g := range s.Gateways {
+		m, err := g.Metrics()
+		if err != nil {
+			fail("%v", err)
+			continue
+		}
+		fmt.Fprintf(w, "  %s (%s, http://%s/metrics):\n", g.Name, g.NS.Name, g.Listen)
+		for _, smp := range sortedVIPSamples(m) {
+			l := smp.Labels
+			fe := l["vip"] + ":" + l["port"]
+			if strings.Contains(l["vip"], ":") {
+				fe = "[" + l["vip"] + "]:" + l["port"]
+			}
+			fmt.Fprintf(w, "    %-22s %-4s packets %6.0f  new flows %5.0f  bytes %8.0f\n",
+				fe, l["protocol"], smp.Value,
+				m.Sum("xlb_vip_new_flows_total", "vip", l["vip"], "port", l["port"], "protocol", l["protocol"]),
+				m.Sum("xlb_vip_bytes_total", "vip", l["vip"], "port", l["port"], "protocol", l["protocol"]))
+		}
+		fmt.Fprintf(w, "    conntrack entries %.0f; datapath: %s\n", m.Sum("xlb_conntrack_entries"), m.Reasons())
+	}
+	return errors.Join(errs...)
+}
+
+func sortedVIPSamples(m Metrics) []Sample {
+	ss := m.Samples("xlb_vip_packets_total")
+	slices.SortFunc(ss, func(a, b Sample) int {
+		return strings.Compare(a.Labels["vip"]+"/"+a.Labels["port"]+"/"+a.Labels["protocol"],
+			b.Labels["vip"]+"/"+b.Labels["port"]+"/"+b.Labels["protocol"])
+	})
+	return ss
+}
+
+func echoTCP(ctx context.Context, c *Client, vip netip.Addr) error {
+	conn, err := c.Dial(ctx, netip.AddrPortFrom(vip, PortEcho))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(IOTimeout))
+	msg := "hello through " + vip.String() + "\n"
+	if _, err := io.WriteString(conn, msg); err != nil {
+		return err
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		return err
+	}
+	if string(buf) != msg {
+		return fmt.Errorf("echoed %q, want %q", buf, msg)
+	}
+	return nil
+}
+
+func echoUDP(c *Client, vip netip.Addr) error {
+	conn, err := c.ListenUDP(vip, 0)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	dst := netip.AddrPortFrom(vip, PortEcho)
+	msg := "hello through " + vip.String()
+	b, from, err := Exchange(conn, dst, []byte(msg))
+	if err != nil {
+		return err
+	}
+	if from != dst || string(b) != msg {
+		return fmt.Errorf("answer %q from %s, want %q from %s", b, from, msg, dst)
+	}
+	return nil
+}
+
+// Guide writes how a person can use the running site from a shell.
+func (s *Site) Guide(w io.Writer) {
+	c := s.Clients[0].NS.Name
+	g := s.Gateways[0]
+	fmt.Fprintf(w, `
+Try it (as root, in another shell):
+  ip netns exec %[1]s curl http://%[2]s/
+  ip netns exec %[1]s curl 'http://[%[3]s]/'
+  ip netns exec %[1]s ping -c 3 %[2]s          (if iputils-ping is installed: make deps)
+  ip netns exec %[4]s curl -s http://%[5]s/metrics | grep ^xlb_vip
+  ip netns exec %[6]s ip route show %[7]s      (the ECMP route to the gateways)
+  tail -f %[8]s                                (xlb's log on %[9]s)
+`, c, VIP4, VIP6, g.NS.Name, g.Listen, s.Router.NS.Name, VIPPrefix4, g.LogPath, g.Name)
+}
