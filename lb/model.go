@@ -106,6 +106,10 @@ type Service struct {
 	SourceRanges []netip.Prefix
 	// TrafficPolicy is externalTrafficPolicy (see TrafficLocal).
 	TrafficPolicy TrafficPolicy
+	// TableSize is the Maglev table size of the service's frontends, a prime; 0 means
+	// PlanOptions.TableSize. It must not depend on the backend count: every change of M remaps
+	// almost every flow, so a service's M stays put while its backends come and go.
+	TableSize int
 }
 
 // Port is a service port.

@@ -73,10 +73,28 @@ type Desired struct {
 	Reverse map[Endpoint]ReversePlan
 }
 
-// Plan computes the desired datapath state of services, with Maglev tables seeded by seed. A
-// service that is invalid, or claims a frontend an earlier service (by name) already has, is left
-// out and reported in errs; the others are planned as if it were not there.
-func Plan(services []Service, seed uint32) (d *Desired, errs []error) {
+// DefaultTableSize is the Maglev table size of a frontend unless configured otherwise: 16381 slots
+// (as Cilium's default), enough for the 100-slots-per-backend rule up to 163 backends. It is a
+// constant, not a function of the backend count, because changing a table's size remaps almost
+// every flow: adding a backend must move only the flows it takes.
+const DefaultTableSize = 16381
+
+// PlanOptions are the settings every gateway of a site must share.
+type PlanOptions struct {
+	// Seed places the backends in the Maglev tables.
+	Seed uint32
+	// TableSize is the Maglev table size of services that do not set their own; 0 means
+	// DefaultTableSize. A prime (see maglev.CheckSize).
+	TableSize int
+}
+
+// Plan computes the desired datapath state of services. A service that is invalid, or claims a
+// frontend an earlier service (by name) already has, is left out and reported in errs; the others
+// are planned as if it were not there.
+func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
+	if opts.TableSize == 0 {
+		opts.TableSize = DefaultTableSize
+	}
 	d = &Desired{Frontends: map[Frontend]*FrontendPlan{}, Reverse: map[Endpoint]ReversePlan{}}
 	sorted := slices.Clone(services)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
@@ -92,7 +110,7 @@ func Plan(services []Service, seed uint32) (d *Desired, errs []error) {
 			continue
 		}
 		names[s.Name] = true
-		plans, err := planService(s, seed)
+		plans, err := planService(s, opts)
 		if err == nil {
 			for f := range plans {
 				if other, taken := d.Frontends[f]; taken {
@@ -114,7 +132,14 @@ func Plan(services []Service, seed uint32) (d *Desired, errs []error) {
 }
 
 // planService plans every frontend of one valid service.
-func planService(s *Service, seed uint32) (map[Frontend]*FrontendPlan, error) {
+func planService(s *Service, opts PlanOptions) (map[Frontend]*FrontendPlan, error) {
+	m := s.TableSize
+	if m == 0 {
+		m = opts.TableSize
+	}
+	if err := maglev.CheckSize(m); err != nil {
+		return nil, fmt.Errorf("service %s: %w", s.Name, err)
+	}
 	out := map[Frontend]*FrontendPlan{}
 	for _, vip := range s.VIPs {
 		vip = vip.Unmap()
@@ -155,7 +180,7 @@ func planService(s *Service, seed uint32) (map[Frontend]*FrontendPlan, error) {
 					return nil, fmt.Errorf("service %s: frontend %s: backend %s listed twice", s.Name, f, p.Backends[i].Key)
 				}
 			}
-			table, err := buildTable(p.Backends, seed)
+			table, err := buildTable(p.Backends, m, opts.Seed)
 			if err != nil {
 				return nil, fmt.Errorf("service %s: frontend %s: %w", s.Name, f, err)
 			}
@@ -166,13 +191,13 @@ func planService(s *Service, seed uint32) (map[Frontend]*FrontendPlan, error) {
 	return out, nil
 }
 
-// buildTable builds the Maglev table of a frontend, sized for its backend count.
-func buildTable(bes []PlannedBackend, seed uint32) ([]int, error) {
+// buildTable builds the Maglev table of m slots of a frontend.
+func buildTable(bes []PlannedBackend, m int, seed uint32) ([]int, error) {
 	mb := make([]maglev.Backend, len(bes))
 	for i, b := range bes {
 		mb[i] = maglev.Backend{Name: b.Key.String(), Weight: b.Weight}
 	}
-	return maglev.Build(mb, maglev.SizeFor(len(bes)), seed)
+	return maglev.Build(mb, m, seed)
 }
 
 // planReverse derives the reverse NAT entries from the frontends.

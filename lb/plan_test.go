@@ -23,7 +23,7 @@ func TestPlanFrontendsAndReverse(t *testing.T) {
 	b := svc("b", "198.18.100.2", 0, "198.18.1.10")
 	b.Ports[0].TargetPort = 0
 	c := svc("c", "198.18.100.3", 81, "198.18.1.10") // same endpoint as a: ambiguous
-	d, errs := Plan([]Service{c, b, a}, 1)
+	d, errs := Plan([]Service{c, b, a}, PlanOptions{Seed: 1, TableSize: 251})
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}
@@ -65,7 +65,7 @@ func TestPlanErrorsAreContained(t *testing.T) {
 	v6only := svc("v6ranges", "198.18.100.3", 80, "198.18.1.10")
 	v6only.SourceRanges = []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}
 	dup := svc("good", "198.18.100.4", 80)
-	d, errs := Plan([]Service{clash, good, sctp, v6only, dup}, 1)
+	d, errs := Plan([]Service{clash, good, sctp, v6only, dup}, PlanOptions{Seed: 1})
 	want := []string{
 		"service good: defined twice",
 		"service sctp: port 80: protocol 132 is not supported",
@@ -90,8 +90,8 @@ func TestPlanIsDeterministic(t *testing.T) {
 	a := svc("a", "198.18.100.1", 80, "198.18.1.10", "198.18.1.11", "198.18.1.12")
 	b := a
 	b.Backends = []Backend{a.Backends[2], a.Backends[0], a.Backends[1]}
-	d1, _ := Plan([]Service{a}, 9)
-	d2, _ := Plan([]Service{b}, 9)
+	d1, _ := Plan([]Service{a}, PlanOptions{Seed: 9})
+	d2, _ := Plan([]Service{b}, PlanOptions{Seed: 9})
 	f := Frontend{netip.MustParseAddr("198.18.100.1"), 80, TCP}
 	t1, t2 := d1.Frontends[f], d2.Frontends[f]
 	for i := range t1.Table {

@@ -215,7 +215,7 @@ func (d *daemon) reconcile() error {
 	cfg := d.cfg
 	services, pending := d.withHealth(cfg)
 	d.mu.Unlock()
-	desired, errs := lb.Plan(services, cfg.Datapath.Seed)
+	desired, errs := lb.Plan(services, cfg.PlanOptions())
 	d.servicesInvalid.Set(float64(len(errs)))
 	for _, err := range errs {
 		d.log.Error("service not served", "error", err)

@@ -20,7 +20,7 @@ func (s *Site) ConfigYAML(g *Gateway, pods []*Pod) string {
 datapath:
   pinPath: %s
   conntrackSize: 65536
-  maglevSlots: 262144
+  maglevSlots: 1048576   # room for 8 frontends x 16381 slots, twice over (a table swap)
   seed: %d
 listen: %s
 log: {format: text, level: info}

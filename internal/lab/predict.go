@@ -24,7 +24,7 @@ func (s *Site) Predictor(pods []*Pod) (*Predictor, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, errs := lb.Plan(cfg.Services, cfg.Datapath.Seed)
+	plan, errs := lb.Plan(cfg.Services, cfg.PlanOptions())
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("plan: %v", errs)
 	}

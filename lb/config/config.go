@@ -97,6 +97,10 @@ type Datapath struct {
 	// table (a VIP uses as many slots as its table size), 0 to 4294967295; 0 means the default
 	// (16777216). Changing it needs the pinned maps removed.
 	MaglevSlots uint32
+	// MaglevTableSize (key maglevTableSize) is the Maglev table size of the services that do
+	// not set their own: a prime from 2 to 1048573, or 0 for lb.DefaultTableSize (16381, enough
+	// for 163 backends at 100 slots each). Every gateway of a site must use the same sizes.
+	MaglevTableSize int
 	// Seed (key seed) seeds the flow hash, 0 to 4294967295. Every gateway of a site must use
 	// the same seed, or a flow that ECMP moves to another gateway lands on another backend.
 	Seed uint32
@@ -189,3 +193,8 @@ const (
 
 // isHTTP reports whether t sends an HTTP request.
 func (t CheckType) isHTTP() bool { return t == CheckHTTP || t == CheckHTTPS }
+
+// PlanOptions returns the settings lb.Plan needs from the file.
+func (c *Config) PlanOptions() lb.PlanOptions {
+	return lb.PlanOptions{Seed: c.Datapath.Seed, TableSize: c.Datapath.MaglevTableSize}
+}

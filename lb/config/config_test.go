@@ -40,6 +40,7 @@ func TestExample(t *testing.T) {
 			PinPath:               "/sys/fs/bpf/xlb",
 			ConntrackSize:         1 << 20,
 			MaglevSlots:           1 << 24,
+			MaglevTableSize:       16381,
 			Seed:                  0,
 			TCPEstablishedTimeout: time.Hour,
 			TCPClosingTimeout:     10 * time.Second,
@@ -67,6 +68,7 @@ func TestExample(t *testing.T) {
 				Affinity:      lb.AffinityNone,
 				SourceRanges:  []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")},
 				TrafficPolicy: lb.TrafficCluster,
+				TableSize:     65537,
 			},
 			{
 				Name:            "dns",
@@ -95,7 +97,7 @@ func TestExample(t *testing.T) {
 		t.Errorf("example.yaml parsed to\n%+v\nwant\n%+v", cfg, want)
 	}
 	// The example is a working config: the plan accepts it.
-	if _, errs := lb.Plan(cfg.Services, cfg.Datapath.Seed); len(errs) > 0 {
+	if _, errs := lb.Plan(cfg.Services, cfg.PlanOptions()); len(errs) > 0 {
 		t.Errorf("lb.Plan(example): %v", errs)
 	}
 }

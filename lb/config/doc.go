@@ -19,6 +19,7 @@
 //	services[].sessionAffinityTimeout  lb.Service.AffinityTimeout: ClientIP only, default 3h, at most 24h
 //	services[].sourceRanges            lb.Service.SourceRanges: prefixes without host bits
 //	services[].externalTrafficPolicy   lb.Service.TrafficPolicy: Cluster (default) or Local
+//	services[].maglevTableSize         lb.Service.TableSize: a prime; default datapath.maglevTableSize
 //	services[].healthCheck             Config.HealthChecks[name] (see HealthCheck)
 //
 // # Strictness

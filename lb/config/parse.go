@@ -17,17 +17,20 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/lb/maglev"
 )
 
 // The fields of each mapping of the file, in the order the documentation gives them.
 var (
 	topFields       = []string{"interfaces", "datapath", "listen", "log", "services"}
 	interfaceFields = []string{"name", "mode"}
-	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "seed", "tcpEstablishedTimeout",
-		"tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
+	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "maglevTableSize", "seed",
+		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
-		"sourceRanges", "externalTrafficPolicy", "healthCheck"}
+		"sourceRanges", "externalTrafficPolicy", "maglevTableSize", "healthCheck"}
 	portFields        = []string{"name", "port", "protocol", "targetPort"}
 	backendFields     = []string{"address", "weight", "state", "node", "targetPorts"}
 	healthCheckFields = []string{"type", "port", "path", "expectStatus", "payload", "expect", "interval",
@@ -186,6 +189,9 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 			*f.dst, _ = d.uint32Of(v, o.at(f.key))
 		}
 	}
+	if v := o.get("maglevTableSize"); v != nil {
+		dp.MaglevTableSize = d.tableSize(v, o.at("maglevTableSize"))
+	}
 	for _, f := range []struct {
 		key string
 		dst *time.Duration
@@ -268,4 +274,18 @@ func (d *decoder) log(n *yaml.Node, path string, l *Log) {
 			l.Level = levels[s]
 		}
 	}
+}
+
+// tableSize reads a Maglev table size: a prime the table builder accepts.
+func (d *decoder) tableSize(v *yaml.Node, path string) int {
+	n, ok := d.uint32Of(v, path)
+	if !ok {
+		return 0
+	}
+	if err := maglev.CheckSize(int(n)); err != nil {
+		d.failf(v, path, "%d is not a usable Maglev table size: a prime from 2 to %d, such as %d (%s)",
+			n, maglev.MaxSize, lb.DefaultTableSize, strings.TrimPrefix(err.Error(), "maglev: "))
+		return 0
+	}
+	return int(n)
 }

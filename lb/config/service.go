@@ -100,6 +100,10 @@ func (d *decoder) service(n *yaml.Node, path string, names map[string]place) (s 
 		}
 	}
 
+	if v := o.get("maglevTableSize"); v != nil {
+		s.TableSize = d.tableSize(v, o.at("maglevTableSize"))
+	}
+
 	if v := o.get("healthCheck"); v != nil {
 		hc = d.healthCheck(v, o.at("healthCheck"), s.Ports, portsOK)
 	}

@@ -43,7 +43,7 @@ type Builder struct {
 
 // Build returns the table of m slots for backends, as [Build] does with b.Seed.
 func (b *Builder) Build(backends []Backend, m int) ([]int, error) {
-	if err := checkSize(m); err != nil {
+	if err := CheckSize(m); err != nil {
 		return nil, err
 	}
 	if err := b.sortByName(backends); err != nil {

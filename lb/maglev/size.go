@@ -37,8 +37,8 @@ func SizeFor(n int) int {
 	return MaxSize
 }
 
-// checkSize returns an error when m is not a prime from 2 to MaxSize.
-func checkSize(m int) error {
+// CheckSize returns an error when m cannot be a table size: not a prime from 2 to MaxSize.
+func CheckSize(m int) error {
 	if m < 2 || m > MaxSize {
 		return fmt.Errorf("maglev: table size %d out of range 2..%d", m, MaxSize)
 	}

@@ -19,8 +19,8 @@ func TestSizesArePrimes(t *testing.T) {
 				t.Errorf("size %d is divisible by %d", m, d)
 			}
 		}
-		if err := checkSize(m); err != nil {
-			t.Errorf("checkSize(%d): %v", m, err)
+		if err := CheckSize(m); err != nil {
+			t.Errorf("CheckSize(%d): %v", m, err)
 		}
 	}
 	if !slices.Contains(Sizes(), DefaultSize) || slices.Max(Sizes()) != MaxSize {
@@ -55,16 +55,16 @@ func TestSizeFor(t *testing.T) {
 
 func TestCheckSize(t *testing.T) {
 	for _, m := range []int{2, 3, 13, 65521, 65537, MaxSize} {
-		if err := checkSize(m); err != nil {
-			t.Errorf("checkSize(%d): %v", m, err)
+		if err := CheckSize(m); err != nil {
+			t.Errorf("CheckSize(%d): %v", m, err)
 		}
 	}
 	for _, m := range []int{-13, 0, 1, 4, 9, 65536, 1048575, 1048583} {
-		err := checkSize(m)
+		err := CheckSize(m)
 		if err == nil {
-			t.Errorf("checkSize(%d) accepted it", m)
+			t.Errorf("CheckSize(%d) accepted it", m)
 		} else if !strings.Contains(err.Error(), strconv.Itoa(m)) {
-			t.Errorf("checkSize(%d): %q does not name the size", m, err)
+			t.Errorf("CheckSize(%d): %q does not name the size", m, err)
 		}
 	}
 }

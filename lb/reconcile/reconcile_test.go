@@ -59,7 +59,7 @@ func web(backends ...string) lb.Service {
 
 func plan(t *testing.T, svcs ...lb.Service) *lb.Desired {
 	t.Helper()
-	d, errs := lb.Plan(svcs, 7)
+	d, errs := lb.Plan(svcs, lb.PlanOptions{Seed: 7, TableSize: 251})
 	if len(errs) > 0 {
 		t.Fatalf("plan: %v", errs)
 	}
