@@ -43,6 +43,7 @@ test: check-generated vet
 ## forwarding real TCP and UDP through a VIP, then surviving a loader restart.
 e2e:
 	$(GO) test -count=1 -v -run 'TestE2E' ./xdp/
+	$(GO) test -count=1 -v -run 'TestDaemonE2E' ./cmd/xlb/
 
 ## bench: the datapath benchmarks (ns/pkt net of a trivial XDP program, BPF_PROG_TEST_RUN).
 bench:
