@@ -25,10 +25,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
-
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
@@ -196,56 +192,34 @@ func newE2ELab(t *testing.T) *e2eLab {
 	return l
 }
 
-// txChecksumOff makes the client and the backend put full checksums in the packets they send.
-// With TX checksum offload a veth hands on packets whose L4 checksum is only the pseudo-header
-// seed (CHECKSUM_PARTIAL); the gateway's XDP_REDIRECT turns them into plain frames, so the
-// receiver checks the checksum, finds it wrong and drops the packet (TcpInCsumErrors). A NIC
-// delivers complete checksums, so this is the lab's problem, not the datapath's.
+// txChecksumOff and attachPass apply the lab settings veths need (see netlab.NS.TxChecksumOff
+// and netlab.NS.AttachPass) to the client's and the backend's ends.
 func (l *e2eLab) txChecksumOff(t *testing.T) {
 	t.Helper()
 	for _, end := range []struct {
 		ns     *netlab.NS
 		ifname string
 	}{{l.client, e2eClientIf}, {l.backend, e2eBackendIf}} {
-		if out, err := end.ns.Cmd("ethtool", "-K", end.ifname, "tx", "off").CombinedOutput(); err != nil {
-			t.Fatalf("ethtool -K %s tx off in %s: %v: %s", end.ifname, end.ns.Name, err, out)
+		if err := end.ns.TxChecksumOff(end.ifname); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
 
-// attachPass puts an XDP_PASS program on the client's and the backend's veth ends: frames
-// redirected (XDP_REDIRECT) into a veth vanish unless its peer runs an XDP program.
 func (l *e2eLab) attachPass(t *testing.T) {
 	t.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:    "xlb_test_pass",
-		Type:    ebpf.XDP,
-		License: "GPL",
-		Instructions: asm.Instructions{
-			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
-			asm.Return(),
-		},
-	})
+	prog, err := netlab.PassProgram()
 	if err != nil {
-		t.Fatalf("load XDP_PASS program: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { prog.Close() })
 	for _, end := range []struct {
 		ns     *netlab.NS
 		ifname string
 	}{{l.client, e2eClientIf}, {l.backend, e2eBackendIf}} {
-		var lk link.Link
-		err := end.ns.Do(func() error {
-			iface, err := net.InterfaceByName(end.ifname)
-			if err != nil {
-				return err
-			}
-			lk, err = link.AttachXDP(link.XDPOptions{
-				Program: prog, Interface: iface.Index, Flags: link.XDPDriverMode})
-			return err
-		})
+		lk, err := end.ns.AttachPass(prog, end.ifname)
 		if err != nil {
-			t.Fatalf("attach XDP_PASS to %s in %s: %v", end.ifname, end.ns.Name, err)
+			t.Fatal(err)
 		}
 		t.Cleanup(func() { lk.Close() })
 	}

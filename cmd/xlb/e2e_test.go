@@ -31,10 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
-
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
@@ -383,50 +379,34 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-// txChecksumOff makes the client and the backend send full checksums: the gateway's
-// XDP_REDIRECT turns a veth's CHECKSUM_PARTIAL packets into plain frames whose checksum the
-// receiver finds wrong (a NIC delivers complete checksums; this is the lab's problem).
+// txChecksumOff and attachPass apply the lab settings veths need (see netlab.NS.TxChecksumOff
+// and netlab.NS.AttachPass) to the client's and the backend's ends.
 func (l *lab) txChecksumOff(t *testing.T) {
 	t.Helper()
 	for _, end := range []struct {
 		ns     *netlab.NS
 		ifname string
 	}{{l.client, labClientIf}, {l.backend, labBackendIf}} {
-		if out, err := end.ns.Cmd("ethtool", "-K", end.ifname, "tx", "off").CombinedOutput(); err != nil {
-			t.Fatalf("ethtool -K %s tx off in %s: %v: %s", end.ifname, end.ns.Name, err, out)
+		if err := end.ns.TxChecksumOff(end.ifname); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
 
-// attachPass puts an XDP_PASS program on the gateway's peers: frames redirected into a veth
-// vanish unless its peer runs an XDP program.
 func (l *lab) attachPass(t *testing.T) {
 	t.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "xlb_test_pass",
-		Type:         ebpf.XDP,
-		License:      "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}, // XDP_PASS
-	})
+	prog, err := netlab.PassProgram()
 	if err != nil {
-		t.Fatalf("load XDP_PASS program: %v", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { prog.Close() })
 	for _, end := range []struct {
 		ns     *netlab.NS
 		ifname string
 	}{{l.client, labClientIf}, {l.backend, labBackendIf}} {
-		var lk link.Link
-		err := end.ns.Do(func() error {
-			iface, err := net.InterfaceByName(end.ifname)
-			if err != nil {
-				return err
-			}
-			lk, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: iface.Index, Flags: link.XDPDriverMode})
-			return err
-		})
+		lk, err := end.ns.AttachPass(prog, end.ifname)
 		if err != nil {
-			t.Fatalf("attach XDP_PASS to %s in %s: %v", end.ifname, end.ns.Name, err)
+			t.Fatal(err)
 		}
 		t.Cleanup(func() { lk.Close() })
 	}

@@ -2,14 +2,9 @@ package lab
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
-
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
@@ -84,52 +79,23 @@ func veth(a *netlab.NS, an string, b *netlab.NS, bn string) error {
 	return b.IP("link set dev " + bn + " up")
 }
 
-// txOff turns TX checksum offload off on ifname in ns. Sockets behind a veth with offload on
-// send packets whose L4 checksum is only the pseudo-header seed (CHECKSUM_PARTIAL); once a
-// gateway's XDP_REDIRECT turns them into plain frames the receiver finds the checksum wrong
-// and drops them. Real NICs deliver complete checksums: this is the lab's problem only.
-func txOff(ns *netlab.NS, ifname string) error {
-	if out, err := ns.Cmd("ethtool", "-K", ifname, "tx", "off").CombinedOutput(); err != nil {
-		return fmt.Errorf("ethtool -K %s tx off in %s: %v: %s", ifname, ns.Name, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// passProgram loads an XDP program that passes every frame.
-func passProgram() (*ebpf.Program, error) {
-	return ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:    "xlb_lab_pass",
-		Type:    ebpf.XDP,
-		License: "GPL",
-		Instructions: asm.Instructions{
-			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
-			asm.Return(),
-		},
-	})
-}
+// txOff turns TX checksum offload off on ifname in ns (see netlab.NS.TxChecksumOff).
+func txOff(ns *netlab.NS, ifname string) error { return ns.TxChecksumOff(ifname) }
 
 // attachPass attaches the site's XDP_PASS program to ifname in ns: frames a gateway sends with
 // XDP_TX or XDP_REDIRECT into a veth vanish unless the veth's peer runs an XDP program.
 func (s *Site) attachPass(ns *netlab.NS, ifname string) error {
 	if s.pass == nil {
-		p, err := passProgram()
+		p, err := netlab.PassProgram()
 		if err != nil {
-			return fmt.Errorf("load the XDP_PASS program: %w", err)
+			return err
 		}
 		s.pass = p
 		s.onClose(func() error { return p.Close() })
 	}
-	var lk link.Link
-	err := ns.Do(func() error {
-		iface, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		lk, err = link.AttachXDP(link.XDPOptions{Program: s.pass, Interface: iface.Index, Flags: link.XDPDriverMode})
-		return err
-	})
+	lk, err := ns.AttachPass(s.pass, ifname)
 	if err != nil {
-		return fmt.Errorf("attach XDP_PASS to %s in %s: %w", ifname, ns.Name, err)
+		return err
 	}
 	s.onClose(func() error { return lk.Close() })
 	return nil
