@@ -214,6 +214,9 @@ func (s *Service) Validate() error {
 		if !r.IsValid() {
 			return fmt.Errorf("service %s: source range %s is not a prefix", s.Name, r)
 		}
+		if r.Addr().Is4In6() {
+			return fmt.Errorf("service %s: source range %s is IPv4-mapped; write it in IPv4 form", s.Name, r)
+		}
 	}
 	return nil
 }

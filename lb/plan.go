@@ -214,4 +214,16 @@ func (d *Desired) planReverse() {
 			d.Reverse[ep] = ReversePlan{Frontend: f}
 		}
 	}
+	// The datapath tries {address, port} before {address, 0}: an endpoint serving an all-ports
+	// frontend and a fixed-port one is ambiguous for both.
+	for ep := range d.Reverse {
+		if ep.Port == 0 {
+			continue
+		}
+		any := Endpoint{Addr: ep.Addr, Port: 0, Proto: ep.Proto}
+		if _, ok := d.Reverse[any]; ok {
+			d.Reverse[ep] = ReversePlan{Ambiguous: true}
+			d.Reverse[any] = ReversePlan{Ambiguous: true}
+		}
+	}
 }

@@ -50,8 +50,14 @@ func TestPlanFrontendsAndReverse(t *testing.T) {
 	if r := d.Reverse[Endpoint{netip.MustParseAddr("198.18.1.11"), 8080, TCP}]; r.Ambiguous || r.Frontend.Port != 80 {
 		t.Errorf("draining endpoint keeps its reverse entry: %+v", r)
 	}
-	if r := d.Reverse[Endpoint{netip.MustParseAddr("198.18.1.10"), 0, TCP}]; r.Frontend.Addr != netip.MustParseAddr("198.18.100.2") {
-		t.Errorf("all-ports endpoint: %+v", r)
+	// 198.18.1.10 serves b on every port and a, c on 8080: the datapath would match a reply from
+	// :8080 to b's clients with the :8080 entry, so both entries are ambiguous.
+	if r := d.Reverse[Endpoint{netip.MustParseAddr("198.18.1.10"), 0, TCP}]; !r.Ambiguous {
+		t.Errorf("all-ports endpoint sharing an address with a fixed-port one: %+v", r)
+	}
+	e, _ := Plan([]Service{b}, PlanOptions{Seed: 1, TableSize: 251})
+	if r := e.Reverse[Endpoint{netip.MustParseAddr("198.18.1.10"), 0, TCP}]; r.Ambiguous || r.Frontend.Addr != netip.MustParseAddr("198.18.100.2") {
+		t.Errorf("all-ports endpoint alone: %+v", r)
 	}
 }
 

@@ -97,3 +97,26 @@ func (d *Datapath) FlowCount() (int, error) {
 		}
 	}
 }
+
+// MaxFlowBackend returns the highest backend id a conntrack entry names (0 if none). A caller
+// handing out backend ids starts above it after a restart, so that an id flows may still name is
+// not given to another endpoint soon.
+func (d *Datapath) MaxFlowBackend() (BackendID, error) {
+	const chunk = 4096
+	keys := make([]xlbFlowKey, chunk)
+	vals := make([]xlbCtEntry, chunk)
+	var cursor ebpf.MapBatchCursor
+	var top uint32
+	for {
+		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			top = max(top, vals[i].BackendId)
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return BackendID(top), nil
+		}
+		if err != nil {
+			return BackendID(top), fmt.Errorf("read conntrack: %w", err)
+		}
+	}
+}

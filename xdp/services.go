@@ -213,6 +213,9 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := map[Frontend]VIPConfig{}
+	// checked: VIP ids whose flags enforce source ranges. Prefixes of other VIPs (left by a write
+	// that failed half-way) are not reported: they are not in force.
+	checked := map[uint32]bool{}
 	var k xlbSvcKey
 	var vi xlbVipInfo
 	it := d.objs.Vips.Iterate()
@@ -225,6 +228,9 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 			cfg.Affinity = AffinityClientIP
 		}
 		out[frontendOf(k)] = cfg
+		if vi.Flags&vipFlagSrcRanges != 0 {
+			checked[vi.Id] = true
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list VIPs: %w", err)
@@ -240,7 +246,7 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 		b := nativeBytes(rk.VipId)
 		id := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 		f, ok := byID[id]
-		if !ok {
+		if !ok || !checked[id] {
 			continue
 		}
 		fam := uint8(familyV6)

@@ -38,6 +38,10 @@ type daemon struct {
 	checker *health.Checker
 	coll    *datapathCollector
 
+	// planOpts are the plan settings the datapath was loaded with (seed, table size): like the
+	// datapath's, they change only at a restart, so a reload cannot remap every flow twice.
+	planOpts lb.PlanOptions
+
 	mu  sync.Mutex
 	cfg *config.Config // the config being served (the last valid one)
 	// known: backend endpoints the datapath already serves (that take new flows: in a Maglev
@@ -73,7 +77,7 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 	if err != nil {
 		return err
 	}
-	d := &daemon{log: log, cfgPath: cfgPath, dp: dp, cfg: cfg, known: map[netip.AddrPort]bool{},
+	d := &daemon{log: log, cfgPath: cfgPath, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), known: map[netip.AddrPort]bool{},
 		wake: make(chan struct{}, 1)}
 	defer func() {
 		if cleanupOnExit {
@@ -155,28 +159,31 @@ func attachMode(m config.AttachMode) xdp.AttachMode {
 	return xdp.AttachAuto
 }
 
-// attach attaches to the configured interfaces and detaches from those no longer configured.
+// attach attaches to the configured interfaces and detaches from those no longer configured,
+// carrying on past a failure so one bad interface does not block the others.
 func (d *daemon) attach(cfg *config.Config) error {
+	var errs []error
 	want := map[string]bool{}
 	for _, i := range cfg.Interfaces {
 		want[i.Name] = true
 		if err := d.dp.Attach(i.Name, attachMode(i.Mode)); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	have, err := d.dp.Interfaces()
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	for _, n := range have {
 		if !want[n] {
 			if err := d.dp.Detach(n); err != nil {
-				return err
+				errs = append(errs, err)
+				continue
 			}
 			d.log.Info("detached", "interface", n)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // trigger asks the loop to reconcile.
@@ -215,7 +222,7 @@ func (d *daemon) reconcile() error {
 	cfg := d.cfg
 	services, pending := d.withHealth(cfg)
 	d.mu.Unlock()
-	desired, errs := lb.Plan(services, cfg.PlanOptions())
+	desired, errs := lb.Plan(services, d.planOpts)
 	d.servicesInvalid.Set(float64(len(errs)))
 	for _, err := range errs {
 		d.log.Error("service not served", "error", err)
@@ -386,6 +393,14 @@ func (d *daemon) reload() {
 		d.log.Error("config reload rejected; still serving the previous config", "config", d.cfgPath, "error", err)
 		return
 	}
+	// Every service must plan: a reload must not take a VIP:port from a service that serves it
+	// now (conflicts go to the service whose name sorts first) or silently drop a service.
+	if _, errs := lb.Plan(cfg.Services, d.planOpts); len(errs) > 0 {
+		d.configReloads.WithLabelValues("rejected").Inc()
+		d.log.Error("config reload rejected: services; still serving the previous config", "config", d.cfgPath,
+			"error", errors.Join(errs...))
+		return
+	}
 	// Check the health targets before Set: Set applies the valid ones even when it fails, and
 	// a rejected reload must leave the checker with the previous config's targets.
 	targets := healthTargets(cfg)
@@ -410,7 +425,7 @@ func (d *daemon) reload() {
 		return
 	}
 	if cfg.Datapath != d.cfg.Datapath {
-		d.log.Warn("datapath settings changed; they take effect at the next restart")
+		d.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
 	}
 	if cfg.Listen != d.cfg.Listen {
 		d.log.Warn("listen address changed; it takes effect at the next restart", "listen", d.cfg.Listen)

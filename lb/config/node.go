@@ -416,6 +416,10 @@ func (d *decoder) prefix(n *yaml.Node, path string) (netip.Prefix, bool) {
 		d.failf(n, path, "%q is not a prefix (want an address and a length, such as 198.18.0.0/15 or 2001:db8::/32)", s)
 		return netip.Prefix{}, false
 	}
+	if p.Addr().Is4In6() {
+		d.failf(n, path, "%s is an IPv4-mapped IPv6 prefix; write it in IPv4 form", p)
+		return netip.Prefix{}, false
+	}
 	if p.Masked() != p {
 		d.failf(n, path, "%s has host bits set (did you mean %s?)", p, p.Masked())
 		return netip.Prefix{}, false

@@ -27,6 +27,7 @@ type Datapath interface {
 	MaglevTables() (map[xdp.VIPID][]xdp.BackendID, error)
 	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
 	Reverses() (map[xdp.Endpoint]xdp.ReverseNAT, error)
+	MaxFlowBackend() (xdp.BackendID, error)
 	SetReverse(xdp.Endpoint, xdp.ReverseNAT) error
 	DeleteReverse(xdp.Endpoint) error
 }
@@ -55,6 +56,8 @@ type Reconciler struct {
 type vipState struct {
 	cfg   xdp.VIPConfig
 	table []xdp.BackendID
+	// dirty: a write of cfg failed; the datapath may hold part of it.
+	dirty bool
 }
 
 // Result counts what one Apply wrote.
@@ -104,6 +107,12 @@ func New(dp Datapath, log *slog.Logger) (*Reconciler, error) {
 		r.backendIDs[netip.AddrPortFrom(b.Addr, b.Port)] = id
 		r.nextBackend = max(r.nextBackend, uint32(id))
 	}
+	// Ids freed just before the restart may still be named by flows: start above them too.
+	top, err := dp.MaxFlowBackend()
+	if err != nil {
+		return nil, fmt.Errorf("adopt datapath state: %w", err)
+	}
+	r.nextBackend = max(r.nextBackend, uint32(top))
 	if r.reverse, err = dp.Reverses(); err != nil {
 		return nil, fmt.Errorf("adopt datapath state: %w", err)
 	}
@@ -145,30 +154,62 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	var res Result
 	var errs []error
 
-	// Backends: every endpoint some frontend names.
+	// Backends: every endpoint some frontend names. One that fails its health check in every
+	// frontend using it is Down: even its established flows move (a dead Pod would black-hole a
+	// UDP flow that never goes idle). A draining one keeps them.
 	wanted := map[xdp.BackendID]bool{}
 	broken := map[netip.AddrPort]bool{}
+	down := map[netip.AddrPort]bool{}
 	for _, p := range d.Frontends {
 		for _, b := range p.Backends {
-			id, err := r.backendID(b.Key)
-			if err != nil {
-				errs = append(errs, err)
-				broken[b.Key] = true
-				continue
+			if isDown, seen := down[b.Key]; !seen || isDown {
+				down[b.Key] = b.State == lb.Unhealthy
 			}
-			wanted[id] = true
-			v := xdp.Backend{Addr: b.Key.Addr(), Port: b.Key.Port()}
-			if cur, ok := r.backends[id]; ok && cur == v {
-				continue
-			}
-			if err := r.dp.UpsertBackend(id, v); err != nil {
-				errs = append(errs, fmt.Errorf("backend %s: %w", b.Key, err))
-				broken[b.Key] = true
-				continue
-			}
-			r.backends[id] = v
-			res.BackendsWritten++
 		}
+	}
+	for _, key := range sortedKeys(down) {
+		fresh := r.backendIDs[key] == 0
+		id, err := r.backendID(key)
+		if err != nil {
+			errs = append(errs, err)
+			broken[key] = true
+			continue
+		}
+		wanted[id] = true
+		v := xdp.Backend{Addr: key.Addr(), Port: key.Port(), Down: down[key]}
+		if cur, ok := r.backends[id]; ok && cur == v {
+			continue
+		}
+		if err := r.dp.UpsertBackend(id, v); err != nil {
+			errs = append(errs, fmt.Errorf("backend %s: %w", key, err))
+			broken[key] = true
+			if fresh {
+				delete(r.backendIDs, key) // the id was never written: forget it
+				delete(wanted, id)
+			}
+			continue
+		}
+		r.backends[id] = v
+		res.BackendsWritten++
+	}
+
+	// Reverse entries that become ambiguous go first: a new table must not publish a shared
+	// endpoint before its backends write reverse conntrack entries (they need no VIP id).
+	for ep, rp := range d.Reverse {
+		xe := xdp.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: xdp.Protocol(ep.Proto)}
+		if !rp.Ambiguous || broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
+			continue
+		}
+		v := xdp.ReverseNAT{Ambiguous: true}
+		if cur, ok := r.reverse[xe]; ok && cur == v {
+			continue
+		}
+		if err := r.dp.SetReverse(xe, v); err != nil {
+			errs = append(errs, fmt.Errorf("reverse NAT of %s: %w", xe, err))
+			continue
+		}
+		r.reverse[xe] = v
+		res.ReverseWritten++
 	}
 
 	// VIPs and tables.
@@ -185,13 +226,21 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 				continue
 			}
 		}
+		if exists {
+			ids[f] = id // its reverse entries stay, whatever fails below
+		}
 		cfg := normalize(xdp.VIPConfig{ID: id, Affinity: xdp.Affinity(p.Affinity), SourceRanges: p.SourceRanges})
-		if !exists || !sameConfig(cur.cfg, cfg) {
+		if !exists || cur.dirty || !sameConfig(cur.cfg, cfg) {
 			if err := r.dp.UpsertVIP(xf, cfg); err != nil {
 				errs = append(errs, fmt.Errorf("frontend %s (service %s): %w", f, p.Service, err))
+				if exists {
+					// Half-written, perhaps: rewrite it next time even if the config matches.
+					cur.dirty = true
+					r.vips[xf] = cur
+				}
 				continue
 			}
-			cur.cfg = cfg
+			cur.cfg, cur.dirty = cfg, false
 			r.vips[xf] = cur
 			r.vipIDs[id] = true
 			res.VIPsWritten++
@@ -217,15 +266,22 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	// Reverse NAT.
 	wantRev := map[xdp.Endpoint]xdp.ReverseNAT{}
 	for ep, rp := range d.Reverse {
-		if broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
-			continue // not in any table yet
-		}
 		xe := xdp.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: xdp.Protocol(ep.Proto)}
+		if broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
+			if cur, ok := r.reverse[xe]; ok {
+				wantRev[xe] = cur // keep what the datapath has
+			}
+			continue
+		}
 		v := xdp.ReverseNAT{Ambiguous: rp.Ambiguous}
 		if !rp.Ambiguous {
 			id, ok := ids[rp.Frontend]
 			if !ok {
-				continue // its frontend failed above
+				// Its frontend could not be created: keep what the datapath has.
+				if cur, ok := r.reverse[xe]; ok {
+					wantRev[xe] = cur
+				}
+				continue
 			}
 			v.VIP = id
 		}
@@ -350,5 +406,14 @@ func sortedFrontends(d *lb.Desired) []lb.Frontend {
 		}
 		return int(a.Proto) - int(b.Proto)
 	})
+	return out
+}
+
+func sortedKeys(m map[netip.AddrPort]bool) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return out
 }

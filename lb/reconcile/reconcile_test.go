@@ -324,3 +324,64 @@ func syn(t *testing.T, src netip.Addr, sport uint16) []byte {
 	must(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp))
 	return buf.Bytes()
 }
+
+// failingVIP fails every VIP write.
+type failingVIP struct{ *xdp.Datapath }
+
+func (failingVIP) UpsertVIP(xdp.Frontend, xdp.VIPConfig) error { return errors.New("injected failure") }
+
+// TestFailedVIPUpdateKeepsReverse: when a frontend's update fails, its old configuration and table
+// keep serving, and so do its reverse NAT entries (replies must still get the VIP back).
+func TestFailedVIPUpdateKeepsReverse(t *testing.T) {
+	dp := load(t, xdp.Options{})
+	r, err := New(dp, nil)
+	must(t, err)
+	s := web("198.18.1.10", "198.18.1.11")
+	_, err = r.Apply(plan(t, s))
+	must(t, err)
+	before, err := dp.Reverses()
+	must(t, err)
+
+	r.dp = failingVIP{dp}
+	s.Affinity = lb.AffinityClientIP
+	res, err := r.Apply(plan(t, s))
+	if err == nil {
+		t.Fatal("no error for failed VIP writes")
+	}
+	if res.ReverseDeleted != 0 || res.VIPsDeleted != 0 {
+		t.Fatalf("a failed update removed state: %+v", res)
+	}
+	after, err := dp.Reverses()
+	must(t, err)
+	if len(after) != len(before) {
+		t.Fatalf("reverse entries %d -> %d", len(before), len(after))
+	}
+	r.dp = dp
+	res, err = r.Apply(plan(t, s))
+	must(t, err)
+	if res.VIPsWritten == 0 {
+		t.Fatalf("the retry did not rewrite the VIPs: %+v", res)
+	}
+}
+
+// TestUnhealthyBackendIsDown: a backend failing its health check everywhere is marked down (even
+// its established flows move); a draining one is not (its flows stay).
+func TestUnhealthyBackendIsDown(t *testing.T) {
+	dp := load(t, xdp.Options{})
+	r, err := New(dp, nil)
+	must(t, err)
+	s := web("198.18.1.10", "198.18.1.11", "198.18.1.12")
+	s.Backends[0].State = lb.Unhealthy
+	s.Backends[1].State = lb.Draining
+	_, err = r.Apply(plan(t, s))
+	must(t, err)
+	bes, err := dp.Backends()
+	must(t, err)
+	down := map[string]bool{}
+	for _, b := range bes {
+		down[b.Addr.String()] = b.Down
+	}
+	if !down["198.18.1.10"] || down["198.18.1.11"] || down["198.18.1.12"] {
+		t.Fatalf("down flags: %v", down)
+	}
+}
