@@ -2,8 +2,9 @@
 
 GO      ?= go
 PKGS    ?= ./...
-# Packages Debian must provide: the BPF toolchain, and the tools the tests drive.
-DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool
+# Packages Debian must provide: the BPF toolchain, and the tools the tests drive (bird2 and frr:
+# the real BGP routers bgp/'s tests peer with, each run inside a test namespace).
+DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr
 # What a person uses to poke at the lab (make lab): curl and ping inside its namespaces.
 LAB_PKGS = curl iputils-ping
 

@@ -1,0 +1,146 @@
+package bgp
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+const vip4, vip6 = "198.18.100.1", "2001:db8:100::1"
+
+// TestBIRD: announce, withdraw and re-announce a /32 to BIRD 2, then a second gateway
+// announcing the same /32 gives the router one route with two next hops (ECMP).
+func TestBIRD(t *testing.T) {
+	requireLab(t, "bird")
+	pfx := netlab.Prefix()
+	r := netlab.New(t, pfx+"rt")
+	g1, g2 := netlab.New(t, pfx+"g1"), netlab.New(t, pfx+"g2")
+	r1, gw1 := link(t, pfx, r, g1, 1)
+	r2, gw2 := link(t, pfx, r, g2, 2)
+	bird(t, r, birdConf("198.18.1.1", false,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }",
+		"protocol bgp gw2 from lb { neighbor 198.18.2.2 as 65002; }"))
+
+	s1 := startSpeaker(t, g1, "gw1", Config{RouterID: gw1[0], ASN: 65001,
+		Peers: []Peer{{Address: r1[0], ASN: 65000}}})
+	t.Logf("gw1 session up in %v", s1.waitUp(20*time.Second))
+	s1.announce(vip4 + "/32")
+	t.Logf("announce → kernel route in %v", routeVia(t, r, vip4, 5*time.Second, gw1[0]))
+	s1.announce()
+	d := routeVia(t, r, vip4, time.Second)
+	t.Logf("withdraw → gone from the kernel in %v", d)
+	s1.announce(vip4 + "/32")
+	t.Logf("re-announce → kernel route in %v", routeVia(t, r, vip4, time.Second, gw1[0]))
+	if ps := s1.peers(); ps[0].Advertised != 1 || ps[0].UpdatesSent < 3 {
+		t.Errorf("peer status after announce, withdraw, announce: %v (updates sent %d)", ps[0], ps[0].UpdatesSent)
+	}
+
+	s2 := startSpeaker(t, g2, "gw2", Config{RouterID: gw2[0], ASN: 65002,
+		Peers: []Peer{{Address: r2[0], ASN: 65000}}})
+	s2.waitUp(20 * time.Second)
+	s2.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw1[0], gw2[0])
+	t.Logf("ECMP: %s", kernelRoute(t, r, vip4))
+
+	// Stop with Withdraw: gw2's next hop leaves, gw1's stays.
+	if rep := s2.do(command{Op: "stop-withdraw"}); rep.Err != "" {
+		t.Fatalf("Stop(Withdraw): %s", rep.Err)
+	}
+	routeVia(t, r, vip4, 2*time.Second, gw1[0])
+}
+
+// TestBIRDIPv6: a /128 over an IPv6 session, next hop the gateway's v6 address.
+func TestBIRDIPv6(t *testing.T) {
+	requireLab(t, "bird")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	bird(t, r, birdConf("198.18.1.1", false,
+		"protocol bgp gw1 from lb { neighbor 2001:db8:1::2 as 65001; }"))
+	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001,
+		Peers: []Peer{{Address: rt[1], ASN: 65000}}})
+	t.Logf("v6 session up in %v", s.waitUp(20*time.Second))
+	// A v4 route is not sent over a v6 session; the /128 is.
+	s.announce(vip6+"/128", vip4+"/32")
+	t.Logf("announce → kernel route in %v", routeVia(t, r, vip6, 5*time.Second, gw[1]))
+	if out := kernelRoute(t, r, vip4); out != "" {
+		t.Errorf("v4 route reached the router over a v6 session: %s", out)
+	}
+	s.announce()
+	routeVia(t, r, vip6, time.Second)
+}
+
+// TestBIRDGracefulRestart: with graceful restart on both sides, a speaker killed with SIGKILL
+// leaves its route at the router for the restart time, and a new speaker takes it over. Then
+// Stop(KeepRoutes) does the same without killing the process.
+func TestBIRDGracefulRestart(t *testing.T) {
+	requireLab(t, "bird")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	bird(t, r, birdConf("198.18.1.1", true,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
+	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+
+	s := startSpeaker(t, g, "gw1-a", cfg)
+	s.waitUp(20 * time.Second)
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	s.kill()
+	time.Sleep(2 * time.Second)
+	if out := kernelRoute(t, r, vip4); out == "" {
+		t.Fatal("route gone 2s after the speaker was killed, despite graceful restart")
+	}
+
+	s = startSpeaker(t, g, "gw1-b", cfg)
+	s.announce(vip4 + "/32")
+	t.Logf("restarted speaker's session up in %v", s.waitUp(20*time.Second))
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+
+	if rep := s.do(command{Op: "stop-keep"}); rep.Err != "" {
+		t.Fatalf("Stop(KeepRoutes): %s", rep.Err)
+	}
+	time.Sleep(2 * time.Second)
+	if out := kernelRoute(t, r, vip4); out == "" {
+		t.Fatal("route gone 2s after Stop(KeepRoutes), despite graceful restart")
+	}
+}
+
+// TestBIRDPassword: a peer with the wrong TCP MD5 password never comes up and says why; the
+// speaker's other peer, with the right password, is not affected.
+func TestBIRDPassword(t *testing.T) {
+	requireLab(t, "bird")
+	pfx := netlab.Prefix()
+	ra, rb, g := netlab.New(t, pfx+"ra"), netlab.New(t, pfx+"rb"), netlab.New(t, pfx+"g1")
+	rta, gw := link(t, pfx, ra, g, 1)
+	rtb, _ := link(t, pfx, rb, g, 2)
+	bird(t, ra, birdConf("198.18.1.1", false,
+		`protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; password "right-a"; }`))
+	bird(t, rb, birdConf("198.18.2.1", false,
+		`protocol bgp gw1 from lb { neighbor 198.18.2.2 as 65001; password "right-b"; }`))
+	dir := t.TempDir()
+	wrong, right := dir+"/a", dir+"/b"
+	writeFile(t, wrong, "wrong\n")
+	writeFile(t, right, "right-b\n")
+	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001, Peers: []Peer{
+		{Address: rta[0], ASN: 65000, PasswordFile: wrong},
+		{Address: rtb[0], ASN: 65000, PasswordFile: right},
+	}})
+	s.announce(vip4 + "/32")
+	routeVia(t, rb, vip4, 20*time.Second, netip.MustParseAddr("198.18.2.2"))
+	var bad PeerStatus
+	waitFor(t, 10*time.Second, "an error for the peer with the wrong password", func() (bool, string) {
+		bad = s.peers()[0]
+		return bad.LastError != "", bad.String()
+	})
+	if bad.Up || bad.Address != rta[0] {
+		t.Fatalf("peer with the wrong password: %v", bad)
+	}
+	t.Logf("wrong password: %v", bad)
+	if out := kernelRoute(t, ra, vip4); out != "" {
+		t.Errorf("route reached the router with the wrong password: %s", out)
+	}
+}

@@ -1,0 +1,194 @@
+package bgp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+)
+
+// Timer defaults: short enough that a silent gateway failure is detected within HoldTime
+// (GoBGP v3 has no BFD), long enough for a busy 2-core gateway never to miss a keepalive.
+const (
+	// DefaultHoldTime is the hold time proposed in OPEN when Peer.HoldTime is zero.
+	DefaultHoldTime = 9 * time.Second
+	// DefaultKeepaliveTime is the keepalive interval when Peer.KeepaliveTime is zero.
+	DefaultKeepaliveTime = 3 * time.Second
+	// DefaultConnectRetry is the wait between connection attempts when Peer.ConnectRetry is zero.
+	DefaultConnectRetry = 1 * time.Second
+	// DefaultPort is the peer's TCP port when Peer.Port is zero.
+	DefaultPort = 179
+)
+
+// Config is the speaker's configuration.
+type Config struct {
+	// RouterID is the BGP identifier; it must be an IPv4 address, unique among the speakers
+	// (usually the gateway's upstream address).
+	RouterID netip.Addr
+	// ASN is the local autonomous system number; 0 is invalid.
+	ASN uint32
+	// ListenPort is the TCP port the speaker accepts sessions on. 0 and -1 (the default) mean
+	// it does not listen and only dials out; a Passive peer needs a port.
+	ListenPort int32
+	// Peers are the BGP neighbours (usually the upstream routers).
+	Peers []Peer
+	// GracefulRestart is the restart time advertised with the graceful restart capability
+	// (RFC 4724): how long peers keep this speaker's routes after its sessions drop without a
+	// NOTIFICATION. Whole seconds, at most 4095 s; 0 turns graceful restart off.
+	GracefulRestart time.Duration
+}
+
+// Peer is one BGP neighbour.
+type Peer struct {
+	// Address is the neighbour's address; its family is the session's family (see the
+	// package documentation). Required.
+	Address netip.Addr
+	// ASN is the neighbour's AS number: equal to Config.ASN for iBGP. 0 is invalid.
+	ASN uint32
+	// Port is the neighbour's TCP port; 0 means 179.
+	Port uint16
+	// PasswordFile names a file holding the TCP MD5 (RFC 2385) password; trailing newlines
+	// are ignored. Empty means no MD5. The file is read when the peer is added, and an
+	// unreadable or empty file is an error.
+	PasswordFile string
+	// MultihopTTL, when non-zero, allows an eBGP neighbour that many hops away.
+	MultihopTTL uint8
+	// HoldTime is the hold time proposed in OPEN (whole seconds, 0 → 9 s, else at least 3 s).
+	HoldTime time.Duration
+	// KeepaliveTime is the keepalive interval (whole seconds, 0 → 3 s, less than HoldTime).
+	KeepaliveTime time.Duration
+	// ConnectRetry is the wait between connection attempts (whole seconds, 0 → 1 s).
+	ConnectRetry time.Duration
+	// Passive makes the speaker wait for the neighbour to connect (needs Config.ListenPort).
+	Passive bool
+	// LocalAddress is the source address of the session, and so the next hop announced to
+	// this neighbour. Unset: the kernel picks it from the route to Address.
+	LocalAddress netip.Addr
+}
+
+// Validate checks the configuration and its peers; the error names each bad field.
+func (c Config) Validate() error {
+	var errs []error
+	if !c.RouterID.Is4() {
+		errs = append(errs, fmt.Errorf("routerID %v: must be an IPv4 address", c.RouterID))
+	} else if c.RouterID.IsUnspecified() {
+		errs = append(errs, fmt.Errorf("routerID %v: must not be 0.0.0.0", c.RouterID))
+	}
+	if c.ASN == 0 {
+		errs = append(errs, errors.New("asn: must not be 0"))
+	}
+	if c.ListenPort < -1 || c.ListenPort > 65535 {
+		errs = append(errs, fmt.Errorf("listenPort %d: must be -1, 0 or a port number", c.ListenPort))
+	}
+	if err := seconds("gracefulRestart", c.GracefulRestart, 0, 4095*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	seen := make(map[netip.Addr]bool)
+	for i, p := range c.Peers {
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("peers[%d]: %w", i, err))
+			continue
+		}
+		if seen[p.Address] {
+			errs = append(errs, fmt.Errorf("peers[%d]: peer %v: duplicate address", i, p.Address))
+		}
+		seen[p.Address] = true
+		if p.Passive && c.ListenPort <= 0 {
+			errs = append(errs, fmt.Errorf("peers[%d]: peer %v: passive needs listenPort", i, p.Address))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks one peer; the error names the peer and the bad field.
+func (p Peer) Validate() error {
+	if !p.Address.IsValid() || p.Address.IsUnspecified() || p.Address.IsMulticast() ||
+		p.Address.Is4In6() || p.Address.Zone() != "" {
+		return fmt.Errorf("peer %v: address: must be a unicast IPv4 or IPv6 address", p.Address)
+	}
+	var errs []error
+	if p.ASN == 0 {
+		errs = append(errs, errors.New("asn: must not be 0"))
+	}
+	if p.LocalAddress.IsValid() && p.LocalAddress.Is4() != p.Address.Is4() {
+		errs = append(errs, fmt.Errorf("localAddress %v: not the same family as the address", p.LocalAddress))
+	}
+	if err := seconds("holdTime", p.HoldTime, 0, 65535*time.Second); err != nil {
+		errs = append(errs, err)
+	} else if p.HoldTime != 0 && p.HoldTime < 3*time.Second {
+		errs = append(errs, fmt.Errorf("holdTime %v: must be 0 (default) or at least 3s", p.HoldTime))
+	}
+	if err := seconds("keepaliveTime", p.KeepaliveTime, 0, 65535*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := seconds("connectRetry", p.ConnectRetry, 0, 65535*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if hold, ka := p.timers(); ka >= hold {
+		errs = append(errs, fmt.Errorf("keepaliveTime %v: must be less than holdTime %v", ka, hold))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("peer %v: %w", p.Address, err)
+	}
+	return nil
+}
+
+// timers returns the hold time and keepalive interval with defaults applied.
+func (p Peer) timers() (hold, keepalive time.Duration) {
+	hold, keepalive = p.HoldTime, p.KeepaliveTime
+	if hold == 0 {
+		hold = DefaultHoldTime
+	}
+	if keepalive == 0 {
+		keepalive = DefaultKeepaliveTime
+	}
+	return hold, keepalive
+}
+
+// port returns the neighbour's port with the default applied.
+func (p Peer) port() uint16 {
+	if p.Port == 0 {
+		return DefaultPort
+	}
+	return p.Port
+}
+
+// connectRetry returns the connect retry interval with the default applied.
+func (p Peer) connectRetry() time.Duration {
+	if p.ConnectRetry == 0 {
+		return DefaultConnectRetry
+	}
+	return p.ConnectRetry
+}
+
+// password reads the TCP MD5 password from PasswordFile ("" when there is none).
+func (p Peer) password() (string, error) {
+	if p.PasswordFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(p.PasswordFile)
+	if err != nil {
+		return "", fmt.Errorf("peer %v: passwordFile: %w", p.Address, err)
+	}
+	pw := strings.TrimRight(string(b), "\r\n")
+	if pw == "" {
+		return "", fmt.Errorf("peer %v: passwordFile %s: empty", p.Address, p.PasswordFile)
+	}
+	if len(pw) > 80 { // TCP_MD5SIG_MAXKEYLEN
+		return "", fmt.Errorf("peer %v: passwordFile %s: longer than 80 bytes", p.Address, p.PasswordFile)
+	}
+	return pw, nil
+}
+
+// seconds checks that d is whole seconds within [lo, hi].
+func seconds(field string, d, lo, hi time.Duration) error {
+	if d < lo || d > hi {
+		return fmt.Errorf("%s %v: must be between %v and %v", field, d, lo, hi)
+	}
+	if d%time.Second != 0 {
+		return fmt.Errorf("%s %v: must be whole seconds", field, d)
+	}
+	return nil
+}

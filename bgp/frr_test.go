@@ -1,0 +1,93 @@
+package bgp
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+const frrDir = "/usr/lib/frr"
+
+// TestFRR: announce and withdraw a /32 to FRR (zebra + bgpd, run as user frr).
+func TestFRR(t *testing.T) {
+	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	frr(t, r, fmt.Sprintf(`hostname rt
+router bgp 65000
+ bgp router-id 198.18.1.1
+ no bgp ebgp-requires-policy
+ bgp bestpath as-path multipath-relax
+ neighbor %s remote-as 65001
+ neighbor %s timers 3 9
+ neighbor %s passive
+ address-family ipv4 unicast
+  maximum-paths 16
+ exit-address-family
+`, gw[0], gw[0], gw[0]))
+	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001,
+		Peers: []Peer{{Address: rt[0], ASN: 65000}}})
+	t.Logf("FRR session up in %v", s.waitUp(30*time.Second))
+	s.announce(vip4 + "/32")
+	t.Logf("announce → kernel route in %v", routeVia(t, r, vip4, 5*time.Second, gw[0]))
+	s.announce()
+	t.Logf("withdraw → gone from the kernel in %v", routeVia(t, r, vip4, 2*time.Second))
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 2*time.Second, gw[0])
+}
+
+// frr starts zebra and bgpd in ns as user frr, with their own directory and sockets.
+func frr(t *testing.T, ns *netlab.NS, bgpdConf string) {
+	t.Helper()
+	u, err := user.Lookup("frr")
+	if err != nil {
+		t.Fatalf("user frr: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir, err := os.MkdirTemp("", "xlb-bgp-frr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	writeFile(t, dir+"/zebra.conf", "hostname rt\n")
+	writeFile(t, dir+"/bgpd.conf", bgpdConf)
+	for _, p := range []string{dir, dir + "/zebra.conf", dir + "/bgpd.conf"} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"-u", "frr", "-g", "frr", "-z", dir + "/zserv.api", "--vty_socket", dir}
+	daemon(t, ns, dir+"/zebra.log", append([]string{frrDir + "/zebra", "-i", dir + "/zebra.pid",
+		"-f", dir + "/zebra.conf"}, common...)...)
+	waitFor(t, 10*time.Second, "zebra's socket", func() (bool, string) {
+		_, err := os.Stat(dir + "/zserv.api")
+		return err == nil, fmt.Sprint(err)
+	})
+	daemon(t, ns, dir+"/bgpd.log", append([]string{frrDir + "/bgpd", "-i", dir + "/bgpd.pid",
+		"-f", dir + "/bgpd.conf"}, common...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command("vtysh", "--vty_socket", dir, "-c", "show bgp summary").CombinedOutput()
+			t.Logf("show bgp summary:\n%s", out)
+		}
+	})
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Clean(path), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

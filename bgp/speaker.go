@@ -1,0 +1,367 @@
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+	"github.com/osrg/gobgp/v3/pkg/server"
+)
+
+// StopMode says what Stop does with the announced routes.
+type StopMode int
+
+const (
+	// Withdraw withdraws every route, then closes the sessions with a Cease NOTIFICATION:
+	// traffic leaves this gateway at once.
+	Withdraw StopMode = iota
+	// KeepRoutes closes the sessions without a NOTIFICATION, as a crash would: peers with
+	// graceful restart keep the routes for Config.GracefulRestart, waiting for a new speaker
+	// (peers without it drop them at once).
+	KeepRoutes
+)
+
+// Speaker is an embedded BGP speaker. Its methods are safe for concurrent use.
+type Speaker struct {
+	cfg Config
+	log *slog.Logger
+	la  *logAdapter
+	srv *server.BgpServer
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	// peers maps a neighbour address → its configuration, as given to GoBGP.
+	peers map[netip.Addr]peerEntry
+	// want maps a prefix → the route SetRoutes asked for.
+	want map[netip.Prefix]Route
+	// have maps a prefix → the route in GoBGP's RIB (announced to the peers).
+	have map[netip.Prefix]Route
+}
+
+// peerEntry is a configured peer with its password as read when it was added.
+type peerEntry struct {
+	Peer
+	password string
+}
+
+// New checks cfg and reads the peers' password files; the speaker does nothing until Start.
+func New(cfg Config, log *slog.Logger) (*Speaker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bgp config: %w", err)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "bgp")
+	s := &Speaker{
+		cfg:   cfg,
+		log:   log,
+		la:    newLogAdapter(log),
+		peers: make(map[netip.Addr]peerEntry),
+		want:  make(map[netip.Prefix]Route),
+		have:  make(map[netip.Prefix]Route),
+	}
+	for _, p := range cfg.Peers {
+		pw, err := p.password()
+		if err != nil {
+			return nil, err
+		}
+		s.peers[p.Address] = peerEntry{p, pw}
+	}
+	s.cfg.Peers = nil // s.peers owns them from now on
+	return s, nil
+}
+
+// Start starts the BGP server in the calling process's network namespace, adds the peers and
+// announces the routes already set. ctx bounds the start only.
+func (s *Speaker) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("bgp: speaker already started")
+	}
+	s.srv = server.NewBgpServer(server.LoggerOption(s.la))
+	go s.srv.Serve()
+	port := s.cfg.ListenPort
+	if port == 0 {
+		port = -1
+	}
+	err := s.srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn:        s.cfg.ASN,
+		RouterId:   s.cfg.RouterID.String(),
+		ListenPort: port,
+	}})
+	if err != nil {
+		return fmt.Errorf("bgp: start as %d router-id %v: %w", s.cfg.ASN, s.cfg.RouterID, err)
+	}
+	s.started = true
+	var errs []error
+	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
+		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(s.peers[addr])}); err != nil {
+			errs = append(errs, fmt.Errorf("bgp: add peer %v: %w", addr, err))
+		}
+	}
+	errs = append(errs, s.syncRoutes(ctx))
+	s.log.Info("bgp speaker started", "asn", s.cfg.ASN, "routerID", s.cfg.RouterID,
+		"peers", len(s.peers), "routes", len(s.have))
+	return errors.Join(errs...)
+}
+
+// Stop closes every session and stops the server; mode says whether the routes are withdrawn
+// first or left at the peers for graceful restart. The speaker cannot be started again.
+func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started || s.stopped {
+		s.stopped = true
+		return nil
+	}
+	s.stopped = true
+	switch mode {
+	case KeepRoutes:
+		n := abortSessions(s.peerList(), s.cfg.ListenPort)
+		s.log.Info("bgp: closed sessions without notification, peers keep the routes",
+			"sessions", n, "gracefulRestart", s.cfg.GracefulRestart)
+	default:
+		s.want = map[netip.Prefix]Route{}
+		if err := s.syncRoutes(ctx); err != nil {
+			s.log.Warn("bgp: withdraw before stop", "err", err)
+		}
+		s.waitWithdrawn(ctx)
+	}
+	if err := s.srv.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
+		return fmt.Errorf("bgp: stop: %w", err)
+	}
+	s.srv.Stop()
+	s.log.Info("bgp speaker stopped", "withdrawn", mode == Withdraw)
+	return nil
+}
+
+// waitWithdrawn waits (at most 1 s, or until ctx ends) until no established peer still counts
+// an advertised prefix, so the withdrawals are on the wire before the sessions close.
+func (s *Speaker) waitWithdrawn(ctx context.Context) {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		left := uint64(0)
+		_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+			for _, af := range p.GetAfiSafis() {
+				left += af.GetState().GetAdvertised()
+			}
+		})
+		if left == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// SetRoutes makes routes the complete set of announced routes: new and changed routes are
+// announced, routes no longer listed are withdrawn, unchanged ones are left alone. Before
+// Start it only records them. Each route must be a host route (see Route.Validate); an
+// invalid list changes nothing.
+func (s *Speaker) SetRoutes(routes []Route) error {
+	want := make(map[netip.Prefix]Route, len(routes))
+	var errs []error
+	for _, r := range routes {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := want[r.Prefix]; dup {
+			errs = append(errs, fmt.Errorf("route %v: listed twice", r.Prefix))
+			continue
+		}
+		want[r.Prefix] = r.clone()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bgp: set routes: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("bgp: set routes: speaker stopped")
+	}
+	s.want = want
+	if !s.started {
+		return nil
+	}
+	return s.syncRoutes(context.Background())
+}
+
+// syncRoutes brings GoBGP's RIB (have) to want. Called with s.mu held, after Start.
+func (s *Speaker) syncRoutes(ctx context.Context) error {
+	var errs []error
+	for _, pfx := range slices.SortedFunc(maps.Keys(s.have), netip.Prefix.Compare) {
+		old := s.have[pfx]
+		if _, ok := s.want[pfx]; ok {
+			continue
+		}
+		path, err := old.apiPath()
+		if err == nil {
+			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{
+				TableType: api.TableType_GLOBAL, Family: path.Family, Path: path,
+			})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("withdraw %v: %w", pfx, err))
+			continue
+		}
+		delete(s.have, pfx)
+		s.log.Info("bgp: withdrew route", "prefix", pfx)
+	}
+	for _, pfx := range slices.SortedFunc(maps.Keys(s.want), netip.Prefix.Compare) {
+		r := s.want[pfx]
+		if old, ok := s.have[pfx]; ok && old.equal(r) {
+			continue
+		}
+		// A changed route replaces the old one: same prefix, same (local) source.
+		path, err := r.apiPath()
+		if err == nil {
+			_, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("announce %v: %w", pfx, err))
+			continue
+		}
+		s.have[pfx] = r
+		s.log.Info("bgp: announced route", "prefix", pfx)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bgp: %w", err)
+	}
+	return nil
+}
+
+// Routes returns the routes announced now (in GoBGP's RIB), sorted by prefix.
+func (s *Speaker) Routes() []Route {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Route, 0, len(s.have))
+	for _, pfx := range slices.SortedFunc(maps.Keys(s.have), netip.Prefix.Compare) {
+		out = append(out, s.have[pfx].clone())
+	}
+	return out
+}
+
+// SetPeers makes peers the complete set of neighbours: new ones are added, missing ones
+// removed (their sessions closed with a Cease), changed ones (any field, or the content of
+// the password file) re-added. Unchanged sessions are not touched. An invalid list or an
+// unreadable password file changes nothing.
+func (s *Speaker) SetPeers(peers []Peer) error {
+	next := make(map[netip.Addr]peerEntry, len(peers))
+	var errs []error
+	for _, p := range peers {
+		if err := p.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, dup := next[p.Address]; dup {
+			errs = append(errs, fmt.Errorf("peer %v: listed twice", p.Address))
+			continue
+		}
+		if p.Passive && s.cfg.ListenPort <= 0 {
+			errs = append(errs, fmt.Errorf("peer %v: passive needs listenPort", p.Address))
+			continue
+		}
+		pw, err := p.password()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		next[p.Address] = peerEntry{p, pw}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bgp: set peers: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("bgp: set peers: speaker stopped")
+	}
+	if !s.started {
+		s.peers = next
+		return nil
+	}
+	ctx := context.Background()
+	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
+		if n, ok := next[addr]; ok && n == s.peers[addr] {
+			continue
+		}
+		if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
+			errs = append(errs, fmt.Errorf("remove peer %v: %w", addr, err))
+			continue
+		}
+		delete(s.peers, addr)
+		s.la.forget(addr)
+		s.log.Info("bgp: removed peer", "peer", addr)
+	}
+	for _, addr := range slices.SortedFunc(maps.Keys(next), netip.Addr.Compare) {
+		if _, ok := s.peers[addr]; ok {
+			continue
+		}
+		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(next[addr])}); err != nil {
+			errs = append(errs, fmt.Errorf("add peer %v: %w", addr, err))
+			continue
+		}
+		s.peers[addr] = next[addr]
+		s.log.Info("bgp: added peer", "peer", addr, "asn", next[addr].ASN)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("bgp: set peers: %w", err)
+	}
+	return nil
+}
+
+// peerList returns the configured peers. Called with s.mu held.
+func (s *Speaker) peerList() []Peer {
+	out := make([]Peer, 0, len(s.peers))
+	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
+		out = append(out, s.peers[addr].Peer)
+	}
+	return out
+}
+
+// apiPeer is the GoBGP configuration of one peer.
+func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
+	p := e.Peer
+	hold, ka := p.timers()
+	retry := uint64(p.connectRetry() / time.Second)
+	afi := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: family(p.Address), Enabled: true}}
+	ap := &api.Peer{
+		Conf: &api.PeerConf{
+			NeighborAddress: p.Address.String(),
+			PeerAsn:         p.ASN,
+			AuthPassword:    e.password,
+		},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			ConnectRetry:           retry,
+			HoldTime:               uint64(hold / time.Second),
+			KeepaliveInterval:      uint64(ka / time.Second),
+			IdleHoldTimeAfterReset: retry,
+		}},
+		Transport: &api.Transport{
+			RemotePort:  uint32(p.port()),
+			PassiveMode: p.Passive,
+		},
+		AfiSafis: []*api.AfiSafi{afi},
+	}
+	if p.LocalAddress.IsValid() {
+		ap.Transport.LocalAddress = p.LocalAddress.String()
+	}
+	if p.MultihopTTL > 0 {
+		ap.EbgpMultihop = &api.EbgpMultihop{Enabled: true, MultihopTtl: uint32(p.MultihopTTL)}
+	}
+	if gr := s.cfg.GracefulRestart; gr > 0 {
+		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(gr / time.Second)}
+		afi.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
+	}
+	return ap
+}
