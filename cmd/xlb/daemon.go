@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
@@ -60,6 +61,14 @@ type daemon struct {
 	serving         *prometheus.GaugeVec
 	// down: frontends that had no backend taking new flows at the last reconcile (logged on change).
 	down map[lb.Frontend]bool
+
+	// speaker announces the VIPs over BGP; nil when the config has no bgp section.
+	speaker *bgp.Speaker
+	// bgpCfg is the bgp section the speaker serves (under mu): its peers and route attributes
+	// follow reloads, its routerID, asn, listenPort and gracefulRestart are the start's.
+	bgpCfg *config.BGP
+	// announced: the VIP prefixes of the last SetRoutes (loop goroutine only, for the log).
+	announced map[netip.Prefix]bool
 }
 
 func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr io.Writer) error {
@@ -105,6 +114,15 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 		return fmt.Errorf("health checks: %w", err)
 	}
 
+	if cfg.BGP != nil {
+		if err := d.startBGP(ctx, cfg.BGP); err != nil {
+			return err
+		}
+		// Registered after the datapath's deferred close, so it runs first: the routes are
+		// withdrawn (or left for graceful restart) before the datapath is closed or removed.
+		defer d.stopBGP(cleanupOnExit)
+	}
+
 	reg := prometheus.NewRegistry()
 	d.registerMetrics(reg)
 	srv, err := d.serveHTTP(cfg.Listen, reg)
@@ -119,6 +137,10 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 	wg.Add(2)
 	go func() { defer wg.Done(); d.checker.Run(ctx) }()
 	go func() { defer wg.Done(); d.loop(ctx) }()
+	if d.speaker != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); watchSessions(ctx, d.speaker, log) }()
+	}
 
 	log.Info("xlb running", "config", cfgPath, "services", len(cfg.Services), "listen", cfg.Listen)
 	d.trigger()
@@ -263,7 +285,13 @@ func (d *daemon) reconcile() error {
 	}
 	d.mu.Lock()
 	d.known = known
+	bgpCfg := d.bgpCfg
 	d.mu.Unlock()
+	if d.speaker != nil {
+		if err := d.announce(vipRoutes(desired, bgpCfg)); err != nil {
+			return err
+		}
+	}
 	if res.Changes() > 0 {
 		d.log.Info("reconciled", "changes", res.Changes(), "vips", res.VIPsWritten, "tables", res.TablesWritten,
 			"backends", res.BackendsWritten, "deleted_vips", res.VIPsDeleted, "took", time.Since(start))
@@ -401,6 +429,13 @@ func (d *daemon) reload() {
 			"error", errors.Join(errs...))
 		return
 	}
+	if cfg.BGP != nil && d.speaker != nil {
+		if err := bgpConfig(cfg.BGP).Validate(); err != nil {
+			d.configReloads.WithLabelValues("rejected").Inc()
+			d.log.Error("config reload rejected: bgp; still serving the previous config", "config", d.cfgPath, "error", err)
+			return
+		}
+	}
 	// Check the health targets before Set: Set applies the valid ones even when it fails, and
 	// a rejected reload must leave the checker with the previous config's targets.
 	targets := healthTargets(cfg)
@@ -433,8 +468,10 @@ func (d *daemon) reload() {
 	if err := d.attach(cfg); err != nil {
 		d.log.Error("config reload: interfaces", "error", err)
 	}
+	bgpCfg := d.reloadBGP(cfg.BGP)
 	d.mu.Lock()
 	d.cfg = cfg
+	d.bgpCfg = bgpCfg
 	d.mu.Unlock()
 	d.configReloads.WithLabelValues("applied").Inc()
 	d.log.Info("config reloaded", "services", len(cfg.Services))
@@ -453,6 +490,9 @@ func (d *daemon) registerMetrics(reg *prometheus.Registry) {
 		Help: "Configured services left out because they are invalid or conflict with another."})
 	d.serving = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xlb_frontend_serving_backends",
 		Help: "Backends taking new flows per frontend; 0 means the VIP:port is down."}, []string{"service", "frontend"})
+	if d.speaker != nil {
+		reg.MustRegister(bgp.NewCollector(d.speaker))
+	}
 	reg.MustRegister(d.coll, d.reconciles, d.reconcileTime, d.configReloads, d.servicesInvalid, d.serving,
 		&healthCollector{d: d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
@@ -494,4 +534,83 @@ func (d *daemon) serveHTTP(addr string, reg *prometheus.Registry) (*http.Server,
 		}
 	}()
 	return srv, nil
+}
+
+// startBGP starts the speaker in the daemon's network namespace (the gateway's) with no route:
+// the first successful reconcile announces the VIPs that can be served.
+func (d *daemon) startBGP(ctx context.Context, c *config.BGP) error {
+	sp, err := bgp.New(bgpConfig(c), d.log)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sp.Start(sctx); err != nil {
+		_ = sp.Stop(context.Background(), bgp.Withdraw)
+		return err
+	}
+	d.speaker, d.bgpCfg, d.announced = sp, c, map[netip.Prefix]bool{}
+	return nil
+}
+
+// stopBGP stops the speaker: withdrawing the routes first if withdrawOnExit or cleanup (the
+// datapath is about to go), else leaving them at the routers for graceful restart.
+func (d *daemon) stopBGP(cleanup bool) {
+	d.mu.Lock()
+	withdraw := cleanup || d.bgpCfg.WithdrawOnExit
+	d.mu.Unlock()
+	mode, what := bgp.KeepRoutes, "routes kept at the peers for graceful restart"
+	if withdraw {
+		mode, what = bgp.Withdraw, "routes withdrawn"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.speaker.Stop(ctx, mode); err != nil {
+		d.log.Error("bgp stop", "error", err)
+		return
+	}
+	d.log.Info("bgp stopped; "+what, "routes", len(d.announced))
+}
+
+// announce makes routes the speaker's routes and logs the VIPs announced and withdrawn.
+func (d *daemon) announce(routes []bgp.Route) error {
+	if err := d.speaker.SetRoutes(routes); err != nil {
+		return fmt.Errorf("bgp: %w", err)
+	}
+	now := make(map[netip.Prefix]bool, len(routes))
+	for _, r := range routes {
+		now[r.Prefix] = true
+		if !d.announced[r.Prefix] {
+			d.log.Info("bgp: announcing VIP", "prefix", r.Prefix.String())
+		}
+	}
+	for p := range d.announced {
+		if !now[p] {
+			d.log.Warn("bgp: withdrawing VIP (too few healthy backends)", "prefix", p.String())
+		}
+	}
+	d.announced = now
+	return nil
+}
+
+// reloadBGP applies a reloaded bgp section to the running speaker (its peers; the route
+// attributes apply at the next reconcile) and returns the section to serve from now on.
+func (d *daemon) reloadBGP(c *config.BGP) *config.BGP {
+	switch {
+	case d.speaker == nil:
+		if c != nil {
+			d.log.Warn("bgp section added; the BGP speaker starts at the next restart")
+		}
+		return nil
+	case c == nil:
+		d.log.Warn("bgp section removed; the BGP speaker keeps its settings until the next restart")
+		return d.bgpCfg
+	}
+	if bgpRestartOnly(d.bgpCfg, c) {
+		d.log.Warn("bgp routerID, asn, listenPort or gracefulRestart changed; they take effect at the next restart")
+	}
+	if err := d.speaker.SetPeers(bgpPeers(c)); err != nil {
+		d.log.Error("config reload: bgp peers unchanged", "error", err)
+	}
+	return c
 }

@@ -333,6 +333,7 @@ type lab struct {
 	dir                 string // temporary files
 	cfgPath             string // the daemon's config file
 	servers             map[netip.Addr]*httpServer
+	extra               string // appended to the config writeConfig writes (a bgp section)
 }
 
 // newLab builds the lab, removed when t ends: namespaces, links, addresses, routes, forwarding
@@ -476,6 +477,7 @@ services:
 		tm = timing[0]
 	}
 	fmt.Fprintf(&b, "    healthCheck: {type: http, path: /healthz, %s, rise: 1, fall: %d}\n", tm, hcFall)
+	b.WriteString(l.extra)
 	l.writeFile(t, b.String())
 }
 

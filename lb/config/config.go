@@ -2,6 +2,7 @@ package config
 
 import (
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/xlb-dev/xlb/lb"
@@ -57,6 +58,106 @@ type Config struct {
 	// services[].healthCheck). A service without a healthCheck has no entry: its backends are
 	// taken as healthy. Never nil.
 	HealthChecks map[string]HealthCheck
+	// BGP (key bgp; optional) configures the embedded BGP speaker that announces the VIPs to the
+	// upstream routers; nil when the file has no bgp section (the VIPs are then routed to the
+	// gateway some other way, and the daemon speaks no BGP).
+	BGP *BGP
+}
+
+// Defaults of the bgp section.
+const (
+	// DefaultMinHealthyBackends is bgp.minHealthyBackends when absent.
+	DefaultMinHealthyBackends = 1
+	// DefaultWithdrawOnExit is bgp.withdrawOnExit when absent: a clean stop withdraws the
+	// routes, so the routers move the traffic away before the process is gone.
+	DefaultWithdrawOnExit = true
+	// MaxGracefulRestart is the largest bgp.gracefulRestart (the capability's 12-bit field).
+	MaxGracefulRestart = 4095 * time.Second
+)
+
+// BGP configures the embedded BGP speaker (key bgp). The daemon converts it to bgp.Config (this
+// package does not import the speaker). Every VIP address with at least MinHealthyBackends
+// backends taking new flows on at least one of its frontends is announced as a /32 or /128 host
+// route, next hop self, with the attributes below.
+type BGP struct {
+	// RouterID (key routerID; required) is the BGP identifier: an IPv4 address, not 0.0.0.0,
+	// unique among the speakers (usually the gateway's upstream address).
+	RouterID netip.Addr
+	// ASN (key asn; required) is the local AS number, 1 to 4294967295.
+	ASN uint32
+	// ListenPort (key listenPort) is the TCP port the speaker accepts sessions on, 1 to 65535;
+	// 0 (the default) means it does not listen and only dials out. A passive peer needs it.
+	ListenPort uint16
+	// GracefulRestart (key gracefulRestart) is the restart time advertised with the graceful
+	// restart capability: how long the routers keep this gateway's routes when its sessions drop
+	// without a NOTIFICATION (a crash, or a stop with withdrawOnExit false). Whole seconds up to
+	// MaxGracefulRestart; 0 (the default) turns graceful restart off.
+	GracefulRestart time.Duration
+	// MinHealthyBackends (key minHealthyBackends) is how many backends taking new flows a VIP
+	// needs, on at least one of its frontends, to be announced; at least 1, default
+	// DefaultMinHealthyBackends.
+	MinHealthyBackends int
+	// WithdrawOnExit (key withdrawOnExit) says what a clean stop (SIGTERM, SIGINT) does with the
+	// routes: true (the default, DefaultWithdrawOnExit) withdraws them before the process exits;
+	// false leaves them at the routers for gracefulRestart, for an in-place restart or upgrade
+	// (the pinned datapath keeps forwarding meanwhile). `xlb run --cleanup-on-exit` always
+	// withdraws.
+	WithdrawOnExit bool
+	// Communities (key communities) are RFC 1997 communities added to every route, written
+	// "ASN:value" (each 0 to 65535) and stored as ASN<<16 | value.
+	Communities []uint32
+	// LargeCommunities (key largeCommunities) are RFC 8092 large communities added to every
+	// route, written "global:local1:local2" (each 0 to 4294967295).
+	LargeCommunities []LargeCommunity
+	// LocalPref (key localPref) is the LOCAL_PREF of every route, 0 to 4294967295, sent to iBGP
+	// peers only; nil (absent) sends none.
+	LocalPref *uint32
+	// MED (key med) is the MULTI_EXIT_DISC of every route, 0 to 4294967295; nil (absent) sends
+	// none.
+	MED *uint32
+	// Peers (key peers; required, at least one) are the BGP neighbours, each address once.
+	Peers []BGPPeer
+}
+
+// LargeCommunity is an RFC 8092 large community (an item of bgp.largeCommunities).
+type LargeCommunity struct {
+	// Global, Local1 and Local2 are its three parts, written "global:local1:local2".
+	Global, Local1, Local2 uint32
+}
+
+// BGPPeer is one BGP neighbour (an item of bgp.peers).
+type BGPPeer struct {
+	// Address (key address; required) is the neighbour's unicast IPv4 or IPv6 address; its
+	// family is the session's, and the session carries the VIPs of that family only.
+	Address netip.Addr
+	// ASN (key asn; required) is the neighbour's AS number, 1 to 4294967295: bgp.asn for iBGP.
+	ASN uint32
+	// Port (key port) is the neighbour's TCP port, 1 to 65535; default 179.
+	Port uint16
+	// PasswordFile (key passwordFile) is the file holding the TCP MD5 password (trailing
+	// newlines ignored, 1 to 80 bytes); a relative path is taken from the config file's
+	// directory (and stored joined to it). It is read when the config is parsed (an unreadable
+	// or empty file is an error) and again by the speaker at start and at each reload; absent
+	// means no MD5.
+	PasswordFile string
+	// MultihopTTL (key multihopTTL) allows an eBGP neighbour that many hops away, 1 to 255;
+	// absent or 0 means directly connected.
+	MultihopTTL uint8
+	// HoldTime (key holdTime) is the hold time proposed in OPEN: whole seconds, at least 3s;
+	// default 9s (there is no BFD: this bounds the detection of a silent failure).
+	HoldTime time.Duration
+	// KeepaliveTime (key keepaliveTime) is the keepalive interval: whole seconds, less than the
+	// hold time; default 3s.
+	KeepaliveTime time.Duration
+	// ConnectRetry (key connectRetry) is the wait between connection attempts: whole seconds;
+	// default 1s.
+	ConnectRetry time.Duration
+	// Passive (key passive) makes the speaker wait for the neighbour to connect; it needs
+	// bgp.listenPort. Default false.
+	Passive bool
+	// LocalAddress (key localAddress) is the session's source address, and so the next hop
+	// announced to the neighbour: of the address's family. Absent: the kernel picks it.
+	LocalAddress netip.Addr
 }
 
 // Interface is an interface the datapath attaches to (an item of interfaces).

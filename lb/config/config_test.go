@@ -29,6 +29,8 @@ func addrs(ss ...string) []netip.Addr {
 	return out
 }
 
+func ptr[T any](v T) *T { return &v }
+
 func TestExample(t *testing.T) {
 	cfg, err := Load("../../deploy/xlb.example.yaml")
 	if err != nil {
@@ -91,6 +93,18 @@ func TestExample(t *testing.T) {
 			"dns": {Type: CheckUDP, Port: 53, Payload: []byte("ping\n"), Expect: []byte("pong"),
 				Interval: 5 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}, // timeout, rise, fall defaulted
 			"bastion": {Type: CheckTCP, Port: 22, Interval: 2 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3},
+		},
+		BGP: &BGP{
+			RouterID: netip.MustParseAddr("198.18.0.1"), ASN: 65001, GracefulRestart: 120 * time.Second,
+			MinHealthyBackends: 1, WithdrawOnExit: true,
+			Communities: []uint32{65000<<16 | 100}, LargeCommunities: []LargeCommunity{{65000, 1, 2}},
+			LocalPref: ptr(uint32(100)), MED: ptr(uint32(0)),
+			Peers: []BGPPeer{
+				{Address: netip.MustParseAddr("198.18.0.254"), ASN: 65000, Port: 179,
+					PasswordFile: "../../deploy/bgp-upstream.pw", HoldTime: 9 * time.Second,
+					KeepaliveTime: 3 * time.Second, ConnectRetry: time.Second, LocalAddress: netip.MustParseAddr("198.18.0.1")},
+				{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000},
+			},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -250,6 +264,8 @@ func schemaKeys() map[string]bool {
 	add("services.ports", portFields)
 	add("services.backends", backendFields)
 	add("services.healthCheck", healthCheckFields)
+	add("bgp", bgpFields)
+	add("bgp.peers", bgpPeerFields)
 	return keys
 }
 
@@ -324,7 +340,7 @@ func TestFieldDocs(t *testing.T) {
 		fields []string
 	}{
 		{"Config", topFields}, {"Interface", interfaceFields}, {"Datapath", datapathFields},
-		{"Log", logFields}, {"HealthCheck", healthCheckFields},
+		{"Log", logFields}, {"HealthCheck", healthCheckFields}, {"BGP", bgpFields}, {"BGPPeer", bgpPeerFields},
 	} {
 		for _, k := range c.fields {
 			if !strings.Contains(docs[c.typ], "key "+k+")") && !strings.Contains(docs[c.typ], "key "+k+";") &&

@@ -1,7 +1,7 @@
 // Package config parses the standalone daemon's YAML config file into a [Config]: the
-// interfaces to attach to, the datapath's load options, the HTTP listen address, logging, and
-// the services, as lb.Service values ready for lb.Plan, with their health checks. It is pure
-// Go: it imports neither the datapath nor anything of the kernel, so the datapath settings are
+// interfaces to attach to, the datapath's load options, the HTTP listen address, logging, the
+// services, as lb.Service values ready for lb.Plan, with their health checks, and the BGP
+// speaker's settings. It is pure Go: it imports neither the datapath nor anything of the kernel, so the datapath settings are
 // plain types ([Datapath], [AttachMode]) that the daemon converts.
 //
 // deploy/xlb.example.yaml is the reference: every field, commented, in a file that
@@ -21,6 +21,17 @@
 //	services[].externalTrafficPolicy   lb.Service.TrafficPolicy: Cluster (default) or Local
 //	services[].maglevTableSize         lb.Service.TableSize: a prime; default datapath.maglevTableSize
 //	services[].healthCheck             Config.HealthChecks[name] (see HealthCheck)
+//
+// The optional bgp section ([BGP], [BGPPeer]) configures the embedded BGP speaker: routerID,
+// asn, listenPort, gracefulRestart, minHealthyBackends (default 1), withdrawOnExit (default
+// true: a clean stop withdraws the routes; false keeps them at the routers for
+// gracefulRestart), communities, largeCommunities, localPref, med (applied to every VIP
+// route), and peers[] (address, asn, port, passwordFile, multihopTTL, holdTime, keepaliveTime,
+// connectRetry, passive, localAddress). It is parsed into plain types that the daemon converts
+// to the bgp package's (this package does not import it). Parse checks what the speaker would
+// refuse (an IPv6 routerID, AS 0, timers that are not whole seconds or a keepalive not below
+// the hold time, a passive peer without listenPort, a duplicate peer) and reads each password
+// file, so an unreadable or empty one is an error with the file's line.
 //
 // # Strictness
 //

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,18 @@ func web(fields string) string {
 // check is web with a health check; its fields start on line 7.
 func check(fields string) string {
 	return web("    healthCheck:\n" + fields)
+}
+
+// bgpTop is a valid bgp header (lines 3 and 4 of bgpFile).
+const bgpTop = "  routerID: 198.18.0.1\n  asn: 65001\n"
+
+// bgpFile is a file whose bgp section has the given fields from line 3, then peers: one valid
+// peer unless peers gives the items.
+func bgpFile(fields, peers string) string {
+	if peers == "" {
+		peers = "    - {address: 198.18.0.254, asn: 65000}\n"
+	}
+	return "interfaces: [{name: ext0}]\nbgp:\n" + fields + "  peers:\n" + peers
 }
 
 // TestErrors checks the exact message for each kind of mistake. Each file has exactly one,
@@ -44,7 +57,7 @@ func TestErrors(t *testing.T) {
 		{"unknown top-level field, close", "interfaces: [{name: ext0}]\nservice: []\n",
 			`xlb.yaml:2: service: unknown field (did you mean "services"?)`},
 		{"unknown top-level field, far", "interfaces: [{name: ext0}]\nbackends: []\n",
-			"xlb.yaml:2: backends: unknown field (known fields: interfaces, datapath, listen, log, services)"},
+			"xlb.yaml:2: backends: unknown field (known fields: interfaces, datapath, listen, log, services, bgp)"},
 		{"field set twice", "interfaces: [{name: ext0}]\nlisten: 127.0.0.1:1\nlisten: 127.0.0.1:2\n",
 			"xlb.yaml:3: listen: set twice (first on line 2)"},
 		{"field name not a string", "interfaces: [{name: ext0}]\n[a]: 1\n", "xlb.yaml:2: field name a list is not a string"},
@@ -282,6 +295,58 @@ func TestErrors(t *testing.T) {
 		{"bad base64 payload", check("      type: udp\n      payload: !!binary not*base64\n"),
 			"xlb.yaml:8: services[0].healthCheck.payload: !!binary value is not valid base64"},
 
+		// bgp
+		{"bgp without peers", "interfaces: [{name: ext0}]\nbgp:\n  routerID: 198.18.0.1\n  asn: 65001\n",
+			"xlb.yaml:3: bgp.peers: missing (list at least one BGP neighbour)"},
+		{"bgp router ID IPv6", bgpFile("  routerID: \"2001:db8::1\"\n  asn: 65001\n", ""),
+			"xlb.yaml:3: bgp.routerID: 2001:db8::1 is not an IPv4 address (a BGP identifier is one, even for IPv6 sessions)"},
+		{"bgp router ID zero", bgpFile("  routerID: 0.0.0.0\n  asn: 65001\n", ""),
+			"xlb.yaml:3: bgp.routerID: 0.0.0.0 is not a usable BGP identifier"},
+		{"bgp ASN zero", bgpFile("  routerID: 198.18.0.1\n  asn: 0\n", ""),
+			"xlb.yaml:4: bgp.asn: 0 is out of range (1 to 4294967295)"},
+		{"bgp ASN too large", bgpFile("  routerID: 198.18.0.1\n  asn: 4294967296\n", ""),
+			"xlb.yaml:4: bgp.asn: 4294967296 is out of range (1 to 4294967295)"},
+		{"bgp ASN as dotted", bgpFile("  routerID: 198.18.0.1\n  asn: 1.10\n", ""),
+			"xlb.yaml:4: bgp.asn: want an integer, got 1.10"},
+		{"bgp graceful restart too long", bgpFile(bgpTop+"  gracefulRestart: 2h\n", ""),
+			"xlb.yaml:5: bgp.gracefulRestart: 2h0m0s is out of range (0s to 1h8m15s, or 0 for the default)"},
+		{"bgp graceful restart fractional", bgpFile(bgpTop+"  gracefulRestart: 1500ms\n", ""),
+			"xlb.yaml:5: bgp.gracefulRestart: 1.5s is not a whole number of seconds"},
+		{"bgp min healthy zero", bgpFile(bgpTop+"  minHealthyBackends: 0\n", ""),
+			"xlb.yaml:5: bgp.minHealthyBackends: 0 is out of range (1 to 2147483647)"},
+		{"bgp withdrawOnExit a string", bgpFile(bgpTop+"  withdrawOnExit: \"yes\"\n", ""),
+			`xlb.yaml:5: bgp.withdrawOnExit: want true or false, got "yes"`},
+		{"bgp bad community", bgpFile(bgpTop+"  communities: [\"65000:70000\"]\n", ""),
+			`xlb.yaml:5: bgp.communities[0]: "65000:70000" is not a community (want ASN:value, each 0 to 65535, such as 65000:100)`},
+		{"bgp bad large community", bgpFile(bgpTop+"  largeCommunities: [\"65000:1\"]\n", ""),
+			`xlb.yaml:5: bgp.largeCommunities[0]: "65000:1" is not a large community (want global:local1:local2, each 0 to 4294967295, such as 65000:1:2)`},
+		{"bgp peer bad address", bgpFile(bgpTop, "    - {address: 198.18.0.300, asn: 65000}\n"),
+			`xlb.yaml:6: bgp.peers[0].address: "198.18.0.300" is not an IP address`},
+		{"bgp peer multicast address", bgpFile(bgpTop, "    - {address: 224.0.0.5, asn: 65000}\n"),
+			"xlb.yaml:6: bgp.peers[0].address: 224.0.0.5 is a multicast address, not a usable unicast address"},
+		{"bgp peer without ASN", bgpFile(bgpTop, "    - address: 198.18.0.254\n"),
+			"xlb.yaml:6: bgp.peers[0].asn: missing (the neighbour's AS number)"},
+		{"bgp peer twice", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000}\n    - {address: 198.18.0.254, asn: 65002}\n"),
+			"xlb.yaml:7: bgp.peers[1].address: 198.18.0.254 is already used by bgp.peers[0] (line 6)"},
+		{"bgp peer unreadable password file", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, passwordFile: /nonexistent/xlb-bgp.pw}\n"),
+			"xlb.yaml:6: bgp.peers[0].passwordFile: cannot read /nonexistent/xlb-bgp.pw: no such file or directory"},
+		{"bgp peer hold time too short", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, holdTime: 2s}\n"),
+			"xlb.yaml:6: bgp.peers[0].holdTime: 2s is out of range (3s to 18h12m15s, or 0 for the default)"},
+		{"bgp peer hold time not above the default keepalive", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, holdTime: 3s}\n"),
+			"xlb.yaml:6: bgp.peers[0].holdTime: 3s is not longer than the keepalive time (3s, the default)"},
+		{"bgp peer keepalive not below hold", bgpFile(bgpTop, "    - address: 198.18.0.254\n      asn: 65000\n      keepaliveTime: 10s\n"),
+			"xlb.yaml:8: bgp.peers[0].keepaliveTime: 10s is not shorter than the hold time (9s, the default)"},
+		{"bgp peer hold time without unit", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, holdTime: 9}\n"),
+			"xlb.yaml:6: bgp.peers[0].holdTime: want a duration with a unit, such as 9s, got 9"},
+		{"bgp passive peer without listen port", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, passive: true}\n"),
+			"xlb.yaml:6: bgp.peers[0].passive: needs bgp.listenPort (a passive peer connects to the speaker)"},
+		{"bgp peer local address of the other family", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, localAddress: \"2001:db8::1\"}\n"),
+			"xlb.yaml:6: bgp.peers[0].localAddress: 2001:db8::1 is not of the family of the peer's address 198.18.0.254"},
+		{"bgp peer multihop TTL too large", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, multihopTTL: 256}\n"),
+			"xlb.yaml:6: bgp.peers[0].multihopTTL: 256 is out of range (0 to 255)"},
+		{"bgp unknown peer field", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, remoteAS: 65000}\n"),
+			"xlb.yaml:6: bgp.peers[0].remoteAS: unknown field (known fields: address, asn, port, passwordFile, multihopTTL, holdTime, keepaliveTime, connectRetry, passive, localAddress)"},
+
 		// YAML structure
 		{"merge cycle", "interfaces:\n  - &x\n    name: ext0\n    <<: *x\n", "xlb.yaml:4: interfaces[0].<<: merges a mapping into itself"},
 		{"merge of an unknown field", "interfaces:\n  - &x {name: ext0, speed: 10G}\n  - <<: *x\n    name: ext1\n",
@@ -330,5 +395,41 @@ func TestErrorsAreOneLine(t *testing.T) {
 	_, err := Parse("xlb.yaml", []byte(web("    backends: [{address: 198.18.1.10, state: up}, {address: x}]\n")))
 	if err == nil || strings.Count(err.Error(), "\n") != 1 {
 		t.Errorf("two errors as %q", err)
+	}
+}
+
+// TestBGPPasswordFile checks the password file's content and relative paths.
+func TestBGPPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := dir + "/" + name
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	empty := write("empty", "\n")
+	long := write("long", strings.Repeat("x", 81))
+	good := write("good", "secret\n")
+	peer := func(pw string) string {
+		return bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, passwordFile: "+pw+"}\n")
+	}
+	for _, c := range []struct{ file, want string }{
+		{peer(empty), "xlb.yaml:6: bgp.peers[0].passwordFile: " + empty + " is empty (want the TCP MD5 password)"},
+		{peer(long), "xlb.yaml:6: bgp.peers[0].passwordFile: " + long + " holds 81 bytes; a TCP MD5 password has at most 80"},
+	} {
+		if _, err := Parse("xlb.yaml", []byte(c.file)); err == nil || err.Error() != c.want {
+			t.Errorf("got %v, want %s", err, c.want)
+		}
+	}
+	cfg, err := Parse(dir+"/xlb.yaml", []byte(peer("good")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.BGP.Peers[0].PasswordFile; got != good {
+		t.Errorf("relative passwordFile stored as %q, want %q", got, good)
+	}
+	if b := cfg.BGP; b.MinHealthyBackends != 1 || !b.WithdrawOnExit || b.LocalPref != nil || b.MED != nil {
+		t.Errorf("bgp defaults: %+v", b)
 	}
 }

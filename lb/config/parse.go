@@ -24,7 +24,7 @@ import (
 
 // The fields of each mapping of the file, in the order the documentation gives them.
 var (
-	topFields       = []string{"interfaces", "datapath", "listen", "log", "services"}
+	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp"}
 	interfaceFields = []string{"name", "mode"}
 	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "maglevTableSize", "seed",
 		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
@@ -35,6 +35,10 @@ var (
 	backendFields     = []string{"address", "weight", "state", "node", "targetPorts"}
 	healthCheckFields = []string{"type", "port", "path", "expectStatus", "payload", "expect", "interval",
 		"timeout", "rise", "fall"}
+	bgpFields = []string{"routerID", "asn", "listenPort", "gracefulRestart", "minHealthyBackends", "withdrawOnExit",
+		"communities", "largeCommunities", "localPref", "med", "peers"}
+	bgpPeerFields = []string{"address", "asn", "port", "passwordFile", "multihopTTL", "holdTime", "keepaliveTime",
+		"connectRetry", "passive", "localAddress"}
 )
 
 // Load reads and parses the config file at path; errors name the file by path.
@@ -110,6 +114,9 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	}
 	if n := o.get("services"); n != nil {
 		d.services(n, "services", cfg)
+	}
+	if n := o.get("bgp"); n != nil {
+		cfg.BGP = d.bgp(n, "bgp")
 	}
 	return cfg
 }
