@@ -186,43 +186,9 @@ func newE2ELab(t *testing.T) *e2eLab {
 			netip.PrefixFrom(f.client, f.bits).Masked(), f.gwBackend))
 	}
 	l.gw.Forwarding(t)
-	l.txChecksumOff(t)
-	l.attachPass(t)
+	netlab.PrepareEnds(t, netlab.End{NS: l.client, Ifname: e2eClientIf}, netlab.End{NS: l.backend, Ifname: e2eBackendIf})
 	l.startServers(t)
 	return l
-}
-
-// txChecksumOff and attachPass apply the lab settings veths need (see netlab.NS.TxChecksumOff
-// and netlab.NS.AttachPass) to the client's and the backend's ends.
-func (l *e2eLab) txChecksumOff(t *testing.T) {
-	t.Helper()
-	for _, end := range []struct {
-		ns     *netlab.NS
-		ifname string
-	}{{l.client, e2eClientIf}, {l.backend, e2eBackendIf}} {
-		if err := end.ns.TxChecksumOff(end.ifname); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (l *e2eLab) attachPass(t *testing.T) {
-	t.Helper()
-	prog, err := netlab.PassProgram()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	for _, end := range []struct {
-		ns     *netlab.NS
-		ifname string
-	}{{l.client, e2eClientIf}, {l.backend, e2eBackendIf}} {
-		lk, err := end.ns.AttachPass(prog, end.ifname)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lk.Close() })
-	}
 }
 
 // startServers runs the backend's servers inside the backend namespace, on all addresses of

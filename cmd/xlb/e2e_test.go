@@ -372,45 +372,11 @@ func newLab(t *testing.T) *lab {
 	l.client.MustIP(t, fmt.Sprintf("route add 198.18.100.0/24 via %s", labGWClient))
 	l.backend.MustIP(t, fmt.Sprintf("route add 198.18.0.0/24 via %s", labGWBackend))
 	l.gw.Forwarding(t)
-	l.txChecksumOff(t)
-	l.attachPass(t)
+	netlab.PrepareEnds(t, netlab.End{NS: l.client, Ifname: labClientIf}, netlab.End{NS: l.backend, Ifname: labBackendIf})
 	for _, b := range labBackends {
 		l.servers[b] = l.startServer(t, b)
 	}
 	return l
-}
-
-// txChecksumOff and attachPass apply the lab settings veths need (see netlab.NS.TxChecksumOff
-// and netlab.NS.AttachPass) to the client's and the backend's ends.
-func (l *lab) txChecksumOff(t *testing.T) {
-	t.Helper()
-	for _, end := range []struct {
-		ns     *netlab.NS
-		ifname string
-	}{{l.client, labClientIf}, {l.backend, labBackendIf}} {
-		if err := end.ns.TxChecksumOff(end.ifname); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (l *lab) attachPass(t *testing.T) {
-	t.Helper()
-	prog, err := netlab.PassProgram()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	for _, end := range []struct {
-		ns     *netlab.NS
-		ifname string
-	}{{l.client, labClientIf}, {l.backend, labBackendIf}} {
-		lk, err := end.ns.AttachPass(prog, end.ifname)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lk.Close() })
-	}
 }
 
 // cleanupDatapath runs `xlb cleanup` for the lab's pin path inside the gateway namespace, then

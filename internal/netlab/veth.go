@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -52,4 +53,31 @@ func (n *NS) AttachPass(prog *ebpf.Program, ifname string) (link.Link, error) {
 		return nil, fmt.Errorf("attach XDP_PASS to %s in %s: %w", ifname, n.Name, err)
 	}
 	return lk, nil
+}
+
+// End is one end of a veth: the namespace it is in and its name there.
+type End struct {
+	NS     *NS
+	Ifname string
+}
+
+// PrepareEnds gives the veth ends that local sockets send from, and that XDP redirects into, what
+// a lab needs (TxChecksumOff, AttachPass). The programs are detached when t ends.
+func PrepareEnds(t testing.TB, ends ...End) {
+	t.Helper()
+	prog, err := PassProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	for _, e := range ends {
+		if err := e.NS.TxChecksumOff(e.Ifname); err != nil {
+			t.Fatal(err)
+		}
+		lk, err := e.NS.AttachPass(prog, e.Ifname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lk.Close() })
+	}
 }

@@ -176,8 +176,11 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 			continue
 		}
 		wanted[id] = true
-		v := xdp.Backend{Addr: key.Addr(), Port: key.Port(), Down: down[key]}
-		if cur, ok := r.backends[id]; ok && cur == v {
+		// A backend goes down only once no table gives it new flows (below): marked down while
+		// the old table still names it, it would drop those flows' first packets.
+		cur, ok := r.backends[id]
+		v := xdp.Backend{Addr: key.Addr(), Port: key.Port(), Down: down[key] && ok && cur.Down}
+		if ok && cur == v {
 			continue
 		}
 		if err := r.dp.UpsertBackend(id, v); err != nil {
@@ -261,6 +264,24 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 		cur.table = table
 		r.vips[xf] = cur
 		res.TablesWritten++
+	}
+
+	// Backends that failed their health check everywhere go down now that the tables leave
+	// them out: their established flows move to the others.
+	for _, key := range sortedKeys(down) {
+		id := r.backendIDs[key]
+		cur, ok := r.backends[id]
+		if !down[key] || broken[key] || !ok || cur.Down {
+			continue
+		}
+		v := cur
+		v.Down = true
+		if err := r.dp.UpsertBackend(id, v); err != nil {
+			errs = append(errs, fmt.Errorf("backend %s: mark down: %w", key, err))
+			continue
+		}
+		r.backends[id] = v
+		res.BackendsWritten++
 	}
 
 	// Reverse NAT.

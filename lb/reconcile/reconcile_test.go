@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -383,5 +384,43 @@ func TestUnhealthyBackendIsDown(t *testing.T) {
 	}
 	if !down["198.18.1.10"] || down["198.18.1.11"] || down["198.18.1.12"] {
 		t.Fatalf("down flags: %v", down)
+	}
+}
+
+// recording records the order of table and backend writes.
+type recording struct {
+	*xdp.Datapath
+	ops []string
+}
+
+func (r *recording) UpsertBackend(id xdp.BackendID, b xdp.Backend) error {
+	if b.Down {
+		r.ops = append(r.ops, "down "+b.Addr.String())
+	}
+	return r.Datapath.UpsertBackend(id, b)
+}
+
+func (r *recording) SetMaglevTable(id xdp.VIPID, t []xdp.BackendID) error {
+	r.ops = append(r.ops, "table")
+	return r.Datapath.SetMaglevTable(id, t)
+}
+
+// TestDownAfterTables: a backend is marked down only after every table leaves it out; marked
+// down while a table still names it, it would drop the first packets of new flows.
+func TestDownAfterTables(t *testing.T) {
+	dp := load(t, xdp.Options{})
+	rec := &recording{Datapath: dp}
+	r, err := New(rec, nil)
+	must(t, err)
+	s := web("198.18.1.10", "198.18.1.11")
+	_, err = r.Apply(plan(t, s))
+	must(t, err)
+	rec.ops = nil
+	s.Backends[1].State = lb.Unhealthy
+	_, err = r.Apply(plan(t, s))
+	must(t, err)
+	last := rec.ops[len(rec.ops)-1]
+	if last != "down 198.18.1.11" || !slices.Contains(rec.ops, "table") {
+		t.Fatalf("write order %v: the backend must go down after the tables", rec.ops)
 	}
 }
