@@ -871,28 +871,7 @@ func (p *daemonProc) waitLogN(t *testing.T, s string, n int) string {
 
 // httpGet fetches path from the daemon's HTTP server, from inside the gateway namespace.
 func (l *lab) httpGet(path string) (int, string, error) {
-	var c net.Conn
-	err := l.gw.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", labListen, reqTimeout)
-		return err
-	})
-	if err != nil {
-		return 0, "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(reqTimeout))
-	req, _ := http.NewRequest(http.MethodGet, "http://"+labListen+path, nil)
-	req.Close = true
-	if err := req.Write(c); err != nil {
-		return 0, "", err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	return l.gw.HTTPGet(labListen, path, reqTimeout)
 }
 
 // waitPinDir waits until the daemon has created its pin directory.

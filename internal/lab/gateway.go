@@ -1,11 +1,8 @@
 package lab
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -277,28 +274,7 @@ func (g *Gateway) logTail(n int) string {
 
 // HTTPGet fetches path from xlb's HTTP server, from inside the gateway namespace.
 func (g *Gateway) HTTPGet(path string) (int, string, error) {
-	var c net.Conn
-	err := g.NS.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp", g.Listen, httpTimeout)
-		return err
-	})
-	if err != nil {
-		return 0, "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(httpTimeout))
-	req, _ := http.NewRequest(http.MethodGet, "http://"+g.Listen+path, nil)
-	req.Close = true
-	if err := req.Write(c); err != nil {
-		return 0, "", err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	return g.NS.HTTPGet(g.Listen, path, httpTimeout)
 }
 
 // Metrics scrapes xlb's /metrics from inside the gateway namespace.
