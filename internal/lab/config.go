@@ -38,12 +38,15 @@ services:
 		hi, hi/2)
 	if len(pods) == 0 {
 		b.WriteString("    backends: []\n")
-		return b.String()
+	} else {
+		b.WriteString("    backends:\n")
 	}
-	b.WriteString("    backends:\n")
 	for _, p := range pods {
 		fmt.Fprintf(&b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
 		fmt.Fprintf(&b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
+	}
+	if s.Opts.Routing == BIRD {
+		b.WriteString(s.bgpYAML(g))
 	}
 	return b.String()
 }

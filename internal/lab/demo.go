@@ -23,7 +23,12 @@ func (s *Site) Describe(w io.Writer) {
 	for _, g := range s.Upstream() {
 		ups = append(ups, g.Name)
 	}
-	fmt.Fprintf(tw, "router\t%s\t\t%s, %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name, VIPPrefix4, VIPPrefix6, strings.Join(ups, "+"))
+	if s.Opts.Routing == BIRD {
+		fmt.Fprintf(tw, "router\t%s\t\tBIRD (AS %d), eBGP with each gateway; %s, %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name,
+			RouterASN, VIP4, VIP6, strings.Join(ups, "+"))
+	} else {
+		fmt.Fprintf(tw, "router\t%s\t\t%s, %s: static ECMP via %s (L4 hash)\n", s.Router.NS.Name, VIPPrefix4, VIPPrefix6, strings.Join(ups, "+"))
+	}
 	for _, g := range s.Gateways {
 		state := "xlb not running"
 		if pid := g.Pid(); pid != 0 {
@@ -66,6 +71,7 @@ func (s *Site) Demo(ctx context.Context, w io.Writer) error {
 		errs = append(errs, err)
 		fmt.Fprintf(w, "  FAILED: %v\n", err)
 	}
+	s.demoRouting(w, fail)
 	fmt.Fprintf(w, "\n== HTTP through the VIP, from client %s (a new connection each) ==\n", c.Name)
 	for _, vip := range []netip.Addr{VIP4, VIP6} {
 		url := "http://" + vip.String() + "/"
@@ -217,4 +223,47 @@ Try it (as root, in another shell):
   ip netns exec %[6]s ip route show %[7]s      (the ECMP route to the gateways)
   tail -f %[8]s                                (xlb's log on %[9]s)
 `, c, VIP4, VIP6, g.NS.Name, g.Listen, s.Router.NS.Name, VIPPrefix4, g.LogPath, g.Name)
+	if s.Opts.Routing == BIRD {
+		fmt.Fprintf(w, "  birdc -s %s show protocols                (the router's BGP sessions)\n", s.birdPath(routerBIRDCtlSuffix))
+	}
+}
+
+// demoRouting shows how the router routes the VIPs: with BIRD, its BGP sessions (birdc show
+// protocols and each gateway's xlb_bgp_session_up), then its kernel route to each VIP.
+func (s *Site) demoRouting(w io.Writer, fail func(string, ...any)) {
+	if s.Opts.Routing == BIRD {
+		fmt.Fprintf(w, "\n== The router's BGP sessions (birdc show protocols) ==\n")
+		out, err := s.BIRDC("show", "protocols")
+		if err != nil {
+			fail("%v", err)
+		}
+		for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+		for _, g := range s.Gateways {
+			m, err := g.Metrics()
+			if err != nil {
+				fail("%v", err)
+				continue
+			}
+			for _, smp := range m.Samples("xlb_bgp_session_up") {
+				fmt.Fprintf(w, "  %s: xlb_bgp_session_up{peer=%q} %v\n", g.Name, smp.Labels["peer"], smp.Value)
+				if smp.Value != 1 {
+					fail("%s: BGP session to %s is down", g.Name, smp.Labels["peer"])
+				}
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n== The router's route to each VIP (%v routing) ==\n", s.Opts.Routing)
+	for _, vip := range []netip.Addr{VIP4, VIP6} {
+		route, gws, err := s.RouterRoute(vip)
+		if err != nil {
+			fail("%v", err)
+			continue
+		}
+		fmt.Fprintf(w, "  %s\n", strings.Join(strings.Fields(route), " "))
+		if len(gws) != len(s.Gateways) {
+			fail("the router's route to %s has %d next hops, want %d (one per gateway)", vip, len(gws), len(s.Gateways))
+		}
+	}
 }

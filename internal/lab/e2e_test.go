@@ -270,7 +270,8 @@ func TestVIPTraffic(t *testing.T) {
 // plan (lb.Plan + xdp.FlowHash) predicts. The new-flow counters show each pass took the intended
 // gateway.
 func TestGatewayConsistency(t *testing.T) {
-	s := NewT(t, Options{XLB: xlbBin})
+	// The test edits the router's multipath route by hand.
+	s := NewT(t, Options{XLB: xlbBin, Routing: Static})
 	c := s.Clients[0]
 	g1, g2 := s.Gateways[0], s.Gateways[1]
 	pred, err := s.Predictor(s.Backends())
@@ -479,7 +480,8 @@ func TestNonVIPTraffic(t *testing.T) {
 // takes over has no conntrack entry: Maglev gives it the same pod). The VIP packet counters
 // show the traffic really moved.
 func TestECMPChange(t *testing.T) {
-	s := NewT(t, Options{XLB: xlbBin})
+	// The test edits the router's multipath route by hand.
+	s := NewT(t, Options{XLB: xlbBin, Routing: Static})
 	g1, g2 := s.Gateways[0], s.Gateways[1]
 	cs := openConns(t, s.Clients[0], 200)
 	t.Logf("200 connections over pods %v", cs.byPod())
@@ -696,9 +698,15 @@ func TestGatewayKilled(t *testing.T) {
 	}
 }
 
-// TestDemo runs what `make lab DEMO=1` shows and checks that it reports no failure.
+// TestDemo runs what `make lab DEMO=1` shows (BGP routing if bird is installed) and checks that
+// it reports no failure.
 func TestDemo(t *testing.T) {
-	s := NewT(t, Options{XLB: xlbBin})
+	// As `make lab` shows it: BGP routing when bird is installed.
+	routing := Static
+	if _, err := exec.LookPath("bird"); err == nil {
+		routing = BIRD
+	}
+	s := NewT(t, Options{XLB: xlbBin, Routing: routing})
 	var b bytes.Buffer
 	s.Describe(&b)
 	err := s.Demo(context.Background(), &b)

@@ -50,6 +50,10 @@ type Options struct {
 	HealthInterval time.Duration
 	// StateDir holds each site's directory (configs, logs, pid files) (default DefaultStateDir).
 	StateDir string
+	// Routing is how the router learns the VIPs: Static (the zero value: the lab sets the
+	// router's multipath routes; RouteVia and friends edit them) or BIRD (BIRD 2 on the router
+	// peers over BGP with every gateway's xlb; each gateway's config gets a bgp section).
+	Routing Routing
 	// Log receives progress lines (nil: none).
 	Log io.Writer
 }
@@ -86,6 +90,8 @@ type Site struct {
 // Router is the upstream router namespace.
 type Router struct {
 	NS *netlab.NS
+
+	bird *birdProc // Routing BIRD: the router's bird
 }
 
 // Client is a client namespace: link "eth0" to the router.
@@ -209,6 +215,9 @@ func (s *Site) build() error {
 		return err
 	}
 	s.Router = &Router{NS: rns}
+	// Before every gateway's closer: they run in reverse, so bird outlives the gateways' xlb
+	// (a stopping xlb withdraws its routes first) and dies before the namespace goes.
+	s.onClose(s.stopBIRD)
 	if s.L2, err = s.addNS(s.nsName("l2"), false); err != nil {
 		return err
 	}
@@ -240,12 +249,21 @@ func (s *Site) build() error {
 			}
 		}
 	}
-	all := make([]int, len(s.Gateways))
-	for i := range all {
-		all[i] = i + 1
-	}
-	if err := s.route(all); err != nil {
-		return err
+	switch o.Routing {
+	case Static:
+		all := make([]int, len(s.Gateways))
+		for i := range all {
+			all[i] = i + 1
+		}
+		if err := s.route(all); err != nil {
+			return err
+		}
+	case BIRD:
+		if err := s.startBIRD(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("lab: unknown routing %v", o.Routing)
 	}
 	for j := 1; j <= o.Pods; j++ {
 		if _, err := s.AddPod(s.Nodes[(j-1)%len(s.Nodes)]); err != nil {
@@ -262,7 +280,21 @@ func (s *Site) build() error {
 	if o.NoXLB {
 		return nil
 	}
-	return s.StartAll()
+	if err := s.StartAll(); err != nil {
+		return err
+	}
+	if o.Routing == BIRD {
+		// Both VIPs via every gateway: the sessions are up and the announcements installed.
+		for _, vip := range []netip.Addr{VIP4, VIP6} {
+			d, err := s.WaitRouterRoute(vip, bgpUpTimeout, s.Gateways...)
+			if err != nil {
+				return err
+			}
+			s.logf("router: %s learned over BGP via %v (%v after the gateways were ready)", vip,
+				gatewayNames(s.Gateways), d.Round(time.Millisecond))
+		}
+	}
+	return nil
 }
 
 // StartAll starts xlb on every gateway that is not running, at once, and waits until each is
@@ -452,6 +484,9 @@ func (s *Site) AddPod(node *Node) (*Pod, error) {
 
 // route points the router's VIP routes at the gateways with the given indexes (ECMP).
 func (s *Site) route(idx []int) error {
+	if s.Opts.Routing != Static {
+		return fmt.Errorf("lab: the router's VIP routes are set by hand only with Routing Static (this site: %v)", s.Opts.Routing)
+	}
 	if len(idx) == 0 {
 		return errors.New("lab: the router needs at least one gateway for the VIP prefix")
 	}
@@ -508,8 +543,13 @@ func (s *Site) AddToRoute(g *Gateway) error {
 	return s.RouteVia(up...)
 }
 
-// Upstream returns the gateways in the router's multipath routes.
+// Upstream returns the gateways in the router's multipath routes (Routing BIRD: the next hops of
+// the router's route to VIP4).
 func (s *Site) Upstream() []*Gateway {
+	if s.Opts.Routing != Static {
+		_, gws, _ := s.RouterRoute(VIP4)
+		return gws
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*Gateway, len(s.upstream))

@@ -222,6 +222,7 @@ type procInfo struct {
 }
 
 // killSiteProcesses SIGKILLs every process that runs `... run --config <stateDir>/<prefix>/...`
+// (xlb) or `bird ... -c <stateDir>/<prefix>/...` (a router's BIRD)
 // for a prefix that remove accepts, and waits until they are gone.
 func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]procInfo, error) {
 	ents, err := os.ReadDir(procRoot)
@@ -240,9 +241,14 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		// xlb: `... run --config <file>`; the router's bird: `bird -f -c <file> ...`.
 		i := slices.Index(args, "--config")
-		if i < 1 || i+1 >= len(args) || !slices.Contains(args[:i], "run") {
-			continue
+		isXLB := i >= 1 && i+1 < len(args) && slices.Contains(args[:i], "run")
+		if !isXLB {
+			i = slices.Index(args, "-c")
+			if i < 1 || i+1 >= len(args) || filepath.Base(args[0]) != "bird" {
+				continue
+			}
 		}
 		rest, ok := strings.CutPrefix(args[i+1], root)
 		if !ok {

@@ -1,0 +1,271 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Routing is how the router learns the VIPs.
+type Routing int
+
+const (
+	// Static: the lab sets the router's multipath routes to the VIP prefixes itself (RouteVia,
+	// RemoveFromRoute, AddToRoute). The zero value.
+	Static Routing = iota
+	// BIRD: the router runs BIRD 2, peered over BGP (an IPv4 and an IPv6 session) with each
+	// gateway's xlb, and installs what it learns into its kernel with ECMP (merge paths). The
+	// VIPs are the /32 and /128 host routes xlb announces.
+	BIRD
+)
+
+func (r Routing) String() string {
+	switch r {
+	case Static:
+		return "static"
+	case BIRD:
+		return "bird"
+	}
+	return fmt.Sprintf("Routing(%d)", int(r))
+}
+
+// ParseRouting parses "static" or "bird".
+func ParseRouting(s string) (Routing, error) {
+	switch strings.ToLower(s) {
+	case "static":
+		return Static, nil
+	case "bird":
+		return BIRD, nil
+	}
+	return 0, fmt.Errorf("lab: routing %q: want static or bird", s)
+}
+
+// BGP numbers of the lab: the router's AS, and gateway g's (eBGP).
+const (
+	RouterASN           = 65000
+	bgpGracefulRestart  = 30 * time.Second
+	bgpUpTimeout        = 20 * time.Second // sessions up and the VIP routes in the router's FIB
+	birdStartTimeout    = 5 * time.Second
+	birdExitTimeout     = 5 * time.Second
+	routePollInterval   = 10 * time.Millisecond
+	gatewayASNBase      = 65000
+	routerBIRDName      = "bird"
+	routerBIRDCtlSuffix = ".ctl"
+)
+
+// GatewayASN is gateway g's AS number: 65000+g (g1: 65001).
+func GatewayASN(g int) uint32 { return uint32(gatewayASNBase + g) }
+
+// birdProc is the router's BIRD.
+type birdProc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *os.File
+}
+
+// BIRD paths of the router, in the site's state directory.
+func (s *Site) birdPath(ext string) string { return filepath.Join(s.Dir, routerBIRDName+ext) }
+
+// birdConf is the router's BIRD config: device and kernel protocols (equal paths merged into one
+// multipath route, the kernel's L4 hash spreads the flows), and per gateway a passive IPv4 and
+// IPv6 session importing everything and exporting nothing.
+func (s *Site) birdConf() string {
+	_, r4, _, _ := upstreamAddrs(1)
+	var b strings.Builder
+	fmt.Fprintf(&b, `# xlb lab site %s, router (generated)
+router id %s;
+protocol device { scan time 10; }
+protocol kernel { ipv4 { import none; export all; }; merge paths yes limit 16; learn off; }
+protocol kernel { ipv6 { import none; export all; }; merge paths yes limit 16; learn off; }
+template bgp lb4 {
+  local as %d; hold time 9; keepalive time 3; connect retry time 1; passive on;
+  ipv4 { import all; export none; };
+}
+template bgp lb6 {
+  local as %d; hold time 9; keepalive time 3; connect retry time 1; passive on;
+  ipv6 { import all; export none; };
+}
+`, s.Prefix, r4, RouterASN, RouterASN)
+	for g := 1; g <= s.Opts.Gateways; g++ {
+		gw4, _, gw6, _ := upstreamAddrs(g)
+		fmt.Fprintf(&b, "protocol bgp g%d from lb4 { neighbor %s as %d; }\n", g, gw4, GatewayASN(g))
+		fmt.Fprintf(&b, "protocol bgp g%dv6 from lb6 { neighbor %s as %d; }\n", g, gw6, GatewayASN(g))
+	}
+	return b.String()
+}
+
+// bgpYAML is gateway g's `bgp:` config section (BIRD routing): eBGP to the router over up0,
+// one IPv4 and one IPv6 session.
+func (s *Site) bgpYAML(g *Gateway) string {
+	_, r4, _, r6 := upstreamAddrs(g.Index)
+	return fmt.Sprintf(`bgp:
+  routerID: %s
+  asn: %d
+  gracefulRestart: %s
+  withdrawOnExit: true
+  peers:
+    - {address: %s, asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s}
+    - {address: "%s", asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: "%s"}
+`, g.Upstream4, GatewayASN(g.Index), bgpGracefulRestart, r4, RouterASN, g.Upstream4, r6, RouterASN, g.Upstream6)
+}
+
+// startBIRD writes the router's BIRD config and runs `bird -f` in the router's namespace
+// (nsenter execs it: the pid is bird's; it dies with this process), waiting for its control
+// socket. stopBIRD (a closer) kills it.
+func (s *Site) startBIRD() error {
+	if _, err := exec.LookPath("bird"); err != nil {
+		return errors.New("lab: routing bird needs bird (BIRD 2; make deps installs bird2)")
+	}
+	conf, ctl := s.birdPath(".conf"), s.birdPath(routerBIRDCtlSuffix)
+	if err := os.WriteFile(conf, []byte(s.birdConf()), 0o644); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(s.birdPath(".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+s.Router.NS.Name, "bird", "-f", "-c", conf,
+		"-s", ctl, "-P", s.birdPath(".pid"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("lab: start bird: %w", err)
+	}
+	p := &birdProc{cmd: cmd, exited: make(chan struct{}), log: logf}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
+	s.mu.Lock()
+	s.Router.bird = p
+	s.mu.Unlock()
+	deadline := time.Now().Add(birdStartTimeout)
+	for {
+		if _, err := os.Stat(ctl); err == nil {
+			s.logf("router: bird pid %d, config %s", cmd.Process.Pid, conf)
+			return nil
+		}
+		select {
+		case <-p.exited:
+			b, _ := os.ReadFile(s.birdPath(".log"))
+			return fmt.Errorf("lab: bird exited: %s", b)
+		case <-time.After(routePollInterval):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("lab: bird made no control socket within %v", birdStartTimeout)
+		}
+	}
+}
+
+// stopBIRD kills the router's BIRD (if any) and removes its socket and pid files.
+func (s *Site) stopBIRD() error {
+	s.mu.Lock()
+	p := s.Router.bird
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	_ = p.cmd.Process.Kill()
+	var err error
+	select {
+	case <-p.exited:
+	case <-time.After(birdExitTimeout):
+		err = fmt.Errorf("lab: bird %d still running %v after SIGKILL", p.cmd.Process.Pid, birdExitTimeout)
+	}
+	_ = os.Remove(s.birdPath(routerBIRDCtlSuffix))
+	_ = os.Remove(s.birdPath(".pid"))
+	return err
+}
+
+// BIRDC runs `birdc -s <socket> args...` against the router's BIRD and returns its output.
+func (s *Site) BIRDC(args ...string) (string, error) {
+	if s.Opts.Routing != BIRD {
+		return "", fmt.Errorf("lab: birdc: the site's routing is %v", s.Opts.Routing)
+	}
+	out, err := exec.Command("birdc", append([]string{"-s", s.birdPath(routerBIRDCtlSuffix)}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("birdc %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+var viaRE = regexp.MustCompile(`\bvia (?:inet6 )?(\S+)`)
+
+// RouterRoute returns the router's kernel route to vip (`ip route show <vip>`, the /32 or
+// /128 BIRD installs, or the static prefix) and the gateways that are its next hops, in order.
+func (s *Site) RouterRoute(vip netip.Addr) (string, []*Gateway, error) {
+	fam := "-4"
+	if vip.Is6() {
+		fam = "-6"
+	}
+	out, err := exec.Command("ip", "-n", s.Router.NS.Name, fam, "route", "show", "match", vip.String()).CombinedOutput()
+	if err != nil {
+		return "", nil, fmt.Errorf("ip route show match %s in %s: %v: %s", vip, s.Router.NS.Name, err, out)
+	}
+	route := strings.TrimSpace(string(out))
+	var gws []*Gateway
+	for _, m := range viaRE.FindAllStringSubmatch(route, -1) {
+		a, err := netip.ParseAddr(m[1])
+		if err != nil {
+			continue
+		}
+		for _, g := range s.Gateways {
+			if g.Upstream4 == a || g.Upstream6 == a {
+				gws = append(gws, g)
+			}
+		}
+	}
+	return route, gws, nil
+}
+
+// WaitRouterRoute polls the router's route to vip until its next hops are exactly gws (none:
+// no route), within timeout, and returns how long that took.
+func (s *Site) WaitRouterRoute(vip netip.Addr, timeout time.Duration, gws ...*Gateway) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		route, got, err := s.RouterRoute(vip)
+		if err != nil {
+			return time.Since(start), err
+		}
+		if sameGateways(got, gws) {
+			return time.Since(start), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Since(start), fmt.Errorf("lab: router's route to %s: want next hops %v within %v; last seen %q",
+				vip, gatewayNames(gws), timeout, route)
+		}
+		time.Sleep(routePollInterval)
+	}
+}
+
+func sameGateways(a, b []*Gateway) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, g := range b {
+		found := false
+		for _, h := range a {
+			if h == g {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func gatewayNames(gws []*Gateway) []string {
+	out := make([]string, len(gws))
+	for i, g := range gws {
+		out[i] = g.Name
+	}
+	return out
+}
