@@ -110,6 +110,28 @@ type Service struct {
 	// PlanOptions.TableSize. It must not depend on the backend count: every change of M remaps
 	// almost every flow, so a service's M stays put while its backends come and go.
 	TableSize int
+	// Route holds the BGP path attributes the service's VIPs are announced with, on top of the
+	// speaker-wide ones (per service in the YAML file, per pool in Kubernetes mode). The zero
+	// value adds none.
+	Route RouteAttributes
+}
+
+// RouteAttributes are BGP path attributes of a VIP's host route. When several services share a
+// VIP, the announcer merges theirs (see the daemon's route builder).
+type RouteAttributes struct {
+	// Communities are RFC 1997 communities, each stored as ASN<<16 | value.
+	Communities []uint32
+	// LargeCommunities are RFC 8092 large communities: global, local1, local2.
+	LargeCommunities [][3]uint32
+	// LocalPref is the LOCAL_PREF (iBGP only); nil sends the speaker-wide value, if any.
+	LocalPref *uint32
+	// MED is the MULTI_EXIT_DISC; nil sends the speaker-wide value, if any.
+	MED *uint32
+}
+
+// IsZero reports whether a adds no attribute.
+func (a RouteAttributes) IsZero() bool {
+	return len(a.Communities) == 0 && len(a.LargeCommunities) == 0 && a.LocalPref == nil && a.MED == nil
 }
 
 // Port is a service port.

@@ -54,6 +54,8 @@ type FrontendPlan struct {
 	Table []int
 	// Serving counts the backends that take new flows; 0 means the frontend is down.
 	Serving int
+	// Route is the service's BGP route attributes (Service.Route).
+	Route RouteAttributes
 }
 
 // ReversePlan says which frontend a backend endpoint's replies must come from.
@@ -155,7 +157,7 @@ func planService(s *Service, opts PlanOptions) (map[Frontend]*FrontendPlan, erro
 		}
 		for _, port := range s.Ports {
 			f := Frontend{Addr: vip, Port: port.Port, Proto: port.Protocol}
-			p := &FrontendPlan{Service: s.Name, Affinity: s.Affinity, SourceRanges: ranges}
+			p := &FrontendPlan{Service: s.Name, Affinity: s.Affinity, SourceRanges: ranges, Route: s.Route}
 			for _, b := range s.Backends {
 				a := b.Addr.Unmap()
 				if a.Is4() != vip.Is4() {

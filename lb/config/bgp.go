@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/xlb-dev/xlb/lb"
 )
 
 // The BGP timer bounds (as the speaker checks them).
@@ -59,6 +61,26 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 	if v := o.get("withdrawOnExit"); v != nil {
 		b.WithdrawOnExit, _ = d.boolean(v, o.at("withdrawOnExit"))
 	}
+	attrs := d.routeAttributes(o)
+	b.Communities, b.LocalPref, b.MED = attrs.Communities, attrs.LocalPref, attrs.MED
+	for _, lc := range attrs.LargeCommunities {
+		b.LargeCommunities = append(b.LargeCommunities, LargeCommunity{lc[0], lc[1], lc[2]})
+	}
+	if v := d.required(o, "peers", "list at least one BGP neighbour"); v != nil {
+		b.Peers = d.bgpPeers(v, o.at("peers"), b.ListenPort)
+	}
+	return b
+}
+
+// routeAttributeFields are the keys routeAttributes reads: a section that carries route
+// attributes lists them among its known fields.
+var routeAttributeFields = []string{"communities", "largeCommunities", "localPref", "med"}
+
+// routeAttributes reads the BGP route attribute keys of object o (communities, largeCommunities,
+// localPref, med; all optional), reporting bad values at their own lines. It is shared by the bgp
+// section, services[].bgp and pools[].bgp.
+func (d *decoder) routeAttributes(o object) lb.RouteAttributes {
+	var a lb.RouteAttributes
 	if v := o.get("communities"); v != nil {
 		if items, ok := d.list(v, o.at("communities")); ok {
 			for i, item := range items {
@@ -66,7 +88,7 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 					if c, err := parseCommunity(s); err != nil {
 						d.fail(item, index(o.at("communities"), i), err)
 					} else {
-						b.Communities = append(b.Communities, c)
+						a.Communities = append(a.Communities, c)
 					}
 				}
 			}
@@ -79,7 +101,7 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 					if c, err := parseLargeCommunity(s); err != nil {
 						d.fail(item, index(o.at("largeCommunities"), i), err)
 					} else {
-						b.LargeCommunities = append(b.LargeCommunities, c)
+						a.LargeCommunities = append(a.LargeCommunities, [3]uint32{c.Global, c.Local1, c.Local2})
 					}
 				}
 			}
@@ -87,18 +109,15 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 	}
 	if v := o.get("localPref"); v != nil {
 		if x, ok := d.uint32Of(v, o.at("localPref")); ok {
-			b.LocalPref = &x
+			a.LocalPref = &x
 		}
 	}
 	if v := o.get("med"); v != nil {
 		if x, ok := d.uint32Of(v, o.at("med")); ok {
-			b.MED = &x
+			a.MED = &x
 		}
 	}
-	if v := d.required(o, "peers", "list at least one BGP neighbour"); v != nil {
-		b.Peers = d.bgpPeers(v, o.at("peers"), b.ListenPort)
-	}
-	return b
+	return a
 }
 
 func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []BGPPeer {
