@@ -107,6 +107,21 @@ func TestBIRDGracefulRestart(t *testing.T) {
 	if out := kernelRoute(t, r, vip4); out == "" {
 		t.Fatal("route gone 2s after Stop(KeepRoutes), despite graceful restart")
 	}
+
+	// Stop(Withdraw) with graceful restart negotiated: the route leaves at once and Stop is
+	// prompt (GoBGP counts an End-of-RIB per family among a GR peer's "advertised" paths, so
+	// waiting for that count to reach 0 used to run into the 1 s cap).
+	s = startSpeaker(t, g, "gw1-c", cfg)
+	s.announce(vip4 + "/32")
+	s.waitUp(20 * time.Second)
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	start := time.Now()
+	if rep := s.do(command{Op: "stop-withdraw"}); rep.Err != "" {
+		t.Fatalf("Stop(Withdraw): %s", rep.Err)
+	}
+	took := time.Since(start)
+	t.Logf("Stop(Withdraw) with graceful restart returned in %v; route gone from the kernel %v after it",
+		took.Round(time.Millisecond), routeVia(t, r, vip4, 2*time.Second).Round(time.Millisecond))
 }
 
 // TestBIRDPassword: a peer with the wrong TCP MD5 password never comes up and says why; the

@@ -1,13 +1,14 @@
 package bgp
 
 import (
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestValidate(t *testing.T) {

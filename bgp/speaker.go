@@ -131,11 +131,12 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 		s.log.Info("bgp: closed sessions without notification, peers keep the routes",
 			"sessions", n, "gracefulRestart", s.cfg.GracefulRestart)
 	default:
+		before := s.withdrawWatch(ctx)
 		s.want = map[netip.Prefix]Route{}
 		if err := s.syncRoutes(ctx); err != nil {
 			s.log.Warn("bgp: withdraw before stop", "err", err)
 		}
-		s.waitWithdrawn(ctx)
+		s.waitWithdrawn(ctx, before)
 	}
 	if err := s.srv.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
 		return fmt.Errorf("bgp: stop: %w", err)
@@ -145,21 +146,50 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 	return nil
 }
 
-// waitWithdrawn waits (at most 1 s, or until ctx ends) until no established peer still counts
-// an advertised prefix, so the withdrawals are on the wire before the sessions close.
-func (s *Speaker) waitWithdrawn(ctx context.Context) {
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		left := uint64(0)
-		_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
-			for _, af := range p.GetAfiSafis() {
-				left += af.GetState().GetAdvertised()
-			}
-		})
-		if left == 0 {
+// withdrawWatch returns, for every established peer that has routes of its family to
+// withdraw, the UPDATE messages sent to it so far: waitWithdrawn waits for that count to grow.
+// Called with s.mu held, before the withdrawal.
+func (s *Speaker) withdrawWatch(ctx context.Context) map[netip.Addr]uint64 {
+	fams := map[bool]bool{} // is4 → some route of that family is announced
+	for pfx := range s.have {
+		fams[pfx.Addr().Is4()] = true
+	}
+	out := map[netip.Addr]uint64{}
+	_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+		if err != nil || p.GetState().GetSessionState() != api.PeerState_ESTABLISHED || !fams[a.Unmap().Is4()] {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		out[a.Unmap()] = p.GetState().GetMessages().GetSent().GetUpdate()
+	})
+	return out
+}
+
+// waitWithdrawn waits (at most 1 s, or until ctx ends) until every peer in before has been
+// sent an UPDATE since (GoBGP counts a message once it is written to the socket), or is no
+// longer established: the withdrawals are on the wire before the sessions close. GoBGP sends
+// the Cease NOTIFICATION straight from the session's goroutine, not after what is queued.
+//
+// ListPeer's "advertised" count cannot be used for this: it is computed from the RIB, not from
+// what was sent, and for a peer with graceful restart it includes one End-of-RIB per family,
+// so it never reaches 0 (that made every Stop(Withdraw) wait the whole second).
+func (s *Speaker) waitWithdrawn(ctx context.Context, before map[netip.Addr]uint64) {
+	deadline := time.Now().Add(time.Second)
+	for len(before) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+			a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+			if err != nil {
+				return
+			}
+			n, ok := before[a.Unmap()]
+			if ok && (p.GetState().GetSessionState() != api.PeerState_ESTABLISHED ||
+				p.GetState().GetMessages().GetSent().GetUpdate() > n) {
+				delete(before, a.Unmap())
+			}
+		})
+		if len(before) > 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 }
 
