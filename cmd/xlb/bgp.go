@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/netip"
@@ -40,33 +41,86 @@ func bgpRestartOnly(a, b *config.BGP) bool {
 }
 
 // vipRoutes returns the host routes to announce for desired: one per VIP address with at least
-// c.MinHealthyBackends backends taking new flows on at least one of its frontends, with the
-// configured attributes. Sorted by prefix.
+// c.MinHealthyBackends backends taking new flows on at least one of its frontends. Sorted by
+// prefix. Each route carries the attributes of routeAttributes.
 func vipRoutes(desired *lb.Desired, c *config.BGP) []bgp.Route {
 	up := map[netip.Addr]bool{}
+	// attrs maps a VIP address → the route attributes of the services with a frontend on it
+	// (serving or not, so that a backend's health never changes a route's attributes).
+	attrs := map[netip.Addr][]lb.RouteAttributes{}
 	for f, p := range desired.Frontends {
+		a := f.Addr.Unmap()
 		if p.Serving >= c.MinHealthyBackends {
-			up[f.Addr.Unmap()] = true
+			up[a] = true
 		}
+		attrs[a] = append(attrs[a], p.Route)
 	}
 	out := make([]bgp.Route, 0, len(up))
 	for a := range up {
-		r := bgp.Route{Prefix: netip.PrefixFrom(a, a.BitLen()), Communities: slices.Clone(c.Communities)}
-		for _, lc := range c.LargeCommunities {
-			r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc.Global, Local1: lc.Local1, Local2: lc.Local2})
-		}
-		if c.LocalPref != nil {
-			v := *c.LocalPref
-			r.LocalPref = &v
-		}
-		if c.MED != nil {
-			v := *c.MED
-			r.MED = &v
-		}
+		r := routeAttributes(c, attrs[a])
+		r.Prefix = netip.PrefixFrom(a, a.BitLen())
 		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b bgp.Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
 	return out
+}
+
+// routeAttributes merges the bgp section's route attributes with those of the services using
+// one VIP (svcs, one entry per frontend, in any order):
+//   - communities and large communities: the union of the section's and every service's,
+//     sorted and without duplicates;
+//   - LOCAL_PREF and MED: a value set by a service replaces the section's; when the services
+//     sharing the VIP set different values, the highest LOCAL_PREF and the lowest MED win (the
+//     most attractive: a VIP is announced once, for all of them, and no service's traffic should
+//     be made less preferred by another's setting). Unset everywhere: the section's, or none.
+//
+// The result depends only on the set of values, never on the order of svcs.
+func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
+	var r bgp.Route
+	r.Communities = slices.Clone(c.Communities)
+	for _, lc := range c.LargeCommunities {
+		r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc.Global, Local1: lc.Local1, Local2: lc.Local2})
+	}
+	var localPref, med *uint32
+	for _, s := range svcs {
+		r.Communities = append(r.Communities, s.Communities...)
+		for _, lc := range s.LargeCommunities {
+			r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc[0], Local1: lc[1], Local2: lc[2]})
+		}
+		if s.LocalPref != nil && (localPref == nil || *s.LocalPref > *localPref) {
+			localPref = s.LocalPref
+		}
+		if s.MED != nil && (med == nil || *s.MED < *med) {
+			med = s.MED
+		}
+	}
+	if localPref == nil {
+		localPref = c.LocalPref
+	}
+	if med == nil {
+		med = c.MED
+	}
+	if localPref != nil {
+		v := *localPref
+		r.LocalPref = &v
+	}
+	if med != nil {
+		v := *med
+		r.MED = &v
+	}
+	slices.Sort(r.Communities)
+	r.Communities = slices.Compact(r.Communities)
+	slices.SortFunc(r.LargeCommunities, func(a, b bgp.LargeCommunity) int {
+		return cmp.Or(cmp.Compare(a.Global, b.Global), cmp.Compare(a.Local1, b.Local1), cmp.Compare(a.Local2, b.Local2))
+	})
+	r.LargeCommunities = slices.Compact(r.LargeCommunities)
+	if len(r.Communities) == 0 {
+		r.Communities = nil
+	}
+	if len(r.LargeCommunities) == 0 {
+		r.LargeCommunities = nil
+	}
+	return r
 }
 
 // watchSessions logs every change of a BGP session's state (the speaker has no callback, so

@@ -71,6 +71,8 @@ func TestExample(t *testing.T) {
 				SourceRanges:  []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")},
 				TrafficPolicy: lb.TrafficCluster,
 				TableSize:     65537,
+				Route: lb.RouteAttributes{Communities: []uint32{65000<<16 | 200},
+					LargeCommunities: [][3]uint32{{65000, 2, 1}}, LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))},
 			},
 			{
 				Name:            "dns",
@@ -266,6 +268,7 @@ func schemaKeys() map[string]bool {
 	add("services.healthCheck", healthCheckFields)
 	add("bgp", bgpFields)
 	add("bgp.peers", bgpPeerFields)
+	add("services.bgp", routeAttributeFields)
 	return keys
 }
 

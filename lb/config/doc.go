@@ -21,6 +21,8 @@
 //	services[].externalTrafficPolicy   lb.Service.TrafficPolicy: Cluster (default) or Local
 //	services[].maglevTableSize         lb.Service.TableSize: a prime; default datapath.maglevTableSize
 //	services[].healthCheck             Config.HealthChecks[name] (see HealthCheck)
+//	services[].bgp                     lb.Service.Route: communities, largeCommunities, localPref, med
+//	                                   added to the bgp section's on the routes of the service's VIPs
 //
 // The optional bgp section ([BGP], [BGPPeer]) configures the embedded BGP speaker: routerID,
 // asn, listenPort, gracefulRestart, minHealthyBackends (default 1), withdrawOnExit (default

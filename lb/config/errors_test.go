@@ -295,6 +295,13 @@ func TestErrors(t *testing.T) {
 		{"bad base64 payload", check("      type: udp\n      payload: !!binary not*base64\n"),
 			"xlb.yaml:8: services[0].healthCheck.payload: !!binary value is not valid base64"},
 
+		// services[].bgp
+		{"service bgp bad community", "interfaces: [{name: ext0}]\nservices:\n  - name: web\n    vips: [198.18.100.1]\n    ports: [{port: 80}]\n    bgp: {communities: [\"65000:70000\"]}\n",
+			`xlb.yaml:6: services[0].bgp.communities[0]: "65000:70000" is not a community (want ASN:value, each 0 to 65535, such as 65000:100)`},
+		{"service bgp unknown key", "interfaces: [{name: ext0}]\nservices:\n  - name: web\n    vips: [198.18.100.1]\n    ports: [{port: 80}]\n    bgp: {community: [\"65000:1\"]}\n",
+			"xlb.yaml:6: services[0].bgp.community: unknown field (known fields: communities, largeCommunities, localPref, med)"},
+		{"service bgp not a mapping", "interfaces: [{name: ext0}]\nservices:\n  - name: web\n    vips: [198.18.100.1]\n    ports: [{port: 80}]\n    bgp: [65000:1]\n",
+			"xlb.yaml:6: services[0].bgp: want a mapping, got a list"},
 		// bgp
 		{"bgp without peers", "interfaces: [{name: ext0}]\nbgp:\n  routerID: 198.18.0.1\n  asn: 65001\n",
 			"xlb.yaml:3: bgp.peers: missing (list at least one BGP neighbour)"},

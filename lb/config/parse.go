@@ -30,7 +30,7 @@ var (
 		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
-		"sourceRanges", "externalTrafficPolicy", "maglevTableSize", "healthCheck"}
+		"sourceRanges", "externalTrafficPolicy", "maglevTableSize", "healthCheck", "bgp"}
 	portFields        = []string{"name", "port", "protocol", "targetPort"}
 	backendFields     = []string{"address", "weight", "state", "node", "targetPorts"}
 	healthCheckFields = []string{"type", "port", "path", "expectStatus", "payload", "expect", "interval",

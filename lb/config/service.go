@@ -108,6 +108,12 @@ func (d *decoder) service(n *yaml.Node, path string, names map[string]place) (s 
 		hc = d.healthCheck(v, o.at("healthCheck"), s.Ports, portsOK)
 	}
 
+	if v := o.get("bgp"); v != nil {
+		if bo, ok := d.object(v, o.at("bgp"), routeAttributeFields); ok {
+			s.Route = d.routeAttributes(bo)
+		}
+	}
+
 	if !d.clean(m) {
 		return s, nil, false
 	}
