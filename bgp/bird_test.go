@@ -99,6 +99,10 @@ func TestBIRDGracefulRestart(t *testing.T) {
 	s.announce(vip4 + "/32")
 	t.Logf("restarted speaker's session up in %v", s.waitUp(20*time.Second))
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	if ps := s.peers(); ps[0].Advertised != 1 || ps[0].Since.IsZero() {
+		t.Errorf("peer status with graceful restart, one route: %v since %v, want 1 advertised (no End-of-RIB counted)",
+			ps[0], ps[0].Since)
+	}
 
 	if rep := s.do(command{Op: "stop-keep"}); rep.Err != "" {
 		t.Fatalf("Stop(KeepRoutes): %s", rep.Err)

@@ -24,7 +24,12 @@ type PeerStatus struct {
 	Up bool
 	// Uptime is how long the session has been established (whole seconds; 0 when down).
 	Uptime time.Duration
+	// Since is when the session was established (whole seconds; zero when down): it changes
+	// only when the session is reset, so an unchanged Since shows that a session did not flap.
+	Since time.Time
 	// Received, Accepted and Advertised count prefixes, over the session's families.
+	// Advertised counts routes only (GoBGP's count includes an End-of-RIB marker per family
+	// when graceful restart is negotiated; it is left out).
 	Received, Accepted, Advertised uint64
 	// UpdatesSent counts the UPDATE messages sent to the neighbour since the peer was added.
 	UpdatesSent uint64
@@ -53,24 +58,37 @@ func (s *Speaker) Peers() []PeerStatus {
 		st := PeerStatus{Address: addr, ASN: s.peers[addr].ASN, State: "idle",
 			LastError: s.la.lastError(addr)}
 		if p, ok := byAddr[addr]; ok {
-			fillStatus(&st, p)
+			fillStatus(&st, p, s.cfg.GracefulRestart > 0)
 		}
 		out = append(out, st)
 	}
 	return out
 }
 
-func fillStatus(st *PeerStatus, p *api.Peer) {
+// fillStatus copies GoBGP's view of peer p into st; gr says whether this speaker has graceful
+// restart on.
+func fillStatus(st *PeerStatus, p *api.Peer, gr bool) {
 	state := p.GetState().GetSessionState()
 	st.State = strings.ToLower(state.String())
 	st.Up = state == api.PeerState_ESTABLISHED
 	if up := p.GetTimers().GetState().GetUptime(); st.Up && up != nil && up.GetSeconds() > 0 {
-		st.Uptime = time.Since(up.AsTime()).Truncate(time.Second)
+		st.Since = up.AsTime()
+		st.Uptime = time.Since(st.Since).Truncate(time.Second)
+	}
+	// GoBGP adds an End-of-RIB per family to its advertised count when graceful restart is
+	// negotiated: on here and in the peer's OPEN.
+	eor := uint64(0)
+	if gr {
+		for _, c := range p.GetState().GetRemoteCap() {
+			if c.MessageIs(&api.GracefulRestartCapability{}) {
+				eor = 1
+			}
+		}
 	}
 	for _, af := range p.GetAfiSafis() {
 		st.Received += af.GetState().GetReceived()
 		st.Accepted += af.GetState().GetAccepted()
-		st.Advertised += af.GetState().GetAdvertised()
+		st.Advertised += af.GetState().GetAdvertised() - min(eor, af.GetState().GetAdvertised())
 	}
 	st.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
 }
@@ -84,3 +102,9 @@ func (st PeerStatus) String() string {
 	}
 	return s
 }
+
+// RouterID returns the BGP identifier the speaker runs with.
+func (s *Speaker) RouterID() netip.Addr { return s.cfg.RouterID }
+
+// ASN returns the local AS number the speaker runs with.
+func (s *Speaker) ASN() uint32 { return s.cfg.ASN }

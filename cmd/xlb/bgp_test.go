@@ -98,6 +98,7 @@ func TestDaemonBGP(t *testing.T) {
 	case <-time.After(pollTimeout):
 		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
 	}
+	t.Logf("the daemon exited %v after SIGTERM (withdrawing first)", time.Since(termed).Round(time.Millisecond))
 	if !strings.Contains(d.out.String(), "bgp stopped; routes withdrawn") {
 		t.Errorf("the daemon did not log the withdrawal at exit")
 	}
@@ -107,7 +108,8 @@ func TestDaemonBGP(t *testing.T) {
 // startBIRD runs BIRD 2 in ns as a router (AS 65000) that installs what it learns into the
 // kernel, equal paths merged (as bgp/bird_test.go's birdConf); protocols are its `protocol bgp
 // NAME from lb {...}` lines (passive, the timers of the bgp tests). It is killed when t ends.
-func startBIRD(t *testing.T, ns *netlab.NS, routerID, protocols string) {
+// It returns the path of BIRD's control socket (for birdc).
+func startBIRD(t *testing.T, ns *netlab.NS, routerID, protocols string) string {
 	t.Helper()
 	dir := t.TempDir()
 	conf := fmt.Sprintf(`router id %s;
@@ -151,7 +153,7 @@ template bgp lb {
 	deadline := time.Now().Add(pollTimeout)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "bird.ctl")); err == nil {
-			return
+			return filepath.Join(dir, "bird.ctl")
 		}
 		select {
 		case <-exited:

@@ -515,6 +515,7 @@ func (h *healthCollector) Collect(ch chan<- prometheus.Metric) {
 func (d *daemon) serveHTTP(addr string, reg *prometheus.Registry) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/bgp", d.serveBGP)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !d.ready.Load() {

@@ -30,6 +30,9 @@ const usage = `usage:
       unless --cleanup-on-exit, leave forwarding in place (maps and links stay pinned).
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb made (default DIR: /sys/fs/bpf/xlb).
+  xlb bgp [--listen ADDR] [--json]
+      Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
+      default ADDR: 127.0.0.1:9610, the default listen).
 `
 
 func cli(args []string, stderr io.Writer) int {
@@ -69,6 +72,8 @@ func cli(args []string, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "bgp":
+		return bgpCLI(args[1:], os.Stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stderr, usage)
 		return 0

@@ -1,0 +1,297 @@
+package main
+
+// The daemon's BGP speaker against BIRD across reloads and restarts, and what `xlb bgp` and
+// /bgp show. One BIRD in the router namespace has two passive sessions with the gateway, told
+// apart by addresses (a: 198.18.2.1 ↔ 198.18.2.2, b: 198.18.2.3 ↔ 198.18.2.4, all on one
+// link), so that a reload can add and remove a peer.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+// The router's and the gateway's second addresses on the same link, for BIRD's protocol b
+// (BIRD tells incoming sessions apart by the neighbour's address).
+const labRouterB, labGWRouterB = "198.18.2.3", "198.18.2.4"
+
+// TestDaemonBGPReload: per-service route attributes reach the router (BIRD shows the section's
+// community and the service's); `xlb bgp` lists the session and the route with them; a SIGHUP
+// that adds a peer brings its session up without touching the other (same establishment time
+// at xlb and at BIRD, no "session down" logged); a SIGHUP that removes a peer closes its session
+// and leaves the other alone; with withdrawOnExit: false a clean restart (SIGTERM, start again)
+// never takes the route out of the router's FIB (graceful restart) and the new daemon
+// re-announces it: it is still there after the new session's End-of-RIB, when BIRD drops what
+// was not re-announced.
+func TestDaemonBGPReload(t *testing.T) {
+	if _, err := exec.LookPath("bird"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs bird (make deps installs bird2)")
+		}
+		t.Skip("needs bird (bird2)")
+	}
+	start := time.Now()
+	step := func(name string) { t.Logf("--- %s (at %v)", name, time.Since(start).Round(time.Millisecond)) }
+	l := newLab(t)
+	r := netlab.New(t, netlab.Prefix()+"r")
+	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
+	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
+	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouterB, labRouterIf))
+	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
+	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouterB, labGWRouterIf))
+	ctl := startBIRD(t, r, labRouter, fmt.Sprintf(`protocol bgp a from lb { local %s as 65000; neighbor %s as 65001; graceful restart on; }
+protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; graceful restart on; }
+`, labRouter, labGWRouter, labRouterB, labGWRouterB))
+
+	bgpSection := func(peers ...string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "bgp:\n  routerID: %s\n  asn: 65001\n  gracefulRestart: 30s\n  withdrawOnExit: false\n", labGWRouter)
+		b.WriteString("  communities: [\"65000:100\"]\n  med: 20\n  peers:\n")
+		for _, p := range peers {
+			local := labGWRouter
+			if p == labRouterB {
+				local = labGWRouterB
+			}
+			fmt.Fprintf(&b, "    - {address: %s, asn: 65000, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s}\n", p, local)
+		}
+		return b.String()
+	}
+	// The service's own attributes: a community and a lower MED than the section's.
+	write := func(peers ...string) {
+		l.extra = "    bgp: {communities: [\"65000:777\"], largeCommunities: [\"65000:7:7\"], med: 5}\n" + bgpSection(peers...)
+		l.writeConfig(t, labBackends[:2])
+	}
+
+	step("start with peer a; the route carries the section's and the service's attributes")
+	write(labRouter)
+	d := l.startDaemon(t)
+	l.waitReady(t, d)
+	ready := time.Now()
+	vip := labVIP.String()
+	waitRoute(t, r, vip, bgpUpTimeout, true)
+	t.Logf("VIP in the router's FIB %v after ready", time.Since(ready).Round(time.Millisecond))
+	all := birdc(t, ctl, "show", "route", "all", vip+"/32")
+	t.Logf("birdc show route all %s/32:\n%s", vip, all)
+	for _, want := range []string{"BGP.community: (65000,100) (65000,777)", "BGP.large_community: (65000, 7, 7)", "BGP.med: 5"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("BIRD's route lacks %q", want)
+		}
+	}
+
+	step("xlb bgp lists the session and the route")
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+l.gw.Name, os.Args[0], "bgp", "--listen", labListen)
+	cmd.Env = append(os.Environ(), envDaemon+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("xlb bgp: %v: %s", err, out)
+	}
+	t.Logf("xlb bgp:\n%s", out)
+	for _, want := range []string{labRouter + "  65000  established", "198.18.100.1/32  65000:100 65000:777  65000:7:7", "  5\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("xlb bgp output lacks %q", want)
+		}
+	}
+	st := l.bgpStatus(t)
+	if len(st.Peers) != 1 || st.Peers[0].PrefixesSent != 1 || st.Peers[0].Since == "" {
+		t.Errorf("/bgp peers: %+v, want peer a established with 1 prefix sent", st.Peers)
+	}
+	time.Sleep(1100 * time.Millisecond) // establishment times are whole seconds: make a reset visible
+
+	step("SIGHUP adds peer b; a is untouched")
+	sinceA, birdA := l.peerSince(t, labRouter), birdProto(t, ctl, "a")
+	write(labRouter, labRouterB)
+	hup := time.Now()
+	d.signal(t, syscall.SIGHUP)
+	l.waitPeer(t, labRouterB, true, bgpUpTimeout)
+	t.Logf("peer b established %v after the SIGHUP", time.Since(hup).Round(time.Millisecond))
+	if got := l.peerSince(t, labRouter); got != sinceA {
+		t.Errorf("peer a established at %s before the reload, at %s after: the session was reset", sinceA, got)
+	}
+	if got := birdProto(t, ctl, "a"); got != birdA {
+		t.Errorf("BIRD's protocol a changed across the reload:\n%s\n%s", birdA, got)
+	}
+	t.Logf("peer a: established at %s before and after; BIRD: %s", sinceA, birdA)
+
+	step("SIGHUP removes peer a; b is untouched")
+	sinceB, birdB := l.peerSince(t, labRouterB), birdProto(t, ctl, "b")
+	write(labRouterB)
+	hup = time.Now()
+	d.signal(t, syscall.SIGHUP)
+	deadline := time.Now().Add(pollTimeout)
+	for birdProtoUp(t, ctl, "a") {
+		if time.Now().After(deadline) {
+			t.Fatalf("BIRD's session a still established %v after the reload removed it", pollTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("peer a down at BIRD %v after the SIGHUP: %s", time.Since(hup).Round(time.Millisecond), birdProto(t, ctl, "a"))
+	if st := l.bgpStatus(t); len(st.Peers) != 1 || st.Peers[0].Address != labRouterB {
+		t.Errorf("/bgp peers after removing a: %+v, want only b", st.Peers)
+	}
+	if got := l.peerSince(t, labRouterB); got != sinceB {
+		t.Errorf("peer b established at %s before the reload, at %s after", sinceB, got)
+	}
+	if got := birdProto(t, ctl, "b"); got != birdB {
+		t.Errorf("BIRD's protocol b changed across the reload:\n%s\n%s", birdB, got)
+	}
+	if strings.Contains(d.out.String(), "bgp session down") {
+		t.Errorf("a session was logged down during the reloads")
+	}
+	waitRoute(t, r, vip, time.Second, true) // still learned, from b
+
+	step("withdrawOnExit false: SIGTERM, start again; the route never leaves the FIB")
+	watch := watchRoute(r, vip)
+	termed := time.Now()
+	d.signal(t, syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(pollTimeout):
+		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
+	}
+	exited := time.Since(termed)
+	if !strings.Contains(d.out.String(), "routes kept at the peers for graceful restart") {
+		t.Errorf("the daemon did not log that it kept the routes")
+	}
+	d2 := l.startDaemon(t)
+	l.waitReady(t, d2)
+	l.waitPeer(t, labRouterB, true, bgpUpTimeout)
+	upAfter := time.Since(termed)
+	time.Sleep(2 * time.Second) // End-of-RIB processed: a route not re-announced would be gone
+	missing, polls := watch.stop()
+	t.Logf("xlb exited %v after SIGTERM (routes kept); new session up %v after the SIGTERM; route present in %d of %d polls of the FIB (every 10 ms) until 2 s later",
+		exited.Round(time.Millisecond), upAfter.Round(time.Millisecond), polls-missing, polls)
+	if missing > 0 {
+		t.Errorf("the route left the router's FIB in %d polls across the restart", missing)
+	}
+	if got := birdProto(t, ctl, "b"); got == birdB || !strings.HasSuffix(got, "Established") {
+		t.Errorf("BIRD's session b is not a new established one after the restart: %s (before: %s)", got, birdB)
+	}
+	all = birdc(t, ctl, "show", "route", "all", vip+"/32")
+	if !strings.Contains(all, "BGP.community: (65000,100) (65000,777)") {
+		t.Errorf("after the restart BIRD's route is not the re-announced one:\n%s", all)
+	}
+	if st := l.bgpStatus(t); len(st.Routes) != 1 || st.Peers[0].PrefixesSent != 1 {
+		t.Errorf("/bgp after the restart: %+v", st)
+	}
+	step("done")
+}
+
+// bgpStatus fetches and decodes the daemon's /bgp.
+func (l *lab) bgpStatus(t *testing.T) bgpStatus {
+	t.Helper()
+	code, body, err := l.httpGet("/bgp")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /bgp: %d %v", code, err)
+	}
+	var st bgpStatus
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("GET /bgp: %v: %s", err, body)
+	}
+	return st
+}
+
+// peerSince returns the establishment time /bgp gives the session to addr ("" when down).
+func (l *lab) peerSince(t *testing.T, addr string) string {
+	t.Helper()
+	for _, p := range l.bgpStatus(t).Peers {
+		if p.Address == addr {
+			return p.Since
+		}
+	}
+	t.Fatalf("/bgp has no peer %s", addr)
+	return ""
+}
+
+// waitPeer waits until /bgp shows the session to addr established (up) or absent or down.
+func (l *lab) waitPeer(t *testing.T, addr string, up bool, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, body, err := l.httpGet("/bgp")
+		if err == nil && code == http.StatusOK {
+			var st bgpStatus
+			if json.Unmarshal([]byte(body), &st) == nil {
+				is := false
+				for _, p := range st.Peers {
+					is = is || (p.Address == addr && p.State == "established")
+				}
+				if is == up {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer %s: want established=%v within %v; /bgp: %d %v %s", addr, up, within, code, err, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// birdc runs birdc against the control socket ctl.
+func birdc(t *testing.T, ctl string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("birdc", append([]string{"-s", ctl}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("birdc %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// birdProto returns BIRD's `show protocols` line of protocol name (state and since when).
+func birdProto(t *testing.T, ctl, name string) string {
+	t.Helper()
+	for _, line := range strings.Split(birdc(t, ctl, "show", "protocols", name), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+			return strings.Join(f, " ")
+		}
+	}
+	t.Fatalf("birdc show protocols %s: no such protocol", name)
+	return ""
+}
+
+func birdProtoUp(t *testing.T, ctl, name string) bool {
+	return strings.HasSuffix(birdProto(t, ctl, name), "Established")
+}
+
+// routeWatch polls a namespace's route to an address every 10 ms in the background.
+type routeWatch struct {
+	done chan struct{}
+	res  chan [2]int // missing, samples
+}
+
+// watchRoute starts polling ns's route to addr; stop returns how many polls found none, of how
+// many.
+func watchRoute(ns *netlab.NS, addr string) *routeWatch {
+	w := &routeWatch{done: make(chan struct{}), res: make(chan [2]int, 1)}
+	go func() {
+		var missing, n int
+		for {
+			out, err := exec.Command("ip", "-n", ns.Name, "route", "show", addr).Output()
+			n++
+			if err != nil || strings.TrimSpace(string(out)) == "" {
+				missing++
+			}
+			select {
+			case <-w.done:
+				w.res <- [2]int{missing, n}
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *routeWatch) stop() (missing, samples int) {
+	close(w.done)
+	r := <-w.res
+	return r[0], r[1]
+}
