@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* consts.h: the frame layout the benchmark's programs share, and the sizes that bound them.
+ * The generator sends Ethernet + IPv4 (no options) + TCP or UDP; the sink and the redirect
+ * program parse no further than that. */
+#ifndef BENCH_CONSTS_H
+#define BENCH_CONSTS_H
+
+/* Offsets in a generated frame: Ethernet (14), IPv4 without options (20), then L4. */
+#define ETH_HLEN_ 14
+#define OFF_IP_CSUM 24	/* IPv4 header checksum */
+#define OFF_IP_SADDR 26 /* IPv4 source address */
+#define OFF_IP_DADDR 30 /* IPv4 destination address */
+#define OFF_L4 34	/* first byte of the TCP or UDP header */
+#define OFF_SPORT 34	/* L4 source port */
+#define OFF_DPORT 36	/* L4 destination port */
+#define OFF_TCP_CSUM 50 /* TCP checksum (L4 + 16) */
+#define OFF_UDP_CSUM 40 /* UDP checksum (L4 + 6) */
+
+/* GEN_HDR_LEN is how many bytes of the template the generator copies into every frame: the
+ * TCP headers (54 bytes) rounded up to 8. Frames are at least this long (the Go side refuses
+ * smaller sizes); the template's bytes past the headers are zero, like the payload. */
+#define GEN_HDR_LEN 56
+
+/* Sink classes: what the sink saw arrive, by destination. */
+#define CLASS_BACKEND 0 /* IPv4 to the backend address: a load balancer translated it */
+#define CLASS_VIP 1	/* IPv4 to the VIP: forwarded untranslated (the plain redirect) */
+#define CLASS_OTHER 2	/* any other IPv4 or IPv6 frame (neighbour discovery, strays) */
+#define CLASS_NONIP 3	/* not IP at all (ARP) */
+#define NUM_CLASSES 4
+
+#endif

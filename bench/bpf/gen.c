@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* gen.c: the traffic generator. Run with BPF_PROG_RUN in live-frames mode
+ * (BPF_F_TEST_XDP_LIVE_FRAMES) with the generator's veth as the ingress interface: every run
+ * writes one complete frame from the template in gen_cfg and returns XDP_TX, which the kernel
+ * turns into a transmit on that veth, so the frame arrives at its peer (the gateway).
+ *
+ * Live-frames mode recycles its pages without refilling them: whatever a program downstream
+ * rewrote in place (the gateway's DNAT, MACs) is what the next run finds. So nothing of the
+ * previous frame is trusted: all headers are copied from the template on every run, and the
+ * per-flow fields and both checksums are written after. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "consts.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* gen_cfg: what to send. Written by Go before a run, read on every run. */
+struct gen_cfg {
+	__u8 hdr[GEN_HDR_LEN]; /* Ethernet + IPv4 + L4 template; source address, source port and
+				* checksums zero, zero past the headers */
+	__u32 saddr_base;      /* first source address, host order */
+	__u32 nflows;	       /* distinct flows (source address, port pairs); at least 1 */
+	__u32 ports_per_addr;  /* source ports per source address; at least 1 */
+	__u32 ip_sum;	       /* ones' complement sum of the template's IPv4 header, 16-bit words
+				* loaded little-endian, without the source address */
+	__u32 l4_sum;	       /* the same over the pseudo-header, L4 header and zero payload,
+				* without the source address and port */
+	__u16 sport_base;      /* first source port, host order */
+	__u8 udp;	       /* 1: the template is UDP, 0: TCP */
+	__u8 _pad;
+};
+
+/* gen_config: index 0 -> gen_cfg. One entry, written by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct gen_cfg);
+	__uint(max_entries, 1);
+} gen_config SEC(".maps");
+
+/* gen_state: per CPU, index 0 -> {next flow index, frames sent}. Written by the program; Go
+ * reads the sent count (summed over CPUs) and may reset both. */
+struct gen_counters {
+	__u64 seq;  /* flow index of the next frame (mod nflows) */
+	__u64 sent; /* frames returned with XDP_TX */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct gen_counters);
+	__uint(max_entries, 1);
+} gen_state SEC(".maps");
+
+/* fold turns a 32-bit ones' complement sum into the 16-bit checksum field. */
+static __always_inline __u16 fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+SEC("xdp")
+int bench_gen(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct gen_cfg *cfg = bpf_map_lookup_elem(&gen_config, &zero);
+	struct gen_counters *st = bpf_map_lookup_elem(&gen_state, &zero);
+
+	if (!cfg || !st || cfg->nflows == 0 || cfg->ports_per_addr == 0)
+		return XDP_ABORTED;
+	if (data + GEN_HDR_LEN > data_end)
+		return XDP_ABORTED;
+	__builtin_memcpy(data, cfg->hdr, GEN_HDR_LEN);
+
+	__u32 i = st->seq % cfg->nflows;
+	st->seq++;
+	__u32 saddr = bpf_htonl(cfg->saddr_base + i / cfg->ports_per_addr);
+	__u16 sport = bpf_htons(cfg->sport_base + i % cfg->ports_per_addr);
+	__u32 halves = (saddr & 0xffff) + (saddr >> 16);
+
+	*(__u32 *)(data + OFF_IP_SADDR) = saddr;
+	*(__u16 *)(data + OFF_SPORT) = sport;
+	*(__u16 *)(data + OFF_IP_CSUM) = fold(cfg->ip_sum + halves);
+	__u16 l4 = fold(cfg->l4_sum + halves + sport);
+	if (cfg->udp)
+		*(__u16 *)(data + OFF_UDP_CSUM) = l4 ? l4 : 0xffff; /* 0 means "none" in UDP */
+	else
+		*(__u16 *)(data + OFF_TCP_CSUM) = l4;
+	st->sent++;
+	return XDP_TX;
+}

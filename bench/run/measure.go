@@ -1,0 +1,278 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/xlb-dev/xlb/bench/gen"
+	"github.com/xlb-dev/xlb/bench/sink"
+	"github.com/xlb-dev/xlb/bench/topo"
+)
+
+// Options configure a Runner.
+type Options struct {
+	// Prefix starts the names of the namespaces and interfaces (at most 8 characters).
+	Prefix string
+	// Duration is how long each measurement sends; Repeats how many measurements make a row.
+	Duration time.Duration
+	Repeats  int
+	// Rate is the generator's target in frames per second; 0 means full speed.
+	Rate uint64
+	// PopulateRate paces the populating pass of the established mixes (frames per second), so
+	// that no flow's first frame is lost in a full ring; 0 means 1,000,000.
+	PopulateRate uint64
+	// GenCPU runs the generator; GatewayCPU runs the gateway's and the sink's NAPI threads.
+	GenCPU, GatewayCPU int
+	// Log receives progress.
+	Log *slog.Logger
+}
+
+// Runner measures scenarios, one topology each, with one generator.
+type Runner struct {
+	opts Options
+	gen  *gen.Generator
+}
+
+// NewRunner loads the generator.
+func NewRunner(opts Options) (*Runner, error) {
+	if opts.Repeats < 1 || opts.Duration <= 0 {
+		return nil, fmt.Errorf("runner: %d repeats of %s: want at least one of a positive duration", opts.Repeats, opts.Duration)
+	}
+	if opts.PopulateRate == 0 {
+		opts.PopulateRate = 1_000_000
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	g, err := gen.Load()
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{opts: opts, gen: g}, nil
+}
+
+// Close unloads the generator.
+func (r *Runner) Close() error { return r.gen.Close() }
+
+// Sample is one measurement.
+type Sample struct {
+	// Sent is what the generator transmitted; Received what the sink counted as forwarded.
+	Sent, Received uint64
+	// CountedDrops is the sum of the counted drop counters (see countedDrop); Drops every
+	// drop counter that moved, by name.
+	CountedDrops uint64
+	Drops        map[string]uint64 `json:",omitempty"`
+	// Elapsed is how long the generator sent; Mpps is Received per second of it, in millions.
+	Elapsed time.Duration
+	Mpps    float64
+	// OfferedMpps is Sent per second, in millions.
+	OfferedMpps float64
+}
+
+// LossPct is the share of sent frames that did not reach the sink.
+func (s Sample) LossPct() float64 {
+	if s.Sent == 0 || s.Received >= s.Sent {
+		return 0
+	}
+	return 100 * float64(s.Sent-s.Received) / float64(s.Sent)
+}
+
+// Unaccounted is how many frames were lost with no drop counter to show for it.
+func (s Sample) Unaccounted() int64 {
+	return int64(s.Sent) - int64(s.Received) - int64(s.CountedDrops)
+}
+
+// Result is a scenario's measurements.
+type Result struct {
+	Name     string
+	Datapath string
+	Mix      Mix
+	Flows    int
+	Size     int
+	// Skip is why the scenario was not run ("" when it was).
+	Skip    string `json:",omitempty"`
+	Samples []Sample
+	// Mpps summarizes the samples' Mpps; LossPct their loss.
+	Mpps    Summary
+	LossPct Summary
+	// ConntrackFlows is xlb's conntrack entry count after the populating pass (-1: not read).
+	ConntrackFlows int
+}
+
+// Measure builds a fresh topology, starts sc's datapath on it, populates the flows if the mix
+// needs it, takes the repeated measurements and tears everything down, also on error.
+func (r *Runner) Measure(ctx context.Context, sc Scenario) (res Result, err error) {
+	res = Result{Name: sc.Name(), Datapath: sc.Datapath.Name(), Mix: sc.Mix, Flows: sc.Flows, Size: sc.Size,
+		Skip: sc.Skip, ConntrackFlows: -1}
+	if sc.Skip != "" {
+		return res, nil
+	}
+	t, err := topo.New(r.opts.Prefix, r.opts.Log)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, t.Close()) }()
+	s, err := sink.Load(topo.Backend, topo.VIP)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, s.Close()) }()
+	if err := s.Attach(t.SinkNS, t.SinkIf); err != nil {
+		return res, err
+	}
+	if err := sc.Datapath.Start(ctx, t); err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, sc.Datapath.Stop()) }()
+	proto, flags := sc.Mix.frames()
+	spec := gen.Spec{SrcMAC: topo.GenMAC, DstMAC: topo.GwInMAC, Src: topo.ClientBase,
+		Dst: netip.AddrPortFrom(topo.VIP, VIPPort), Proto: proto, TCPFlags: flags, Size: sc.Size, Flows: sc.Flows}
+	if err := r.gen.Configure(spec); err != nil {
+		return res, err
+	}
+	genOpts := gen.RunOptions{NS: t.Gen, Ifname: t.GenIf, CPU: r.opts.GenCPU}
+	if sc.Mix.populates() {
+		po := genOpts
+		po.Count, po.Rate = uint64(sc.Flows), r.opts.PopulateRate
+		if _, err := r.gen.Run(ctx, po); err != nil {
+			return res, fmt.Errorf("%s: populate %d flows: %w", res.Name, sc.Flows, err)
+		}
+		if err := drain(ctx, s); err != nil {
+			return res, err
+		}
+		if x, ok := sc.Datapath.(*XLB); ok {
+			if res.ConntrackFlows, err = x.Flows(); err != nil {
+				return res, err
+			}
+		}
+	}
+	// Until now the gateway's NAPI ran in the generator's softirq, right after each batch: no
+	// frame of the populating pass was lost in a full ring. From here on it runs in parallel.
+	if err := r.placeNAPI(t); err != nil {
+		return res, err
+	}
+	genOpts.Duration, genOpts.Rate = r.opts.Duration, r.opts.Rate
+	var mpps, loss []float64
+	for i := range r.opts.Repeats {
+		smp, err := r.sample(ctx, t, s, sc.Datapath, genOpts)
+		if err != nil {
+			return res, fmt.Errorf("%s: run %d: %w", res.Name, i+1, err)
+		}
+		r.opts.Log.Info("measured", "scenario", res.Name, "run", i+1, "mpps", fmt.Sprintf("%.3f", smp.Mpps),
+			"offered_mpps", fmt.Sprintf("%.3f", smp.OfferedMpps), "loss_pct", fmt.Sprintf("%.2f", smp.LossPct()))
+		res.Samples = append(res.Samples, smp)
+		mpps = append(mpps, smp.Mpps)
+		loss = append(loss, smp.LossPct())
+	}
+	res.Mpps, res.LossPct = Summarize(mpps), Summarize(loss)
+	return res, nil
+}
+
+// sample takes one measurement: counters before, one generator run, the pipeline drained,
+// counters after.
+func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp Datapath, opts gen.RunOptions) (Sample, error) {
+	before, err := r.counters(t, s, dp)
+	if err != nil {
+		return Sample{}, err
+	}
+	res, err := r.gen.Run(ctx, opts)
+	if err != nil {
+		return Sample{}, err
+	}
+	if err := drain(ctx, s); err != nil {
+		return Sample{}, err
+	}
+	after, err := r.counters(t, s, dp)
+	if err != nil {
+		return Sample{}, err
+	}
+	smp := Sample{
+		Sent:     res.Sent,
+		Received: after.received - before.received,
+		Elapsed:  res.Elapsed,
+		Drops:    diff(before.drops, after.drops),
+	}
+	smp.CountedDrops = sumCounted(before.drops, after.drops)
+	if secs := res.Elapsed.Seconds(); secs > 0 {
+		smp.Mpps = float64(smp.Received) / secs / 1e6
+		smp.OfferedMpps = float64(smp.Sent) / secs / 1e6
+	}
+	return smp, nil
+}
+
+// snapshot is what the sink has counted and every drop counter, at one moment.
+type snapshot struct {
+	received uint64
+	drops    map[string]uint64
+}
+
+func (r *Runner) counters(t *topo.Topology, s *sink.Sink, dp Datapath) (snapshot, error) {
+	c, err := s.Counts()
+	if err != nil {
+		return snapshot{}, err
+	}
+	drops, err := linkDrops(t)
+	if err != nil {
+		return snapshot{}, err
+	}
+	own, err := dp.Drops()
+	if err != nil {
+		return snapshot{}, err
+	}
+	for k, v := range own {
+		drops[k] = v
+	}
+	return snapshot{received: c.Forwarded(), drops: drops}, nil
+}
+
+// Draining: after the generator stops, frames still queued in the veth rings reach the sink
+// within a few milliseconds; the count is final once it has not moved for drainQuiet.
+const (
+	drainQuiet = 20 * time.Millisecond
+	drainMax   = 2 * time.Second
+)
+
+func drain(ctx context.Context, s *sink.Sink) error {
+	deadline := time.Now().Add(drainMax)
+	var last uint64
+	for time.Now().Before(deadline) {
+		c, err := s.Counts()
+		if err != nil {
+			return err
+		}
+		if c.Forwarded() == last {
+			return nil
+		}
+		last = c.Forwarded()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(drainQuiet):
+		}
+	}
+	return nil
+}
+
+// placeNAPI gives the gateway's ingress its own NAPI thread on GatewayCPU: the generator's
+// CPU then only generates. The sink's NAPI is scheduled by the gateway's and runs in its
+// softirq, on GatewayCPU too, right after each of the gateway's polls (a thread of its own
+// would let the gateway overrun the sink's 256-frame ring whenever the scheduler is late).
+func (r *Runner) placeNAPI(t *topo.Topology) error {
+	for _, ifname := range []string{t.GwIn} {
+		if err := topo.ThreadedNAPI(t.Gateway, ifname); err != nil {
+			return err
+		}
+		n, err := topo.PinNAPI(ifname, r.opts.GatewayCPU)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			r.opts.Log.Warn("no NAPI thread found to place", "interface", ifname)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/xlb-dev/xlb/bench/topo"
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+// xlbMaglevM is the VIP's Maglev table size (the datapath's default for a service).
+const xlbMaglevM = 16381
+
+// XLB is xlb's XDP datapath on both gateway interfaces, with one VIP per protocol (TCP and UDP
+// on VIPPort) and one backend (the sink, BackendPort) filling its Maglev table.
+type XLB struct {
+	// ConntrackSize is the datapath's conntrack capacity; 0 means xdp's default.
+	ConntrackSize uint32
+	// Log receives the datapath's warnings.
+	Log *slog.Logger
+
+	d *xdp.Datapath
+}
+
+// Name implements Datapath.
+func (x *XLB) Name() string { return "xlb" }
+
+// Start implements Datapath. Nothing is pinned (NoPin): the program and maps live as long as
+// this process holds them, so a killed benchmark leaves no XDP program behind. The new-flow rate
+// guard is off, so that the established mixes can fill conntrack at full speed.
+func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
+	d, err := xdp.Load(xdp.Options{NoPin: true, ConntrackSize: x.ConntrackSize, NewFlowRate: -1, Logger: x.Log})
+	if err != nil {
+		return fmt.Errorf("start xlb: %w", err)
+	}
+	if err := x.configure(d); err != nil {
+		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
+	}
+	err = t.Gateway.Do(func() error {
+		for _, ifname := range []string{t.GwIn, t.GwOut} {
+			if err := d.Attach(ifname, xdp.AttachNative); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
+	}
+	x.d = d
+	return nil
+}
+
+func (x *XLB) configure(d *xdp.Datapath) error {
+	for i, proto := range []xdp.Protocol{xdp.TCP, xdp.UDP} {
+		id, bid := xdp.VIPID(i+1), xdp.BackendID(i+1)
+		fe := xdp.Frontend{Addr: topo.VIP, Port: VIPPort, Proto: proto}
+		if err := d.UpsertVIP(fe, xdp.VIPConfig{ID: id}); err != nil {
+			return err
+		}
+		if err := d.UpsertBackend(bid, xdp.Backend{Addr: topo.Backend, Port: BackendPort}); err != nil {
+			return err
+		}
+		table := make([]xdp.BackendID, xlbMaglevM)
+		for j := range table {
+			table[j] = bid
+		}
+		if err := d.SetMaglevTable(id, table); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Drops implements Datapath: every pass_* and drop_* verdict counter (frames xlb did not
+// forward itself).
+func (x *XLB) Drops() (map[string]uint64, error) {
+	if x.d == nil {
+		return nil, nil
+	}
+	rs, err := x.d.Reasons()
+	if err != nil {
+		return nil, fmt.Errorf("xlb drops: %w", err)
+	}
+	out := map[string]uint64{}
+	for r, n := range rs {
+		name := r.String()
+		if strings.HasPrefix(name, "pass_") || strings.HasPrefix(name, "drop_") {
+			out["xlb."+name] = n
+		}
+	}
+	return out, nil
+}
+
+// Flows is the number of conntrack entries.
+func (x *XLB) Flows() (int, error) {
+	if x.d == nil {
+		return 0, nil
+	}
+	return x.d.FlowCount()
+}
+
+// Stop implements Datapath: closing an unpinned datapath detaches it.
+func (x *XLB) Stop() error {
+	if x.d == nil {
+		return nil
+	}
+	err := x.d.Close()
+	x.d = nil
+	return err
+}
