@@ -28,11 +28,11 @@ func main() {
 
 const usage = `usage:
   xlb-lab up   [--xlb PATH] [--clients N] [--gateways N] [--nodes N] [--pods N] [--seed N] [--demo]
-              [--routing bird|static]
+              [--routing bird|frr|static]
       Build a lab site, show that it works, and keep it running until Ctrl-C (SIGINT/SIGTERM),
       then remove it. --demo (or the demo command) exits after the demonstration instead.
-      --routing: the router learns the VIPs over BGP from the gateways' xlb (bird, the
-      default) or has static ECMP routes (static).
+      --routing: the router learns the VIPs over BGP from the gateways' xlb, running BIRD
+      (bird, the default) or FRR (frr), or has static ECMP routes (static).
   xlb-lab demo [same flags as up]
   xlb-lab down [--all] [--state-dir DIR]
       Remove what lab sites left behind (namespaces, pins, xlb processes, state) when their
@@ -80,7 +80,7 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Pods, "pods", 5, "pods (backends), round robin over the nodes")
 	seed := fs.Uint("seed", 0x5eed, "the datapath hash seed (the same on every gateway)")
 	demo := fs.Bool("demo", cmd == "demo", "exit after the demonstration")
-	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird (BGP from the gateways' xlb) or static")
+	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird or frr (BGP from the gateways' xlb), or static")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -123,39 +123,45 @@ func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
 	return r
 }
 
-// watchSessions logs every change of a BGP session's state (the speaker has no callback, so
-// it polls Peers every second) until ctx ends.
+// watchSessions logs every change of a BGP session's state, and every new last error of a
+// session that is not up (a wrong MD5 password shows only as connection attempts timing out,
+// with no change of state), until ctx ends. The speaker has no callback, so it polls Peers
+// every second.
 func watchSessions(ctx context.Context, s *bgp.Speaker, log *slog.Logger) {
-	last := map[netip.Addr]string{}
+	type seen struct{ state, lastError string }
+	last := map[netip.Addr]seen{}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		seen := map[netip.Addr]bool{}
+		present := map[netip.Addr]bool{}
 		for _, p := range s.Peers() {
-			seen[p.Address] = true
+			present[p.Address] = true
 			prev, known := last[p.Address]
-			if known && prev == p.State {
+			last[p.Address] = seen{p.State, p.LastError}
+			attrs := []any{"peer", p.Address.String(), "asn", p.ASN, "state", p.State}
+			switch {
+			case known && prev.state == p.State:
+				if !p.Up && p.LastError != "" && p.LastError != prev.lastError {
+					log.Warn("bgp session error", append(attrs, "last_error", p.LastError)...)
+				}
 				continue
-			}
-			last[p.Address] = p.State
-			if !known && p.State == "idle" {
+			case !known && p.State == "idle":
 				continue // just added: nothing happened yet
 			}
-			attrs := []any{"peer", p.Address.String(), "asn", p.ASN, "state", p.State}
 			if known {
-				attrs = append(attrs, "was", prev)
+				attrs = append(attrs, "was", prev.state)
 			}
 			switch {
 			case p.Up:
 				log.Info("bgp session up", attrs...)
-			case prev == "established":
+			case prev.state == "established":
 				log.Warn("bgp session down", append(attrs, "last_error", p.LastError)...)
 			default:
 				log.Info("bgp session state changed", append(attrs, "last_error", p.LastError)...)
 			}
 		}
 		for a := range last {
-			if !seen[a] {
+			if !present[a] {
 				delete(last, a)
 			}
 		}

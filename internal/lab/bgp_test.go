@@ -1,13 +1,18 @@
 package lab
 
-// The BGP tests: the router runs BIRD (Routing BIRD) and learns the VIPs from the gateways' xlb
-// (eBGP, an IPv4 and an IPv6 session per gateway, graceful restart 30 s, withdrawOnExit).
+// The BGP tests: the router runs BIRD (Routing BIRD) or FRR (Routing FRR) and learns the VIPs
+// from the gateways' xlb (eBGP, an IPv4 and an IPv6 session per gateway, graceful restart 30 s,
+// withdrawOnExit). Each BIRD test builds its own site; TestBGPFRR runs the same checks, and two
+// more, as subtests of one FRR site (each leaves it as it found it).
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +25,38 @@ func needBIRD(t *testing.T) {
 			t.Fatal("needs bird (make deps installs bird2)")
 		}
 		t.Skip("needs bird (bird2)")
+	}
+}
+
+func needFRR(t *testing.T) {
+	t.Helper()
+	_, err1 := os.Stat(FRRDir + "/bgpd")
+	_, err2 := exec.LookPath("vtysh")
+	if err1 != nil || err2 != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs FRR (make deps installs frr)")
+		}
+		t.Skip("needs FRR (frr)")
+	}
+}
+
+// TestBGPFRR runs the BGP tests with FRR as the router, on one site: ECMP into the router's
+// kernel (multipath), the IPv6 VIP, withdrawal when every backend fails its health check,
+// withdrawal on a clean stop, graceful restart after kill -9, and a peer with the wrong TCP MD5
+// password that never comes up while the others stay up.
+func TestBGPFRR(t *testing.T) {
+	needFRR(t)
+	s := NewT(t, Options{XLB: xlbBin, Routing: FRR})
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, *Site)
+	}{
+		{"ECMP", bgpECMP}, {"IPv6", bgpIPv6}, {"HealthWithdraw", bgpHealthWithdraw},
+		{"Withdraw", bgpWithdraw}, {"GracefulRestart", bgpKillRestart}, {"Password", bgpPassword},
+	} {
+		if !t.Run(c.name, func(t *testing.T) { c.fn(t, s) }) {
+			return // the site may be left in any state
+		}
 	}
 }
 
@@ -39,14 +76,17 @@ func sessionUp(g *Gateway) bool {
 // and both gateways' per-VIP packet counters grow.
 func TestBGPECMP(t *testing.T) {
 	needBIRD(t)
-	s := NewT(t, Options{XLB: xlbBin, Routing: BIRD})
+	bgpECMP(t, NewT(t, Options{XLB: xlbBin, Routing: BIRD}))
+}
+
+func bgpECMP(t *testing.T, s *Site) {
 	for _, vip := range []netip.Addr{VIP4, VIP6} {
 		route, gws, err := s.RouterRoute(vip)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(gws) != 2 || !strings.Contains(route, "proto bird") {
-			t.Fatalf("router's route to %s: %q, want one BIRD route with 2 next hops", vip, route)
+		if len(gws) != 2 || !strings.Contains(route, "proto "+s.Opts.Routing.KernelProto()) {
+			t.Fatalf("router's route to %s: %q, want one %v route with 2 next hops", vip, route, s.Opts.Routing)
 		}
 		t.Logf("router's route to %s: %s", vip, strings.Join(strings.Fields(route), " "))
 	}
@@ -77,7 +117,10 @@ func TestBGPECMP(t *testing.T) {
 // Maglev), and that the next hop comes back when xlb starts again.
 func TestBGPWithdraw(t *testing.T) {
 	needBIRD(t)
-	s := NewT(t, Options{XLB: xlbBin, Routing: BIRD})
+	bgpWithdraw(t, NewT(t, Options{XLB: xlbBin, Routing: BIRD}))
+}
+
+func bgpWithdraw(t *testing.T, s *Site) {
 	g1, g2 := s.Gateways[0], s.Gateways[1]
 	cs := openConns(t, s.Clients[0], 100)
 	before := vipPackets(t, s)
@@ -137,7 +180,10 @@ func vipPackets2(t *testing.T, g *Gateway) float64 {
 // xlb gets its BGP session back (time measured) with both next hops still in place.
 func TestBGPGracefulRestart(t *testing.T) {
 	needBIRD(t)
-	s := NewT(t, Options{XLB: xlbBin, Routing: BIRD})
+	bgpKillRestart(t, NewT(t, Options{XLB: xlbBin, Routing: BIRD}))
+}
+
+func bgpKillRestart(t *testing.T, s *Site) {
 	g1, g2 := s.Gateways[0], s.Gateways[1]
 	cs := openConns(t, s.Clients[0], 100)
 	t.Logf("100 connections over pods %v", cs.byPod())
@@ -158,8 +204,8 @@ func TestBGPGracefulRestart(t *testing.T) {
 	}
 	t.Logf("%v after kill -9 of g1's xlb: the router's routes to both VIPs still have both next hops",
 		time.Since(killed).Round(time.Millisecond))
-	if out, err := s.BIRDC("show", "protocols"); err == nil {
-		t.Logf("birdc show protocols:\n%s", out)
+	if out, err := s.routerSessions(); err == nil {
+		t.Logf("the router's sessions:\n%s", out)
 	}
 	cs.checkRound(t, "g1's xlb dead")
 	started := time.Now()
@@ -189,13 +235,16 @@ func TestBGPGracefulRestart(t *testing.T) {
 // gateways' IPv6 upstream addresses) and reachable: 20 HTTP requests and a ping to it.
 func TestBGPIPv6(t *testing.T) {
 	needBIRD(t)
-	s := NewT(t, Options{XLB: xlbBin, Routing: BIRD})
+	bgpIPv6(t, NewT(t, Options{XLB: xlbBin, Routing: BIRD}))
+}
+
+func bgpIPv6(t *testing.T, s *Site) {
 	route, gws, err := s.RouterRoute(VIP6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gws) != 2 || !strings.Contains(route, VIP6.String()+" proto bird") {
-		t.Fatalf("router's route to %s: %q, want a BIRD /128 with 2 next hops", VIP6, route)
+	if len(gws) != 2 || !strings.Contains(route, VIP6.String()) || !strings.Contains(route, " proto "+s.Opts.Routing.KernelProto()+" ") {
+		t.Fatalf("router's route to %s: %q, want a %v /128 with 2 next hops", VIP6, route, s.Opts.Routing)
 	}
 	for i := range 20 {
 		if _, _, err := s.Clients[0].Get(context.Background(), VIP6); err != nil {
@@ -207,4 +256,217 @@ func TestBGPIPv6(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s: %s; 20 of 20 HTTP requests answered, ping %v", VIP6, strings.Join(strings.Fields(route), " "), rtt)
+}
+
+// bgpHealthWithdraw proves that when every backend fails its health check, the gateways
+// withdraw the VIPs within fall × interval + 1 s (the router has no route left to either), and
+// that both gateways announce them again once the pods answer.
+func bgpHealthWithdraw(t *testing.T, s *Site) {
+	pods := s.Backends()
+	t.Cleanup(func() {
+		for _, p := range pods {
+			_ = p.StartServers()
+		}
+	})
+	bound := 2*s.Opts.HealthInterval + time.Second // fall 2 (ConfigYAML)
+	stopped := time.Now()
+	for _, p := range pods {
+		p.StopServers()
+	}
+	var took [2]time.Duration
+	for i, vip := range []netip.Addr{VIP4, VIP6} {
+		if _, err := s.WaitRouterRoute(vip, bound); err != nil {
+			t.Fatal(err)
+		}
+		took[i] = time.Since(stopped)
+	}
+	if took[1] > bound {
+		t.Errorf("withdrawn %v after the backends stopped, want within fall×interval+1s = %v", took[1], bound)
+	}
+	t.Logf("every backend down: both VIPs gone from the router after %v (IPv4), %v (IPv6); bound fall×interval+1s = %v",
+		took[0].Round(time.Millisecond), took[1].Round(time.Millisecond), bound)
+	started := time.Now()
+	for _, p := range pods {
+		if err := p.StartServers(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, vip := range []netip.Addr{VIP4, VIP6} {
+		if _, err := s.WaitRouterRoute(vip, bound, s.Gateways...); err != nil {
+			t.Fatal(err)
+		}
+		took[i] = time.Since(started)
+	}
+	t.Logf("pods back: both VIPs via both gateways again after %v (IPv4), %v (IPv6) (rise 1, interval %v)",
+		took[0].Round(time.Millisecond), took[1].Round(time.Millisecond), s.Opts.HealthInterval)
+	// A VIP is announced again with its first healthy backend: wait for all of them, on every
+	// gateway, so that both gateways' Maglev tables are whole again for the tests that follow.
+	waitServing(t, s, len(pods))
+	t.Logf("every frontend of both gateways serves %d backends again %v after the pods came back",
+		len(pods), time.Since(started).Round(time.Millisecond))
+	if _, _, err := s.Clients[0].Get(context.Background(), VIP4); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// xlbPeer is one session of an xlb's /bgp.
+type xlbPeer struct {
+	Address, State, Since, LastError string
+}
+
+// xlbPeers reads g's /bgp: its sessions by address.
+func xlbPeers(t *testing.T, g *Gateway) map[string]xlbPeer {
+	t.Helper()
+	code, body, err := g.HTTPGet("/bgp")
+	if err != nil || code != 200 {
+		t.Fatalf("%s: GET /bgp: %d %v", g.Name, code, err)
+	}
+	var st struct{ Peers []xlbPeer }
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("%s: /bgp: %v", g.Name, err)
+	}
+	out := map[string]xlbPeer{}
+	for _, p := range st.Peers {
+		out[p.Address] = p
+	}
+	return out
+}
+
+// bgpPassword proves that a session with the wrong TCP MD5 password never comes up, that xlb
+// says why (the peer's last error in /bgp and in its log, xlb_bgp_session_up 0), and that the
+// gateway's other sessions are not touched. g1 gets a third peer: the router's second address
+// on g1's link (.3), from g1's second address there (.4); the router wants the password
+// "right" from it, g1 has "wrong". All of it is undone at the end.
+func bgpPassword(t *testing.T, s *Site) {
+	g1 := s.Gateways[0]
+	gw4, r4, _, _ := upstreamAddrs(g1.Index)
+	rb, gb := r4.Next().Next(), gw4.Next().Next()
+	if err := ipc(s.Router.NS, fmt.Sprintf("addr add %s/24 dev %s", rb, g1.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ipc(g1.NS, fmt.Sprintf("addr add %s/24 dev up0", gb)); err != nil {
+		t.Fatal(err)
+	}
+	neighbor := func(cmd string) error {
+		switch s.Opts.Routing {
+		case FRR:
+			return s.VTYSHConfig(fmt.Sprintf("router bgp %d", RouterASN), cmd)
+		}
+		return fmt.Errorf("bgpPassword: routing %v", s.Opts.Routing)
+	}
+	if err := neighbor(fmt.Sprintf("neighbor %s peer-group gw4", gb)); err != nil {
+		t.Fatal(err)
+	}
+	if err := neighbor(fmt.Sprintf("neighbor %s password right", gb)); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(s.Dir, "g1-wrong.pw")
+	if err := os.WriteFile(pw, []byte("wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g1.WriteConfig(s.ConfigYAML(g1, s.Backends())); err == nil {
+			_ = g1.Reload()
+		}
+		_ = neighbor("no neighbor " + gb.String())
+		_ = ipc(g1.NS, fmt.Sprintf("addr del %s/24 dev up0", gb))
+		_ = ipc(s.Router.NS, fmt.Sprintf("addr del %s/24 dev %s", rb, g1.Name))
+	})
+	before := xlbPeers(t, g1)
+	time.Sleep(1100 * time.Millisecond) // establishment times are whole seconds: make a reset visible
+	cfg := s.ConfigYAML(g1, s.Backends()) + fmt.Sprintf(
+		"    - {address: %s, asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s, passwordFile: %s}\n",
+		rb, RouterASN, gb, pw)
+	if err := g1.WriteConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := time.Now()
+	if err := g1.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	var bad xlbPeer
+	deadline := time.Now().Add(bgpUpTimeout)
+	for {
+		bad = xlbPeers(t, g1)[rb.String()]
+		if bad.LastError != "" && strings.Contains(g1.Log(), "bgp session error\" peer="+rb.String()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no error for the peer with the wrong password within %v: %+v", bgpUpTimeout, bad)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("wrong password: after %v, /bgp says state %s, last error %q", time.Since(reloaded).Round(time.Millisecond), bad.State, bad.LastError)
+	for _, line := range strings.Split(g1.Log(), "\n") {
+		if strings.Contains(line, "bgp session error\" peer="+rb.String()) {
+			t.Logf("xlb log: %s", line)
+			break
+		}
+	}
+	m, err := g1.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up := m.Samples("xlb_bgp_session_up", "peer", rb.String()); len(up) != 1 || up[0].Value != 0 {
+		t.Errorf("xlb_bgp_session_up{peer=%q}: %v, want one sample, 0", rb, up)
+	}
+	if bad.State == "established" {
+		t.Errorf("the session with the wrong password is established")
+	}
+	if out, err := s.VTYSH("show bgp neighbors " + gb.String()); err == nil {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "BGP state =") {
+				t.Logf("router: neighbor %s: %s", gb, strings.TrimSpace(line))
+				if strings.Contains(line, "Established") {
+					t.Errorf("the router has the session with the wrong password established")
+				}
+			}
+		}
+	}
+	after := xlbPeers(t, g1)
+	for addr, p := range before {
+		if q := after[addr]; q.State != "established" || q.Since != p.Since {
+			t.Errorf("g1's session to %s: %+v before, %+v after: touched", addr, p, q)
+		}
+	}
+	for _, vip := range []netip.Addr{VIP4, VIP6} {
+		if _, gws, err := s.RouterRoute(vip); err != nil || len(gws) != 2 {
+			t.Errorf("router's route to %s: next hops %v (%v), want both gateways", vip, gatewayNames(gws), err)
+		}
+	}
+	t.Logf("g1's other sessions untouched (established since %s and %s), the router's routes via both gateways",
+		before[r4.String()].Since, before[upstreamV6(g1.Index).String()].Since)
+}
+
+func upstreamV6(g int) netip.Addr {
+	_, _, _, r6 := upstreamAddrs(g)
+	return r6
+}
+
+// waitServing waits until every frontend of every gateway has n backends taking new flows
+// (xlb_frontend_serving_backends), within 10 s.
+func waitServing(t *testing.T, s *Site, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok := true
+		for _, g := range s.Gateways {
+			m, err := g.Metrics()
+			if err != nil {
+				t.Fatal(err)
+			}
+			smp := m.Samples("xlb_frontend_serving_backends")
+			ok = ok && len(smp) > 0
+			for _, x := range smp {
+				ok = ok && x.Value == float64(n)
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not every frontend of every gateway serves %d backends within 10s", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

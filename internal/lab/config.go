@@ -45,7 +45,7 @@ services:
 		fmt.Fprintf(&b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
 		fmt.Fprintf(&b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
 	}
-	if s.Opts.Routing == BIRD {
+	if s.Opts.Routing.BGP() {
 		b.WriteString(s.bgpYAML(g))
 	}
 	return b.String()

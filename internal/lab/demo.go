@@ -23,9 +23,10 @@ func (s *Site) Describe(w io.Writer) {
 	for _, g := range s.Upstream() {
 		ups = append(ups, g.Name)
 	}
-	if s.Opts.Routing == BIRD {
-		fmt.Fprintf(tw, "router\t%s\t\tBIRD (AS %d), eBGP with each gateway; %s, %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name,
-			RouterASN, VIP4, VIP6, strings.Join(ups, "+"))
+	if s.Opts.Routing.BGP() {
+		name := map[Routing]string{BIRD: "BIRD", FRR: "FRR"}[s.Opts.Routing]
+		fmt.Fprintf(tw, "router\t%s\t\t%s (AS %d), eBGP with each gateway; %s, %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name,
+			name, RouterASN, VIP4, VIP6, strings.Join(ups, "+"))
 	} else {
 		fmt.Fprintf(tw, "router\t%s\t\t%s, %s: static ECMP via %s (L4 hash)\n", s.Router.NS.Name, VIPPrefix4, VIPPrefix6, strings.Join(ups, "+"))
 	}
@@ -223,17 +224,30 @@ Try it (as root, in another shell):
   ip netns exec %[6]s ip route show %[7]s      (the ECMP route to the gateways)
   tail -f %[8]s                                (xlb's log on %[9]s)
 `, c, VIP4, VIP6, g.NS.Name, g.Listen, s.Router.NS.Name, VIPPrefix4, g.LogPath, g.Name)
-	if s.Opts.Routing == BIRD {
+	switch s.Opts.Routing {
+	case BIRD:
 		fmt.Fprintf(w, "  birdc -s %s show protocols                (the router's BGP sessions)\n", s.birdPath(routerBIRDCtlSuffix))
+	case FRR:
+		fmt.Fprintf(w, "  vtysh --vty_socket %s -c 'show bgp summary'   (the router's BGP sessions)\n", s.frrDir())
+	}
+	if s.Opts.Routing.BGP() {
+		fmt.Fprintf(w, "  ip netns exec %s %s bgp --listen %s   (%s's BGP sessions and routes)\n", g.NS.Name, s.Opts.XLB, g.Listen, g.Name)
 	}
 }
 
-// demoRouting shows how the router routes the VIPs: with BIRD, its BGP sessions (birdc show
-// protocols and each gateway's xlb_bgp_session_up), then its kernel route to each VIP.
+// demoRouting shows how the router routes the VIPs: with BIRD or FRR, its BGP sessions (birdc
+// show protocols or vtysh's show bgp summary, and each gateway's xlb_bgp_session_up), then its kernel route to each VIP.
 func (s *Site) demoRouting(w io.Writer, fail func(string, ...any)) {
-	if s.Opts.Routing == BIRD {
-		fmt.Fprintf(w, "\n== The router's BGP sessions (birdc show protocols) ==\n")
-		out, err := s.BIRDC("show", "protocols")
+	if s.Opts.Routing.BGP() {
+		var out string
+		var err error
+		if s.Opts.Routing == BIRD {
+			fmt.Fprintf(w, "\n== The router's BGP sessions (birdc show protocols) ==\n")
+			out, err = s.BIRDC("show", "protocols")
+		} else {
+			fmt.Fprintf(w, "\n== The router's BGP sessions (vtysh: show bgp summary) ==\n")
+			out, err = s.VTYSH("show bgp summary")
+		}
 		if err != nil {
 			fail("%v", err)
 		}

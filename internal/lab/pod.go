@@ -242,3 +242,17 @@ func (p *Pod) StopServers() {
 	_ = errors.Join(errs...)
 	p.wg.Wait()
 }
+
+// StartServers starts the pod's servers again after StopServers (a pod coming back: its health
+// checks pass again). No-op while they run.
+func (p *Pod) StartServers() error {
+	p.mu.Lock()
+	if !p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = false
+	p.closers = nil
+	p.mu.Unlock()
+	return p.startServers()
+}

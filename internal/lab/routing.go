@@ -24,6 +24,10 @@ const (
 	// gateway's xlb, and installs what it learns into its kernel with ECMP (merge paths). The
 	// VIPs are the /32 and /128 host routes xlb announces.
 	BIRD
+	// FRR: the router runs FRR (zebra and bgpd, as user frr), peered like BIRD (an IPv4 and an
+	// IPv6 session per gateway) and installing the learned routes into its kernel with ECMP
+	// (maximum-paths 16, as-path multipath-relax: each gateway has its own AS).
+	FRR
 )
 
 func (r Routing) String() string {
@@ -32,19 +36,38 @@ func (r Routing) String() string {
 		return "static"
 	case BIRD:
 		return "bird"
+	case FRR:
+		return "frr"
 	}
 	return fmt.Sprintf("Routing(%d)", int(r))
 }
 
-// ParseRouting parses "static" or "bird".
+// BGP reports whether the router learns the VIPs over BGP (BIRD or FRR).
+func (r Routing) BGP() bool { return r == BIRD || r == FRR }
+
+// KernelProto is the protocol the router's kernel routes learned over BGP show
+// (`ip route`'s "proto"): "bird" or "bgp" (FRR); "" for Static.
+func (r Routing) KernelProto() string {
+	switch r {
+	case BIRD:
+		return "bird"
+	case FRR:
+		return "bgp"
+	}
+	return ""
+}
+
+// ParseRouting parses "static", "bird" or "frr".
 func ParseRouting(s string) (Routing, error) {
 	switch strings.ToLower(s) {
 	case "static":
 		return Static, nil
 	case "bird":
 		return BIRD, nil
+	case "frr":
+		return FRR, nil
 	}
-	return 0, fmt.Errorf("lab: routing %q: want static or bird", s)
+	return 0, fmt.Errorf("lab: routing %q: want static, bird or frr", s)
 }
 
 // BGP numbers of the lab: the router's AS, and gateway g's (eBGP).
@@ -63,8 +86,8 @@ const (
 // GatewayASN is gateway g's AS number: 65000+g (g1: 65001).
 func GatewayASN(g int) uint32 { return uint32(gatewayASNBase + g) }
 
-// birdProc is the router's BIRD.
-type birdProc struct {
+// routerProc is a routing daemon of the router: BIRD, or FRR's zebra or bgpd.
+type routerProc struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    *os.File
@@ -101,7 +124,7 @@ template bgp lb6 {
 	return b.String()
 }
 
-// bgpYAML is gateway g's `bgp:` config section (BIRD routing): eBGP to the router over up0,
+// bgpYAML is gateway g's `bgp:` config section (BIRD or FRR routing): eBGP to the router over up0,
 // one IPv4 and one IPv6 session.
 func (s *Site) bgpYAML(g *Gateway) string {
 	_, r4, _, r6 := upstreamAddrs(g.Index)
@@ -139,7 +162,7 @@ func (s *Site) startBIRD() error {
 		logf.Close()
 		return fmt.Errorf("lab: start bird: %w", err)
 	}
-	p := &birdProc{cmd: cmd, exited: make(chan struct{}), log: logf}
+	p := &routerProc{cmd: cmd, exited: make(chan struct{}), log: logf}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
 	s.mu.Lock()
 	s.Router.bird = p
@@ -268,4 +291,16 @@ func gatewayNames(gws []*Gateway) []string {
 		out[i] = g.Name
 	}
 	return out
+}
+
+// routerSessions returns the router's view of its BGP sessions: `birdc show protocols` (BIRD)
+// or vtysh's `show bgp summary` (FRR).
+func (s *Site) routerSessions() (string, error) {
+	switch s.Opts.Routing {
+	case BIRD:
+		return s.BIRDC("show", "protocols")
+	case FRR:
+		return s.VTYSH("show bgp summary")
+	}
+	return "", fmt.Errorf("lab: the site's routing is %v: no BGP sessions", s.Opts.Routing)
 }

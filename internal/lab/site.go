@@ -51,8 +51,9 @@ type Options struct {
 	// StateDir holds each site's directory (configs, logs, pid files) (default DefaultStateDir).
 	StateDir string
 	// Routing is how the router learns the VIPs: Static (the zero value: the lab sets the
-	// router's multipath routes; RouteVia and friends edit them) or BIRD (BIRD 2 on the router
-	// peers over BGP with every gateway's xlb; each gateway's config gets a bgp section).
+	// router's multipath routes; RouteVia and friends edit them), BIRD (BIRD 2 on the router
+	// peers over BGP with every gateway's xlb; each gateway's config gets a bgp section) or FRR
+	// (the same with FRR's zebra and bgpd).
 	Routing Routing
 	// Log receives progress lines (nil: none).
 	Log io.Writer
@@ -91,7 +92,8 @@ type Site struct {
 type Router struct {
 	NS *netlab.NS
 
-	bird *birdProc // Routing BIRD: the router's bird
+	bird *routerProc   // Routing BIRD: the router's bird
+	frr  []*routerProc // Routing FRR: the router's zebra and bgpd, in start order
 }
 
 // Client is a client namespace: link "eth0" to the router.
@@ -215,9 +217,10 @@ func (s *Site) build() error {
 		return err
 	}
 	s.Router = &Router{NS: rns}
-	// Before every gateway's closer: they run in reverse, so bird outlives the gateways' xlb
-	// (a stopping xlb withdraws its routes first) and dies before the namespace goes.
+	// Before every gateway's closer: they run in reverse, so BIRD or FRR outlives the gateways'
+	// xlb (a stopping xlb withdraws its routes first) and dies before the namespace goes.
 	s.onClose(s.stopBIRD)
+	s.onClose(s.stopFRR)
 	if s.L2, err = s.addNS(s.nsName("l2"), false); err != nil {
 		return err
 	}
@@ -262,6 +265,10 @@ func (s *Site) build() error {
 		if err := s.startBIRD(); err != nil {
 			return err
 		}
+	case FRR:
+		if err := s.startFRR(); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("lab: unknown routing %v", o.Routing)
 	}
@@ -283,7 +290,7 @@ func (s *Site) build() error {
 	if err := s.StartAll(); err != nil {
 		return err
 	}
-	if o.Routing == BIRD {
+	if o.Routing.BGP() {
 		// Both VIPs via every gateway: the sessions are up and the announcements installed.
 		for _, vip := range []netip.Addr{VIP4, VIP6} {
 			d, err := s.WaitRouterRoute(vip, bgpUpTimeout, s.Gateways...)

@@ -222,7 +222,8 @@ type procInfo struct {
 }
 
 // killSiteProcesses SIGKILLs every process that runs `... run --config <stateDir>/<prefix>/...`
-// (xlb) or `bird ... -c <stateDir>/<prefix>/...` (a router's BIRD)
+// (xlb), `bird ... -c <stateDir>/<prefix>/...` (a router's BIRD) or `zebra|bgpd ... -f
+// <stateDir>/<prefix>/...` (a router's FRR)
 // for a prefix that remove accepts, and waits until they are gone.
 func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]procInfo, error) {
 	ents, err := os.ReadDir(procRoot)
@@ -241,12 +242,20 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		// xlb: `... run --config <file>`; the router's bird: `bird -f -c <file> ...`.
+		// xlb: `... run --config <file>`; the router's bird: `bird -f -c <file> ...`; its FRR:
+		// `/usr/lib/frr/zebra|bgpd ... -f <file> ...`.
 		i := slices.Index(args, "--config")
 		isXLB := i >= 1 && i+1 < len(args) && slices.Contains(args[:i], "run")
 		if !isXLB {
-			i = slices.Index(args, "-c")
-			if i < 1 || i+1 >= len(args) || filepath.Base(args[0]) != "bird" {
+			switch filepath.Base(args[0]) {
+			case "bird":
+				i = slices.Index(args, "-c")
+			case "zebra", "bgpd":
+				i = slices.Index(args, "-f")
+			default:
+				continue
+			}
+			if i < 1 || i+1 >= len(args) {
 				continue
 			}
 		}
