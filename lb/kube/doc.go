@@ -1,0 +1,9 @@
+// Package kube turns Kubernetes Services, EndpointSlices and Nodes into the lb model and runs
+// xlb's LoadBalancer-class controller.
+//
+// [ServiceModel] maps one Service and its EndpointSlices to an [lb.Service]; [IPRequest] reads
+// what addresses a Service asks for; [NodeHealth] probes kube-proxy's health servers on the nodes
+// so that externalTrafficPolicy: Local Services send new flows only to endpoints on healthy
+// nodes. What the Service gets wrong is returned as [Problem]s, which the controller shows to
+// users as Events; a Problem never stops the rest of the Service from working.
+package kube
