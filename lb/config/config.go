@@ -62,6 +62,16 @@ type Config struct {
 	// upstream routers; nil when the file has no bgp section (the VIPs are then routed to the
 	// gateway some other way, and the daemon speaks no BGP).
 	BGP *BGP
+	// Pools (key pools; required in Kubernetes mode, refused outside it) are the address pools
+	// the Kubernetes controller hands VIPs out of, in file order: the order they are tried. See
+	// Pool; IPAMPools converts them for the allocator.
+	Pools []Pool
+	// Kubernetes (key kubernetes; optional) turns on Kubernetes mode (see Kubernetes); nil when
+	// the file has no kubernetes section (a null "kubernetes:" is absent too: write
+	// "kubernetes: {}" for every default). The services of the file are balanced next to the
+	// Kubernetes Services; their names must not contain '/' and their VIPs must not be in a
+	// pool.
+	Kubernetes *Kubernetes
 }
 
 // Defaults of the bgp section.

@@ -269,42 +269,50 @@ func schemaKeys() map[string]bool {
 	add("bgp", bgpFields)
 	add("bgp.peers", bgpPeerFields)
 	add("services.bgp", routeAttributeFields)
+	add("pools", poolFields)
+	add("pools.bgp", routeAttributeFields)
+	add("kubernetes", kubernetesFields)
+	add("kubernetes.leaderElection", leaderElectionFields)
 	return keys
 }
 
 // TestExampleCoversSchema checks that example.yaml, which the README walks through, sets every
 // field the parser knows.
 func TestExampleCoversSchema(t *testing.T) {
-	data, err := os.ReadFile("../../deploy/xlb.example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]bool{}
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.DocumentNode, yaml.SequenceNode:
-			for _, c := range n.Content {
-				walk(c, path)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := at(path, n.Content[i].Value)
-				seen[p] = true
-				if !strings.HasSuffix(p, ".targetPorts") {
-					walk(n.Content[i+1], p)
-				}
-			}
+	// The Kubernetes example shows the keys of pools and kubernetes.
+	for _, file := range []string{"../../deploy/xlb.example.yaml", "../../deploy/xlb.kubernetes.example.yaml"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
 		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		walkKeys(&doc, "", seen)
 	}
-	walk(&doc, "")
 	for k := range schemaKeys() {
 		if !seen[k] {
-			t.Errorf("example.yaml does not show %s", k)
+			t.Errorf("neither example shows %s", k)
+		}
+	}
+}
+
+// walkKeys adds the field paths of n to seen (not those inside free-form mappings).
+func walkKeys(n *yaml.Node, path string, seen map[string]bool) {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, c := range n.Content {
+			walkKeys(c, path, seen)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := at(path, n.Content[i].Value)
+			seen[p] = true
+			if !strings.HasSuffix(p, ".targetPorts") && !strings.HasSuffix(p, ".serviceSelector") {
+				walkKeys(n.Content[i+1], p, seen)
+			}
 		}
 	}
 }
@@ -314,36 +322,39 @@ func TestExampleCoversSchema(t *testing.T) {
 // documentation.
 func TestFieldDocs(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "config.go", nil, parser.ParseComments)
-	if err != nil {
-		t.Fatal(err)
-	}
 	docs := map[string]string{} // struct name → its field comments
-	ast.Inspect(f, func(n ast.Node) bool {
-		ts, ok := n.(*ast.TypeSpec)
-		if !ok {
-			return true
+	for _, file := range []string{"config.go", "pools.go", "kubernetes.go"} {
+		f, err := parser.ParseFile(fset, file, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
 		}
-		st, ok := ts.Type.(*ast.StructType)
-		if !ok {
-			return false
-		}
-		var b strings.Builder
-		for i, field := range st.Fields.List {
-			if field.Doc == nil && (i == 0 || !sameGroup(fset, st.Fields.List[i-1], field)) {
-				t.Errorf("%s.%s has no doc comment", ts.Name, field.Names[0])
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
 			}
-			b.WriteString(field.Doc.Text())
-		}
-		docs[ts.Name.Name] = strings.Join(strings.Fields(b.String()), " ")
-		return false
-	})
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return false
+			}
+			var b strings.Builder
+			for i, field := range st.Fields.List {
+				if field.Doc == nil && (i == 0 || !sameGroup(fset, st.Fields.List[i-1], field)) {
+					t.Errorf("%s.%s has no doc comment", ts.Name, field.Names[0])
+				}
+				b.WriteString(field.Doc.Text())
+			}
+			docs[ts.Name.Name] = strings.Join(strings.Fields(b.String()), " ")
+			return false
+		})
+	}
 	for _, c := range []struct {
 		typ    string
 		fields []string
 	}{
 		{"Config", topFields}, {"Interface", interfaceFields}, {"Datapath", datapathFields},
 		{"Log", logFields}, {"HealthCheck", healthCheckFields}, {"BGP", bgpFields}, {"BGPPeer", bgpPeerFields},
+		{"Pool", poolFields}, {"Kubernetes", kubernetesFields}, {"LeaderElection", leaderElectionFields},
 	} {
 		for _, k := range c.fields {
 			if !strings.Contains(docs[c.typ], "key "+k+")") && !strings.Contains(docs[c.typ], "key "+k+";") &&

@@ -57,7 +57,7 @@ func TestErrors(t *testing.T) {
 		{"unknown top-level field, close", "interfaces: [{name: ext0}]\nservice: []\n",
 			`xlb.yaml:2: service: unknown field (did you mean "services"?)`},
 		{"unknown top-level field, far", "interfaces: [{name: ext0}]\nbackends: []\n",
-			"xlb.yaml:2: backends: unknown field (known fields: interfaces, datapath, listen, log, services, bgp)"},
+			"xlb.yaml:2: backends: unknown field (known fields: interfaces, datapath, listen, log, services, bgp, pools, kubernetes)"},
 		{"field set twice", "interfaces: [{name: ext0}]\nlisten: 127.0.0.1:1\nlisten: 127.0.0.1:2\n",
 			"xlb.yaml:3: listen: set twice (first on line 2)"},
 		{"field name not a string", "interfaces: [{name: ext0}]\n[a]: 1\n", "xlb.yaml:2: field name a list is not a string"},

@@ -24,7 +24,7 @@ import (
 
 // The fields of each mapping of the file, in the order the documentation gives them.
 var (
-	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp"}
+	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
 	interfaceFields = []string{"name", "mode"}
 	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "maglevTableSize", "seed",
 		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
@@ -118,6 +118,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	if n := o.get("bgp"); n != nil {
 		cfg.BGP = d.bgp(n, "bgp")
 	}
+	d.poolsAndKubernetes(o, cfg)
 	return cfg
 }
 
