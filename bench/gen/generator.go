@@ -29,8 +29,10 @@ const flagLiveFrames = 1 << 1
 const (
 	maxChunk  = 1 << 20
 	paceTick  = 100 * time.Millisecond
-	batchSize = 256 // frames the kernel prepares per batch (its page pool holds these)
 )
+
+// DefaultBatch is the default RunOptions.Batch.
+const DefaultBatch = 64
 
 // Generator is the loaded generator program and its maps.
 type Generator struct {
@@ -115,6 +117,9 @@ type RunOptions struct {
 	Count    uint64
 	// Rate is the target in frames per second; 0 means as fast as the CPU goes.
 	Rate uint64
+	// Batch is how many frames the kernel runs the program on before it flushes them to the
+	// veth (and so wakes the gateway); 0 means DefaultBatch. A veth's ring holds 256 frames.
+	Batch uint32
 }
 
 // Result is what one run sent, as the program counted it, and how long it took.
@@ -163,6 +168,10 @@ func (g *Generator) loop(ctx context.Context, opts RunOptions, ifindex int) (Res
 	if opts.Rate > 0 {
 		chunk = max(1, opts.Rate*uint64(paceTick)/uint64(time.Second))
 	}
+	batch := opts.Batch
+	if batch == 0 {
+		batch = DefaultBatch
+	}
 	start := time.Now()
 	var issued uint64
 	for tick := 1; ; tick++ {
@@ -178,7 +187,7 @@ func (g *Generator) loop(ctx context.Context, opts RunOptions, ifindex int) (Res
 			n = min(n, opts.Count-issued)
 		}
 		_, err := g.objs.BenchGen.Run(&ebpf.RunOptions{
-			Data: frame, Context: md, Repeat: uint32(n), Flags: flagLiveFrames, BatchSize: batchSize,
+			Data: frame, Context: md, Repeat: uint32(n), Flags: flagLiveFrames, BatchSize: batch,
 		})
 		if err != nil {
 			return Result{Elapsed: time.Since(start)}, fmt.Errorf("generator run on ifindex %d: %w", ifindex, err)

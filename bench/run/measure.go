@@ -27,6 +27,8 @@ type Options struct {
 	PopulateRate uint64
 	// GenCPU runs the generator; GatewayCPU runs the gateway's and the sink's NAPI threads.
 	GenCPU, GatewayCPU int
+	// Batch is the generator's batch (gen.RunOptions.Batch).
+	Batch uint32
 	// Log receives progress.
 	Log *slog.Logger
 }
@@ -134,7 +136,7 @@ func (r *Runner) Measure(ctx context.Context, sc Scenario) (res Result, err erro
 	if err := r.gen.Configure(spec); err != nil {
 		return res, err
 	}
-	genOpts := gen.RunOptions{NS: t.Gen, Ifname: t.GenIf, CPU: r.opts.GenCPU}
+	genOpts := gen.RunOptions{NS: t.Gen, Ifname: t.GenIf, CPU: r.opts.GenCPU, Batch: r.opts.Batch}
 	if sc.Mix.populates() {
 		po := genOpts
 		po.Count, po.Rate = uint64(sc.Flows), r.opts.PopulateRate

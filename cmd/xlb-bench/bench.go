@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xlb-dev/xlb/bench/ctlplane"
+	"github.com/xlb-dev/xlb/bench/report"
+	"github.com/xlb-dev/xlb/bench/run"
+	"github.com/xlb-dev/xlb/bench/topo"
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+// xlbConntrack is xlb's conntrack size in the benchmark: room for the 1M-flow rows.
+const xlbConntrack = 1 << 21
+
+// afxdpNote is printed in place of column (d).
+const afxdpNote = "not built yet (xlb has no AF_XDP datapath)"
+
+// benchmark runs every row, then the control plane, and writes the results.
+func benchmark(ctx context.Context, log *slog.Logger, cfg config) (err error) {
+	prefix := netlab.TaggedPrefix("xb")
+	release, err := claim(prefix)
+	if err != nil {
+		return err
+	}
+	defer release()
+	r, err := run.NewRunner(run.Options{Prefix: prefix, Duration: cfg.duration, Repeats: cfg.repeats, Rate: cfg.rate,
+		GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU, Batch: uint32(cfg.batch), Log: log})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, r.Close()) }()
+	rep := &report.Report{Date: time.Now(), Host: host(),
+		Method: report.Method{Duration: cfg.duration, Repeats: cfg.repeats, GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU}}
+	for _, sc := range scenarios(cfg) {
+		log.Info("row", "scenario", sc.Name())
+		res, err := r.Measure(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("row %s: %w", sc.Name(), err)
+		}
+		rep.Rows = append(rep.Rows, res)
+	}
+	ratios(rep, cfg.size)
+	rep.Notes = append(rep.Notes,
+		"afxdp: "+afxdpNote+"; the row stays so that the comparison is complete once it exists",
+		"Mpps is what the sink counted per second the generator ran; loss = 1 - received/sent (an offered load above what the path forwards is lost in the gateway's ring: that is the point of the test)",
+		"the machine is shared: compare rows of one run, never with another machine's")
+	if !cfg.noCtl {
+		log.Info("control plane benchmarks")
+		rep.ControlPlane = ctlplane.Run()
+	}
+	if err := rep.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return fmt.Errorf("results directory %s: %w", cfg.out, err)
+	}
+	f, err := os.Create(filepath.Join(cfg.out, "results.txt"))
+	if err != nil {
+		return fmt.Errorf("results table: %w", err)
+	}
+	if err := errors.Join(rep.WriteTable(f), f.Close()); err != nil {
+		return err
+	}
+	if err := rep.WriteJSON(filepath.Join(cfg.out, "results.json")); err != nil {
+		return err
+	}
+	if err := rep.WritePNG(filepath.Join(cfg.out, "results.png")); err != nil {
+		return err
+	}
+	log.Info("results written", "dir", cfg.out)
+	return nil
+}
+
+// scenarios is the benchmark's rows: the main comparison at 1k flows, then (unless quick) the
+// flow-count sweep and the conntrack scale rows.
+func scenarios(cfg config) []run.Scenario {
+	xlb := func() run.Datapath { return &run.XLB{ConntrackSize: xlbConntrack} }
+	sc := func(dp run.Datapath, mix run.Mix, flows int) run.Scenario {
+		return run.Scenario{Datapath: dp, Mix: mix, Flows: flows, Size: cfg.size}
+	}
+	rows := []run.Scenario{
+		sc(&run.Ceiling{}, run.MixEstablished, 1000),
+		sc(xlb(), run.MixNew, 1000),
+		sc(xlb(), run.MixEstablished, 1000),
+		sc(&run.NFTables{}, run.MixNew, 1000),
+		sc(&run.NFTables{}, run.MixEstablished, 1000),
+		{Datapath: afxdp{}, Mix: run.MixEstablished, Flows: 1000, Size: cfg.size, Skip: afxdpNote},
+	}
+	if cfg.quick {
+		return rows
+	}
+	rows = append(rows,
+		sc(xlb(), run.MixEstablished, 1),
+		sc(xlb(), run.MixEstablished, 100_000),
+		sc(xlb(), run.MixEstablished, 1_000_000),
+		sc(xlb(), run.MixNew, 1_000_000),
+		sc(&run.NFTables{}, run.MixEstablished, 100_000),
+	)
+	nft1M := sc(&run.NFTables{}, run.MixEstablished, 1_000_000)
+	if max := conntrackMax(); max < 1_000_000 {
+		nft1M.Skip = fmt.Sprintf("skipped: nf_conntrack_max is %d (a host-wide sysctl; raise it to 1100000 to run this row)", max)
+	}
+	return append(rows, nft1M)
+}
+
+// ratios adds the comparisons the issue asks for.
+func ratios(rep *report.Report, size int) {
+	name := func(dp string, mix run.Mix, flows string) string {
+		return fmt.Sprintf("%s/%s/%s/%dB", dp, mix, flows, size)
+	}
+	for _, mix := range []run.Mix{run.MixEstablished, run.MixNew} {
+		rep.AddRatio(fmt.Sprintf("xlb/nftables (%s, 1k)", mix), name("xlb", mix, "1k"), name("nftables", mix, "1k"))
+		rep.AddRatio(fmt.Sprintf("xlb/ceiling (%s, 1k)", mix), name("xlb", mix, "1k"), name("xdp-redirect", run.MixEstablished, "1k"))
+	}
+	rep.AddRatio("xlb est 1M/1k flows", name("xlb", run.MixEstablished, "1M"), name("xlb", run.MixEstablished, "1k"))
+	rep.AddRatio("xlb/nftables (est, 100k)", name("xlb", run.MixEstablished, "100k"), name("nftables", run.MixEstablished, "100k"))
+}
+
+// conntrackMax reads the host's nf_conntrack_max (0 when conntrack is not loaded).
+func conntrackMax() int {
+	b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_max")
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// host describes the machine.
+func host() report.Host {
+	h := report.Host{CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		h.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return h
+}
+
+// afxdp stands for column (d), xlb's AF_XDP datapath, which does not exist yet: its row is
+// always skipped.
+type afxdp struct{}
+
+func (afxdp) Name() string                                { return "afxdp" }
+func (afxdp) Start(context.Context, *topo.Topology) error { return errors.New("afxdp: " + afxdpNote) }
+func (afxdp) Drops() (map[string]uint64, error)           { return nil, nil }
+func (afxdp) Stop() error                                 { return nil }
