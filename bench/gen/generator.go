@@ -27,8 +27,8 @@ const flagLiveFrames = 1 << 1
 // loaded 2-vCPU VM), so paced runs send one chunk per paceTick: the rate holds on average over
 // a tick, and frames within a chunk leave at full speed.
 const (
-	maxChunk  = 1 << 20
-	paceTick  = 100 * time.Millisecond
+	maxChunk = 1 << 20
+	paceTick = 100 * time.Millisecond
 )
 
 // DefaultBatch is the default RunOptions.Batch.
