@@ -3,8 +3,9 @@
 GO      ?= go
 PKGS    ?= ./...
 # Packages Debian must provide: the BPF toolchain, and the tools the tests drive (bird2 and frr:
-# the real BGP routers bgp/'s tests peer with, each run inside a test namespace).
-DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr
+# the real BGP routers bgp/'s tests peer with, each run inside a test namespace; nftables: the
+# DNAT datapath bench/ compares xlb with).
+DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables
 # What a person uses to poke at the lab (make lab): curl and ping inside its namespaces.
 LAB_PKGS = curl iputils-ping
 
@@ -22,6 +23,7 @@ deps:
 ## generate: compile the BPF C with clang-16 and regenerate the bpf2go bindings.
 generate:
 	$(GO) generate ./xdp/...
+	$(GO) generate ./bench/...
 
 ## build: build every package.
 build:
@@ -33,7 +35,9 @@ vet:
 
 ## check-generated: fail if the committed bpf2go output differs from a fresh `make generate`.
 check-generated: generate
-	@git diff --exit-code --stat -- xdp/xlb_bpfel.go xdp/xlb_bpfel.o || \
+	@git diff --exit-code --stat -- xdp/xlb_bpfel.go xdp/xlb_bpfel.o \
+		bench/gen/gen_bpfel.go bench/gen/gen_bpfel.o bench/sink/sink_bpfel.go bench/sink/sink_bpfel.o \
+		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o || \
 		{ echo "xdp/xlb_bpfel.* are stale: run 'make generate' and commit them" >&2; exit 1; }
 
 ## test: everything, privileged tests included (run as root).
@@ -46,8 +50,13 @@ e2e:
 	$(GO) test -count=1 -v -run 'TestE2E' ./xdp/
 	$(GO) test -count=1 -v -run 'TestDaemonE2E' ./cmd/xlb/
 
-## bench: the datapath benchmarks (ns/pkt net of a trivial XDP program, BPF_PROG_TEST_RUN).
+## bench: throughput of xlb's XDP datapath next to a plain XDP redirect and nftables DNAT, in
+## generator -> gateway -> sink namespaces (bench/README.md), with the control-plane numbers;
+## results in bench/results/ (BENCH_FLAGS passes flags, e.g. BENCH_FLAGS=--quick). Then the
+## per-packet datapath benchmarks (ns/pkt net of a trivial XDP program, BPF_PROG_TEST_RUN).
 bench:
+	$(GO) build -o bin/xlb-bench ./cmd/xlb-bench
+	./bin/xlb-bench --out bench/results $(BENCH_FLAGS)
 	$(GO) test -run '^$$' -bench . -benchtime 200000x -count 3 ./xdp/
 
 ## lab: a whole edge site in network namespaces (docs/lab.md): a client behind a router with
