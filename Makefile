@@ -11,7 +11,7 @@ LAB_PKGS = curl iputils-ping
 
 export GOTOOLCHAIN ?= local
 
-.PHONY: all deps generate build vet check-generated test e2e bench lab lab-down clean
+.PHONY: all deps generate build vet check-generated kube-bins test e2e bench lab lab-down clean
 
 all: build
 
@@ -40,8 +40,14 @@ check-generated: generate
 		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o || \
 		{ echo "xdp/xlb_bpfel.* are stale: run 'make generate' and commit them" >&2; exit 1; }
 
+## kube-bins: build kube-apiserver and etcd from the Go module proxy into a version-keyed cache
+## (XLB_KUBE_BIN_DIR, default /var/cache/xlb/kube-v1.37.2) for internal/kubetest: ~8 min and
+## ~3.5 GB of Go caches the first time, a no-op once cached. See docs/kubernetes-testing.md.
+kube-bins:
+	./internal/kubetest/kubebins/build.sh
+
 ## test: everything, privileged tests included (run as root).
-test: check-generated vet
+test: check-generated vet kube-bins
 	$(GO) test -count=1 $(PKGS)
 
 ## e2e: a real appliance in three namespaces (client, gateway with the XDP datapath, backend)

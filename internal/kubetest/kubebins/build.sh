@@ -33,6 +33,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
 	exit 0
 fi
 
+# A build killed mid-way (SIGKILL skips the trap) leaves its temporary directory: we hold the
+# lock, so any that is left is stale.
+rm -rf "$dir"/.build.*
 tmp="$(mktemp -d "$dir/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
