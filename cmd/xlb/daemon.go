@@ -69,6 +69,10 @@ type daemon struct {
 	bgpCfg *config.BGP
 	// announced: the VIP prefixes of the last SetRoutes (loop goroutine only, for the log).
 	announced map[netip.Prefix]bool
+
+	// kube is Kubernetes mode (config section kubernetes), nil otherwise: its Services join the
+	// file's in every reconcile.
+	kube *kubeMode
 }
 
 func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr io.Writer) error {
@@ -123,6 +127,15 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 		defer d.stopBGP(cleanupOnExit)
 	}
 
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	if cfg.Kubernetes != nil {
+		if err := d.startKube(ctx, cfg, &wg); err != nil {
+			return err
+		}
+	}
+
 	reg := prometheus.NewRegistry()
 	d.registerMetrics(reg)
 	srv, err := d.serveHTTP(cfg.Listen, reg)
@@ -131,9 +144,6 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 	}
 	defer srv.Shutdown(context.Background())
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); d.checker.Run(ctx) }()
 	go func() { defer wg.Done(); d.loop(ctx) }()
@@ -240,10 +250,19 @@ func (d *daemon) loop(ctx context.Context) {
 // reconcile plans the current config with the current health and applies it.
 func (d *daemon) reconcile() error {
 	start := time.Now()
+	if d.kube != nil && !d.kube.ctrl.Synced() {
+		// Until every Service is modelled, applying would tear down the forwarding of those
+		// not modelled yet (a restart keeps it in the pinned maps): wait.
+		return nil
+	}
 	d.mu.Lock()
 	cfg := d.cfg
 	services, pending := d.withHealth(cfg)
 	d.mu.Unlock()
+	if d.kube != nil {
+		services = append(services, d.kube.ctrl.Services()...)
+		d.syncKubeRoutes(d.log)
+	}
 	desired, errs := lb.Plan(services, d.planOpts)
 	d.servicesInvalid.Set(float64(len(errs)))
 	for _, err := range errs {
@@ -459,6 +478,11 @@ func (d *daemon) reload() {
 		d.log.Error("config reload rejected: health checks; still serving the previous config", "config", d.cfgPath, "error", err)
 		return
 	}
+	if err := d.reloadKube(cfg); err != nil {
+		d.configReloads.WithLabelValues("rejected").Inc()
+		d.log.Error("config reload rejected: pools; still serving the previous config", "config", d.cfgPath, "error", err)
+		return
+	}
 	if cfg.Datapath != d.cfg.Datapath {
 		d.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
 	}
@@ -490,6 +514,9 @@ func (d *daemon) registerMetrics(reg *prometheus.Registry) {
 		Help: "Configured services left out because they are invalid or conflict with another."})
 	d.serving = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xlb_frontend_serving_backends",
 		Help: "Backends taking new flows per frontend; 0 means the VIP:port is down."}, []string{"service", "frontend"})
+	if d.kube != nil {
+		reg.MustRegister(kubeCollector{d})
+	}
 	if d.speaker != nil {
 		reg.MustRegister(bgp.NewCollector(d.speaker))
 	}

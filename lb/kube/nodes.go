@@ -1,0 +1,92 @@
+package kube
+
+import (
+	"net/netip"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// LabelExcludeFromLB marks a node whose endpoints get no traffic from external load balancers.
+const LabelExcludeFromLB = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// nodeView answers the model's questions about nodes from the Node cache and the prober.
+type nodeView struct{ c *Controller }
+
+func (c *Controller) nodeView() NodeView { return nodeView{c} }
+
+// Excluded reports whether node carries LabelExcludeFromLB. An unknown node is not excluded:
+// missing Node objects must not blackhole a Service.
+func (v nodeView) Excluded(node string) bool {
+	n, err := v.c.nodes.Get(node)
+	if err != nil {
+		return false
+	}
+	_, ok := n.Labels[LabelExcludeFromLB]
+	return ok
+}
+
+// LocalHealthy reports whether node passes its kube-proxy health checks for service.
+func (v nodeView) LocalHealthy(node string, service types.NamespacedName) bool {
+	if v.c.opts.NodeHealth == nil {
+		return true
+	}
+	return v.c.opts.NodeHealth.LocalHealthy(node, service)
+}
+
+// updateTargets gives the node health prober the current nodes and eTP=Local Services.
+func (c *Controller) updateTargets() {
+	if c.opts.NodeHealth == nil {
+		return
+	}
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	var nt []NodeTarget
+	for _, n := range nodes {
+		if a, ok := InternalIP(n); ok {
+			nt = append(nt, NodeTarget{Name: n.Name, Addr: a})
+		}
+	}
+	svcs, err := c.services.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	var st []ServiceTarget
+	for _, s := range svcs {
+		if Ours(s, c.opts.Class, c.opts.DefaultClass) && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal &&
+			s.Spec.HealthCheckNodePort > 0 && s.Spec.HealthCheckNodePort < 65536 {
+			st = append(st, ServiceTarget{Service: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, Port: uint16(s.Spec.HealthCheckNodePort)})
+		}
+	}
+	c.opts.NodeHealth.SetTargets(nt, st)
+}
+
+// InternalIP returns node's first InternalIP, IPv4 preferred.
+func InternalIP(n *corev1.Node) (netip.Addr, bool) {
+	var v6 netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			continue
+		}
+		if ip.Unmap().Is4() {
+			return ip.Unmap(), true
+		}
+		if !v6.IsValid() {
+			v6 = ip
+		}
+	}
+	return v6, v6.IsValid()
+}
+
+// sameModel reports whether two models are equal.
+func sameModel(a, b lb.Service) bool { return reflect.DeepEqual(a, b) }
