@@ -507,3 +507,37 @@ func TestLocalTrafficNodeHealth(t *testing.T) {
 		return slices.Equal(backendStates(m), []string{"198.18.53.1=active", "198.18.53.2=unhealthy"})
 	})
 }
+
+// PodRoutes follows the Nodes' podCIDRs and InternalIPs; a CIDR two nodes claim is left out.
+func TestPodRoutes(t *testing.T) {
+	e := newEnv(t)
+	c := e.controller("gw-1", Options{})
+	mk := func(name, ip4, ip6 string, cidrs ...string) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-" + name},
+			Spec: corev1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip4},
+				{Type: corev1.NodeInternalIP, Address: ip6}, {Type: corev1.NodeHostName, Address: name}}}}
+		created, err := e.admin.CoreV1().Nodes().Create(e.ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = n.Status
+		if _, err := e.admin.CoreV1().Nodes().UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(t.Context(), n.Name, metav1.DeleteOptions{}) })
+	}
+	mk("a", "198.18.60.2", "2001:db8:60::2", "198.18.64.0/24", "2001:db8:64::/64")
+	mk("b", "198.18.60.3", "2001:db8:60::3", "198.18.65.0/24")
+	mk("c", "198.18.60.4", "2001:db8:60::4", "198.18.65.0/24") // claims b's CIDR too
+	var got []string
+	e.eventually(5*time.Second, "pod routes of nodes a (both families); b and c's shared CIDR left out", func() bool {
+		got = got[:0]
+		for _, r := range c.PodRoutes() {
+			if strings.HasPrefix(r.Node, e.ns) {
+				got = append(got, fmt.Sprintf("%v via %v", r.Prefix, r.Via))
+			}
+		}
+		return slices.Equal(got, []string{"198.18.64.0/24 via 198.18.60.2", "2001:db8:64::/64 via 2001:db8:60::2"})
+	})
+}
