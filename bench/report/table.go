@@ -15,10 +15,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "each row: median of %d runs of %s; generator on CPU %d, gateway NAPI (and sink) on CPU %d\n\n",
 		r.Method.Repeats, r.Method.Duration, r.Method.GenCPU, r.Method.GatewayCPU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "datapath\tmix\tflows\tsize\tMpps\tmin\tmax\tspread\toffered\tloss\tct entries\t")
+	fmt.Fprintln(tw, "datapath\tmix\tflows\tsize\tMpps\tmin\tmax\tspread\toffered\tloss\tct entries\truns\t")
 	for _, row := range r.Rows {
 		if row.Skip != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%s\t\t\t\t\t\t\t\n", row.Datapath, row.Mix, run.FlowsLabel(row.Flows), row.Size, row.Skip)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t-\t-\t-\t-\t-\t-\t-\t0\t  %s\n", row.Datapath, row.Mix, run.FlowsLabel(row.Flows), row.Size, row.Skip)
 			continue
 		}
 		var offered []float64
@@ -29,9 +29,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if row.ConntrackFlows >= 0 {
 			ct = fmt.Sprint(row.ConntrackFlows)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%.3f\t%.3f\t%.3f\t±%.0f%%\t%.3f\t%.1f%%\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%.3f\t%.3f\t%.3f\t±%.0f%%\t%.3f\t%.1f%%\t%s\t%d\t\n",
 			row.Datapath, row.Mix, run.FlowsLabel(row.Flows), row.Size, row.Mpps.Median, row.Mpps.Min, row.Mpps.Max,
-			row.Mpps.SpreadPct()/2, run.Summarize(offered).Median, row.LossPct.Median, ct)
+			row.Mpps.SpreadPct()/2, run.Summarize(offered).Median, row.LossPct.Median, ct, len(row.Samples))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -107,7 +107,12 @@ type Result struct {
 
 // Measure builds a fresh topology, starts sc's datapath on it, populates the flows if the mix
 // needs it, takes the repeated measurements and tears everything down, also on error.
-func (r *Runner) Measure(ctx context.Context, sc Scenario) (res Result, err error) {
+func (r *Runner) Measure(ctx context.Context, sc Scenario) (Result, error) {
+	return r.MeasureN(ctx, sc, r.opts.Repeats)
+}
+
+// MeasureN is Measure with n measurements instead of Options.Repeats.
+func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, err error) {
 	res = Result{Name: sc.Name(), Datapath: sc.Datapath.Name(), Mix: sc.Mix, Flows: sc.Flows, Size: sc.Size,
 		Skip: sc.Skip, ConntrackFlows: -1}
 	if sc.Skip != "" {
@@ -159,7 +164,7 @@ func (r *Runner) Measure(ctx context.Context, sc Scenario) (res Result, err erro
 	}
 	genOpts.Duration, genOpts.Rate = r.opts.Duration, r.opts.Rate
 	var mpps, loss []float64
-	for i := range r.opts.Repeats {
+	for i := range n {
 		smp, err := r.sample(ctx, t, s, sc.Datapath, genOpts)
 		if err != nil {
 			return res, fmt.Errorf("%s: run %d: %w", res.Name, i+1, err)
@@ -172,6 +177,21 @@ func (r *Runner) Measure(ctx context.Context, sc Scenario) (res Result, err erro
 	}
 	res.Mpps, res.LossPct = Summarize(mpps), Summarize(loss)
 	return res, nil
+}
+
+// Merge appends b's samples to a's (the same scenario measured again) and summarizes them all.
+func Merge(a, b Result) Result {
+	if a.Name == "" {
+		return b
+	}
+	a.Samples = append(a.Samples, b.Samples...)
+	var mpps, loss []float64
+	for _, s := range a.Samples {
+		mpps = append(mpps, s.Mpps)
+		loss = append(loss, s.LossPct())
+	}
+	a.Mpps, a.LossPct = Summarize(mpps), Summarize(loss)
+	return a
 }
 
 // sample takes one measurement: counters before, one generator run, the pipeline drained,

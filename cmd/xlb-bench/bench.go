@@ -41,7 +41,22 @@ func benchmark(ctx context.Context, log *slog.Logger, cfg config) (err error) {
 	defer func() { err = errors.Join(err, r.Close()) }()
 	rep := &report.Report{Date: time.Now(), Host: host(),
 		Method: report.Method{Duration: cfg.duration, Repeats: cfg.repeats, GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU}}
-	for _, sc := range scenarios(cfg) {
+	main, sweep := scenarios(cfg)
+	// The main comparison is measured in rounds, one sample of every row per round, so that
+	// load from other work on the machine falls on all of them alike.
+	rows := make([]run.Result, len(main))
+	for round := range cfg.repeats {
+		for i, sc := range main {
+			log.Info("row", "scenario", sc.Name(), "round", round+1)
+			res, err := r.MeasureN(ctx, sc, 1)
+			if err != nil {
+				return fmt.Errorf("row %s: %w", sc.Name(), err)
+			}
+			rows[i] = run.Merge(rows[i], res)
+		}
+	}
+	rep.Rows = rows
+	for _, sc := range sweep {
 		log.Info("row", "scenario", sc.Name())
 		res, err := r.Measure(ctx, sc)
 		if err != nil {
@@ -83,7 +98,7 @@ func benchmark(ctx context.Context, log *slog.Logger, cfg config) (err error) {
 
 // scenarios is the benchmark's rows: the main comparison at 1k flows, then (unless quick) the
 // flow-count sweep and the conntrack scale rows.
-func scenarios(cfg config) []run.Scenario {
+func scenarios(cfg config) (main, sweep []run.Scenario) {
 	xlb := func() run.Datapath { return &run.XLB{ConntrackSize: xlbConntrack} }
 	sc := func(dp run.Datapath, mix run.Mix, flows int) run.Scenario {
 		return run.Scenario{Datapath: dp, Mix: mix, Flows: flows, Size: cfg.size}
@@ -97,20 +112,20 @@ func scenarios(cfg config) []run.Scenario {
 		{Datapath: afxdp{}, Mix: run.MixEstablished, Flows: 1000, Size: cfg.size, Skip: afxdpNote},
 	}
 	if cfg.quick {
-		return rows
+		return rows, nil
 	}
-	rows = append(rows,
+	more := []run.Scenario{
 		sc(xlb(), run.MixEstablished, 1),
 		sc(xlb(), run.MixEstablished, 100_000),
 		sc(xlb(), run.MixEstablished, 1_000_000),
 		sc(xlb(), run.MixNew, 1_000_000),
 		sc(&run.NFTables{}, run.MixEstablished, 100_000),
-	)
+	}
 	nft1M := sc(&run.NFTables{}, run.MixEstablished, 1_000_000)
 	if max := conntrackMax(); max < 1_000_000 {
 		nft1M.Skip = fmt.Sprintf("skipped: nf_conntrack_max is %d (a host-wide sysctl; raise it to 1100000 to run this row)", max)
 	}
-	return append(rows, nft1M)
+	return rows, append(more, nft1M)
 }
 
 // ratios adds the comparisons the issue asks for.
