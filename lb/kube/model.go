@@ -368,6 +368,16 @@ func backends(in []*discoveryv1.EndpointSlice, svc types.NamespacedName, ports [
 			total += len(s.Endpoints)
 		}
 	}
+	// By name, so that which copy of a duplicate wins and which examples a Problem quotes do
+	// not depend on the lister's order (a changed message would be a new Event).
+	in = slices.Clone(in)
+	slices.SortFunc(in, func(a, b *discoveryv1.EndpointSlice) int {
+		switch {
+		case a == nil || b == nil:
+			return boolCmp(a != nil, b != nil)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	cands := make([]candidate, 0, total)
 	index := make(map[netip.Addr]int, total) // address → its candidate in cands
 	resolved := make([]resolvedSlice, 0, len(in))
@@ -425,6 +435,17 @@ func backends(in []*discoveryv1.EndpointSlice, svc types.NamespacedName, ports [
 		}
 	}
 	return assignStates(cands, resolved, svc, ports, local, nodes)
+}
+
+// boolCmp orders false before true.
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // slicePorts returns s's port number for each Service port, matched by name and protocol; 0

@@ -518,7 +518,7 @@ func TestServiceModelBadInput(t *testing.T) {
 			{AddressType: "IPv5", Endpoints: []discoveryv1.Endpoint{ep("198.18.1.9", "", "r")}},
 		}},
 		wantStates:   []string{"198.18.1.1=active"},
-		wantProblems: []string{"InvalidEndpoint", "InvalidEndpointSlice"},
+		wantProblems: []string{"InvalidEndpointSlice", "InvalidEndpoint"}, // slices are read by name
 	}, {
 		name: "a port number out of range in a slice counts as missing",
 		in: Input{Service: testService(), Slices: []*discoveryv1.EndpointSlice{
@@ -529,6 +529,11 @@ func TestServiceModelBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, problems := ServiceModel(tt.in, &fakeNodes{})
+			rev := tt.in
+			rev.Slices = reversed(rev.Slices)
+			if _, again := ServiceModel(rev, &fakeNodes{}); !reflect.DeepEqual(again, problems) {
+				t.Errorf("problems depend on the slices' order:\n%v\n%v", problems, again)
+			}
 			if !slices.Equal(states(got), tt.wantStates) {
 				t.Errorf("states %v, want %v", states(got), tt.wantStates)
 			}

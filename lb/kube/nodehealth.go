@@ -105,12 +105,13 @@ type nodeCheck struct {
 	service types.NamespacedName
 }
 
-// key returns the checker key of c.
+// key returns the checker key of c, as logs show it: "node-1 /healthz" or "node-1 shop/web"
+// (node names have no spaces, and a Service's namespace/name never starts with "/").
 func (c nodeCheck) key() string {
 	if c.service == (types.NamespacedName{}) {
-		return "proxy\x00" + c.node
+		return c.node + " /healthz"
 	}
-	return "service\x00" + c.service.Namespace + "\x00" + c.service.Name + "\x00" + c.node
+	return c.node + " " + c.service.Namespace + "/" + c.service.Name
 }
 
 // NewNodeProber returns a prober with no targets; Run starts it.

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -137,6 +138,7 @@ func TestNodeProber(t *testing.T) {
 		Fall:            2,
 		MaxConcurrent:   4,
 		OnChange:        rec.add,
+		Logger:          slog.New(slog.DiscardHandler),
 	})
 	// Node 2's health check answers nothing.
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
@@ -219,7 +221,8 @@ func TestNodeProberSkipProxyHealth(t *testing.T) {
 	web := types.NamespacedName{Namespace: "shop", Name: "web"}
 	nodes, proxyPort, svcPort := startNodes(t, 1, web)
 	nodes[0].proxy.SetEligible(false) // /healthz fails, but is not probed
-	p := NewNodeProber(NodeProberOptions{ProxyHealthPort: proxyPort, SkipProxyHealth: true, Interval: 20 * time.Millisecond})
+	p := NewNodeProber(NodeProberOptions{ProxyHealthPort: proxyPort, SkipProxyHealth: true, Interval: 20 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)})
 	p.SetTargets([]NodeTarget{{Name: nodes[0].name, Addr: nodes[0].addr}}, []ServiceTarget{{Service: web, Port: svcPort}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
