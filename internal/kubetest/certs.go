@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -25,9 +26,9 @@ type pki struct {
 	saKeyFile string
 }
 
-// writePKI generates a CA, a serving certificate for 127.0.0.1, localhost and the first
-// service IP, and a service-account signing key, into dir.
-func writePKI(dir string) (pki, error) {
+// writePKI generates a CA, a serving certificate for 127.0.0.1, localhost, the first service IP
+// and addr (the apiserver's address), and a service-account signing key, into dir.
+func writePKI(dir string, addr netip.Addr) (pki, error) {
 	p := pki{
 		caFile:    filepath.Join(dir, "ca.crt"),
 		certFile:  filepath.Join(dir, "apiserver.crt"),
@@ -69,6 +70,9 @@ func writePKI(dir string) (pki, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)},
+	}
+	if addr.IsValid() && !addr.IsLoopback() {
+		srvTmpl.IPAddresses = append(srvTmpl.IPAddresses, net.IP(addr.Unmap().AsSlice()))
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {

@@ -20,7 +20,7 @@ func (cp *ControlPlane) Controller() *rest.Config {
 }
 
 // As returns a client configuration that acts as user with groups (system:authenticated is
-// implied). A registered identity (see Identities) with exactly those groups authenticates with
+// implied); with Options.NetNS it dials from inside that namespace. A registered identity (see Identities) with exactly those groups authenticates with
 // its own token; any other is impersonated by the admin, which the apiserver authorizes as
 // that user and groups too.
 func (cp *ControlPlane) As(user string, groups ...string) *rest.Config {
@@ -29,6 +29,9 @@ func (cp *ControlPlane) As(user string, groups ...string) *rest.Config {
 		TLSClientConfig: rest.TLSClientConfig{CAData: append([]byte(nil), cp.caPEM...)},
 		UserAgent:       "xlb-kubetest/" + user,
 		QPS:             -1, // no client-side rate limit: tests burst
+	}
+	if cp.netns != "" {
+		cfg.Dial = cp.dialer()
 	}
 	for _, id := range cp.identities {
 		if id.User == user && sameGroups(id.Groups, groups) {
@@ -42,7 +45,8 @@ func (cp *ControlPlane) As(user string, groups ...string) *rest.Config {
 }
 
 // WriteKubeconfig writes cfg as a kubeconfig file at path, for another process (xlb run,
-// kubectl) to connect with. Only the address, CA, bearer token and impersonation are kept.
+// kubectl) to connect with. Only the address, CA, bearer token and impersonation are kept (not
+// a Dial function: the other process connects from its own network namespace).
 func WriteKubeconfig(path string, cfg *rest.Config) error {
 	const name = "xlb-kubetest"
 	kc := clientcmdapi.NewConfig()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,13 +37,23 @@ type Options struct {
 	StartTimeout time.Duration
 	// APIServerFlags are appended to kube-apiserver's command line (a later flag wins).
 	APIServerFlags []string
+	// NetNS, if set, is the network namespace (a name under /run/netns) etcd and the
+	// apiserver run in (`nsenter --net`), and that every connection to them is made from: the
+	// readiness checks and the clients As returns dial inside it. Empty: this process's own.
+	NetNS string
+	// Address is the address the apiserver binds to and advertises, named in its serving
+	// certificate and in URL; etcd stays on 127.0.0.1. The zero value means 127.0.0.1. In a
+	// NetNS, a lab address there lets other namespaces reach the apiserver.
+	Address netip.Addr
 }
 
-// ControlPlane is a running etcd and kube-apiserver on 127.0.0.1.
+// ControlPlane is a running etcd and kube-apiserver (on 127.0.0.1, or as Options say).
 type ControlPlane struct {
 	dir     string
 	keepDir bool
-	// url is the apiserver's https://127.0.0.1:port.
+	// netns is Options.NetNS: where the processes run and connections are made from.
+	netns string
+	// url is the apiserver's https://address:port.
 	url string
 	// etcdURL is etcd's client URL.
 	etcdURL string
@@ -89,7 +100,11 @@ func (e portTakenError) Unwrap() error { return e.err }
 // start makes one attempt at starting the control plane.
 func start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, err error) {
 	began := time.Now()
-	cp := &ControlPlane{dir: opts.Dir, keepDir: opts.KeepDir}
+	cp := &ControlPlane{dir: opts.Dir, keepDir: opts.KeepDir, netns: opts.NetNS}
+	addr := opts.Address
+	if !addr.IsValid() {
+		addr = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
 	if cp.dir == "" {
 		if cp.dir, err = os.MkdirTemp("", "xlb-kubetest-"); err != nil {
 			return nil, fmt.Errorf("control plane directory: %w", err)
@@ -102,7 +117,7 @@ func start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, e
 			_ = cp.Stop()
 		}
 	}()
-	keys, err := writePKI(cp.dir)
+	keys, err := writePKI(cp.dir, addr)
 	if err != nil {
 		return nil, fmt.Errorf("control plane keys in %s: %w", cp.dir, err)
 	}
@@ -116,17 +131,18 @@ func start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, e
 	if err := writeTokenFile(tokenFile, cp.identities); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(3)
-	if err != nil {
+	var ports []int
+	if err := cp.inNetNS(func() (err error) { ports, err = freePorts(3); return err }); err != nil {
 		return nil, err
 	}
-	cp.etcdURL = "http://" + hostPort(ports[0])
-	peerURL := "http://" + hostPort(ports[1])
-	cp.url = "https://" + hostPort(ports[2])
+	loopback := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	cp.etcdURL = "http://" + hostPort(loopback, ports[0])
+	peerURL := "http://" + hostPort(loopback, ports[1])
+	cp.url = "https://" + hostPort(addr, ports[2])
 	deadline, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 
-	cp.etcd, err = startProcess(ctx, "etcd", bins.Etcd, filepath.Join(cp.dir, "etcd.log"),
+	cp.etcd, err = startProcess(ctx, opts.NetNS, "etcd", bins.Etcd, filepath.Join(cp.dir, "etcd.log"),
 		"--name", "default",
 		"--data-dir", filepath.Join(cp.dir, "etcd"),
 		"--listen-client-urls", cp.etcdURL,
@@ -139,14 +155,16 @@ func start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, e
 	if err != nil {
 		return nil, err
 	}
-	if err := waitHealthy(deadline, cp.etcd, http.DefaultClient, cp.etcdURL+"/health", ""); err != nil {
+	etcdClient := &http.Client{Transport: &http.Transport{DialContext: cp.dialer()}}
+	defer etcdClient.CloseIdleConnections()
+	if err := waitHealthy(deadline, cp.etcd, etcdClient, cp.etcdURL+"/health", ""); err != nil {
 		return nil, err
 	}
 
 	args := []string{
 		"--etcd-servers", cp.etcdURL,
-		"--bind-address", "127.0.0.1",
-		"--advertise-address", "127.0.0.1",
+		"--bind-address", addr.String(),
+		"--advertise-address", addr.String(),
 		"--secure-port", strconv.Itoa(ports[2]),
 		"--cert-dir", filepath.Join(cp.dir, "certs"),
 		"--tls-cert-file", keys.certFile,
@@ -162,14 +180,14 @@ func start(ctx context.Context, bins Binaries, opts Options) (_ *ControlPlane, e
 		"--endpoint-reconciler-type", "none",
 		"--profiling=false",
 	}
-	cp.apiserver, err = startProcess(ctx, "kube-apiserver", bins.APIServer,
+	cp.apiserver, err = startProcess(ctx, opts.NetNS, "kube-apiserver", bins.APIServer,
 		filepath.Join(cp.dir, "kube-apiserver.log"), append(args, opts.APIServerFlags...)...)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.caPEM)
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: cp.dialer()}}
 	defer client.CloseIdleConnections()
 	if err := waitHealthy(deadline, cp.apiserver, client, cp.url+"/readyz", cp.token(AdminUser)); err != nil {
 		return nil, err
@@ -234,10 +252,10 @@ func (cp *ControlPlane) Stop() error {
 	return cp.stopErr
 }
 
-// URL returns the apiserver's address, https://127.0.0.1:port.
+// URL returns the apiserver's address, https://127.0.0.1:port (or Options.Address).
 func (cp *ControlPlane) URL() string { return cp.url }
 
-// EtcdURL returns etcd's client address, http://127.0.0.1:port.
+// EtcdURL returns etcd's client address, http://127.0.0.1:port (in Options.NetNS).
 func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL }
 
 // Dir returns the directory holding the control plane's files and logs.

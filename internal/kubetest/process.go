@@ -5,9 +5,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 )
 
@@ -23,15 +23,20 @@ type process struct {
 	err    error
 }
 
-// startProcess starts bin with args, its output appended to logPath. The program is killed
-// when ctx is done, when kill is called, or when this process dies (Pdeathsig).
-func startProcess(ctx context.Context, name, bin, logPath string, args ...string) (*process, error) {
+// startProcess starts bin with args, its output appended to logPath, in network namespace
+// netns when it is not empty (nsenter execs bin: the pid and command line are bin's). The
+// program is killed when ctx is done, when kill is called, or when this process dies
+// (Pdeathsig).
+func startProcess(ctx context.Context, netns, name, bin, logPath string, args ...string) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: log file: %w", name, err)
 	}
 	defer logf.Close()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	if netns != "" {
+		cmd = exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + netns, bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -105,7 +110,7 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// hostPort formats 127.0.0.1:port.
-func hostPort(port int) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+// hostPort formats addr:port ([addr]:port for IPv6).
+func hostPort(addr netip.Addr, port int) string {
+	return netip.AddrPortFrom(addr, uint16(port)).String()
 }
