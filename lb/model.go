@@ -69,7 +69,9 @@ const (
 	Active BackendState = iota
 	// Draining backends take no new flows; their established flows stay (a terminating Pod).
 	Draining
-	// Unhealthy backends failed their health check: no new flows, established flows stay.
+	// Unhealthy backends failed their health check: no new flows, and once no Maglev table
+	// gives them new flows the reconciler marks them down, so their established flows move to
+	// the others too (a dead backend would black-hole them).
 	Unhealthy
 )
 

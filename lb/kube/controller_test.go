@@ -502,9 +502,15 @@ func TestLocalTrafficNodeHealth(t *testing.T) {
 	})
 	h.set("n2", true)
 	c.NodeHealthChanged()
-	e.eventually(5*time.Second, "n2's endpoint unhealthy", func() bool {
+	e.eventually(5*time.Second, "n2's endpoint draining (no new flows, established ones stay)", func() bool {
 		m, _ := c.model(e.ns, "local")
-		return slices.Equal(backendStates(m), []string{"198.18.53.1=active", "198.18.53.2=unhealthy"})
+		return slices.Equal(backendStates(m), []string{"198.18.53.1=active", "198.18.53.2=draining"})
+	})
+	h.set("n2", false)
+	c.NodeHealthChanged()
+	e.eventually(5*time.Second, "n2's endpoint active again", func() bool {
+		m, _ := c.model(e.ns, "local")
+		return slices.Equal(backendStates(m), []string{"198.18.53.1=active", "198.18.53.2=active"})
 	})
 }
 

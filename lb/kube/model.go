@@ -141,15 +141,17 @@ func (p *problems) done() []Problem {
 //
 // Each endpoint (its first address, deduplicated across slices: the most ready copy wins) is a
 // backend of weight 1 whose state is, in order:
-//   - ready: Active, unless its node is Excluded (Draining: no new flows, its established
-//     flows stay) or, for externalTrafficPolicy: Local, not LocalHealthy (Unhealthy: the node or
-//     its kube-proxy is failing).
+//   - ready: Active, unless its node is Excluded or, for externalTrafficPolicy: Local, not
+//     LocalHealthy: then Draining (no new flows; established flows stay). A node fails its
+//     kube-proxy checks while it is drained or deleted (KEP-3836), exactly when its
+//     connections should finish; xlb forwards to the Pod itself, not through kube-proxy, so a
+//     failing kube-proxy does not break them either. A node that really died takes its
+//     endpoints' readiness with it, and they then become Unhealthy (below).
 //   - serving and terminating: Active when no endpoint of its family is Active by the rule
-//     above and its node is not Excluded (kube-proxy's fallback, KEP-1669: better a Pod that is
-//     shutting down than none), otherwise Draining, so that a rolling update lets established
-//     connections finish.
-//   - terminating and not serving: Draining, or Unhealthy for externalTrafficPolicy: Local when
-//     its node is not LocalHealthy (a Pod stuck terminating on a dead node: move its flows).
+//     above and its node is neither Excluded nor failing (kube-proxy's fallback, KEP-1669:
+//     better a Pod that is shutting down than none), otherwise Draining, so that a rolling
+//     update lets established connections finish.
+//   - terminating and not serving: Draining.
 //   - neither ready nor terminating (a Pod starting or failing its readiness probe): Unhealthy.
 //     It gets no new flows, and the reconciler marks it down so that its established flows
 //     move too: a Pod whose container crashed would otherwise black-hole a UDP flow for as
@@ -556,21 +558,15 @@ func assignStates(cands []candidate, resolved []resolvedSlice, svc types.Namespa
 		b := lb.Backend{Addr: c.addr, Weight: 1, Node: c.node}
 		switch c.rank {
 		case rankReady:
-			switch {
-			case isExcluded(c.node):
+			if isExcluded(c.node) || !isHealthy(c.node) {
 				b.State = lb.Draining
-			case !isHealthy(c.node):
-				b.State = lb.Unhealthy
 			}
 		case rankServingTerminating:
-			if usable[c.addr.Is4()] || isExcluded(c.node) {
+			if usable[c.addr.Is4()] || isExcluded(c.node) || !isHealthy(c.node) {
 				b.State = lb.Draining
 			}
 		case rankTerminating:
 			b.State = lb.Draining
-			if !isHealthy(c.node) {
-				b.State = lb.Unhealthy
-			}
 		default:
 			b.State = lb.Unhealthy
 		}

@@ -150,17 +150,17 @@ func TestServiceModelStates(t *testing.T) {
 		unhealthy: []string{"sick"},
 		want:      []string{"198.18.1.1=active", "198.18.1.2=draining"},
 	}, {
-		name:      "local: endpoints on unhealthy nodes get no new flows, serving terminating ones still drain",
+		name:      "local: endpoints on unhealthy nodes get no new flows, their established flows stay",
 		local:     true,
 		slices:    []*discoveryv1.EndpointSlice{slice("a", 8080, ep("198.18.1.1", "sick", "r"), ep("198.18.1.2", "ok", "r"), ep("198.18.1.3", "sick", "st"), ep("198.18.1.4", "sick", "t"), ep("198.18.1.5", "", "r"))},
 		unhealthy: []string{"sick"},
-		want:      []string{"198.18.1.1=unhealthy", "198.18.1.2=active", "198.18.1.3=draining", "198.18.1.4=unhealthy", "198.18.1.5=active"},
+		want:      []string{"198.18.1.1=draining", "198.18.1.2=active", "198.18.1.3=draining", "198.18.1.4=draining", "198.18.1.5=active"},
 	}, {
-		name:      "local: every ready endpoint on an unhealthy node, so the fallback applies",
+		name:      "local: the terminating fallback does not use an unhealthy node either",
 		local:     true,
 		slices:    []*discoveryv1.EndpointSlice{slice("a", 8080, ep("198.18.1.1", "sick", "r"), ep("198.18.1.3", "sick", "st"))},
 		unhealthy: []string{"sick"},
-		want:      []string{"198.18.1.1=unhealthy", "198.18.1.3=active"},
+		want:      []string{"198.18.1.1=draining", "198.18.1.3=draining"},
 	}, {
 		name: "duplicates across slices: the most ready copy wins, whatever the order",
 		slices: []*discoveryv1.EndpointSlice{
@@ -617,10 +617,10 @@ func TestServiceModel10kEndpoints(t *testing.T) {
 			}
 		}
 	}
-	// node-7 hosts 200 endpoints: the 180 ready ones are unhealthy. 1000 serving terminating
-	// ones drain (ready ones exist), of which 20 on node-7... (i%10==0 and i%50==7 never both).
-	if count[lb.Unhealthy] != 200 || count[lb.Draining] != 1000 || count[lb.Active] != 8800 {
-		t.Errorf("states %v, want 8800 active, 1000 draining, 200 unhealthy", count)
+	// node-7 hosts 200 endpoints: they drain (its health check fails). 1000 serving terminating
+	// ones drain (ready ones exist) (i%10==0 and i%50==7 never both).
+	if count[lb.Unhealthy] != 0 || count[lb.Draining] != 1200 || count[lb.Active] != 8800 {
+		t.Errorf("states %v, want 8800 active, 1200 draining", count)
 	}
 	if overrides != 1000 || got.Ports[0].TargetPort != 8080 {
 		t.Errorf("%d backends with their own port, http TargetPort %d; want 1000 and 8080", overrides, got.Ports[0].TargetPort)
