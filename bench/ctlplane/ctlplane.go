@@ -23,8 +23,7 @@ import (
 func Run() []report.Metric {
 	out := []report.Metric{maglevBuild(1000, maglev.DefaultSize)}
 	out = append(out, reconcile10k()...)
-	out = append(out, report.Metric{Name: "EndpointSlice -> datapath maps latency",
-		Note: "not measured: the Kubernetes controller is being written (hook: bench/ctlplane, add it to Run)"})
+	out = append(out, endpointLatency())
 	return out
 }
 
