@@ -66,10 +66,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200000x -count 3 ./xdp/
 
 ## lab: a whole edge site in network namespaces (docs/lab.md): a client behind a router with
-## ECMP to 2 gateways running xlb, a cluster L2 with 2 nodes and 5 pods. Shows it working, then
-## keeps it up until Ctrl-C. DEMO=1 runs the demonstration and exits (non-zero on failure), for
-## CI. LAB_FLAGS passes more flags to xlb-lab (e.g. LAB_FLAGS="--gateways 3 --pods 8").
-lab: deps
+## ECMP to 2 gateways running xlb, a cluster L2 with 2 nodes and 5 pods, and (Kubernetes mode,
+## the default) etcd + kube-apiserver with the Services of deploy/examples/, whose VIPs the
+## gateways' xlb allocates and announces. Shows it working, then keeps it up until Ctrl-C.
+## DEMO=1 runs the demonstration and exits (non-zero on failure), for CI. LAB_FLAGS passes more
+## flags to xlb-lab (e.g. LAB_FLAGS="--gateways 3 --pods 8", LAB_FLAGS="--mode file").
+lab: deps kube-bins
 	mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 	$(GO) build -o bin/xlb ./cmd/xlb
 	$(GO) build -o bin/xlb-lab ./cmd/xlb-lab

@@ -28,11 +28,15 @@ func main() {
 
 const usage = `usage:
   xlb-lab up   [--xlb PATH] [--clients N] [--gateways N] [--nodes N] [--pods N] [--seed N] [--demo]
-              [--routing bird|frr|static]
+              [--routing bird|frr|static] [--mode kubernetes|file]
       Build a lab site, show that it works, and keep it running until Ctrl-C (SIGINT/SIGTERM),
       then remove it. --demo (or the demo command) exits after the demonstration instead.
       --routing: the router learns the VIPs over BGP from the gateways' xlb, running BIRD
       (bird, the default) or FRR (frr), or has static ECMP routes (static).
+      --mode: kubernetes (the default) runs etcd and kube-apiserver in a control namespace,
+      applies deploy/examples/services.yaml, registers the nodes, keeps EndpointSlices for the
+      pods, and the gateways' xlb hands the Services their VIPs; file gives the gateways one
+      service "demo" in their config file instead.
   xlb-lab demo [same flags as up]
   xlb-lab down [--all] [--state-dir DIR]
       Remove what lab sites left behind (namespaces, pins, xlb processes, state) when their
@@ -81,6 +85,7 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint("seed", 0x5eed, "the datapath hash seed (the same on every gateway)")
 	demo := fs.Bool("demo", cmd == "demo", "exit after the demonstration")
 	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird or frr (BGP from the gateways' xlb), or static")
+	mode := fs.String("mode", "kubernetes", "where the gateways get their services: kubernetes (a control plane and the example Services) or file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -90,6 +95,10 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o.Routing = r
+	if o.Mode, err = lab.ParseMode(*mode); err != nil {
+		fmt.Fprintf(stderr, "xlb-lab: %v\n", err)
+		return 2
+	}
 	o.Seed = uint32(*seed)
 	if *xlb == "" {
 		exe, err := os.Executable()

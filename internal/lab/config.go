@@ -4,14 +4,16 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/xlb-dev/xlb/internal/proxyhealth"
 )
 
-// ConfigYAML returns the standalone xlb config the lab gives gateway g: XDP (native) on "up0" and
-// "cl0", the gateway's own pin path, the site's seed (the same on every gateway), the metrics
-// server on the namespace's 127.0.0.1, and one service "demo" on the site's VIPs whose backends
-// are pods (both of each pod's addresses), health-checked with GET /healthz on TargetHTTP.
+// ConfigYAML returns the xlb config the lab gives gateway g: XDP (native) on "up0" and "cl0",
+// the gateway's own pin path, the site's seed (the same on every gateway), the metrics server
+// on the namespace's 127.0.0.1, and in File mode one service "demo" on the site's VIPs whose
+// backends are pods (both of each pod's addresses), health-checked with GET /healthz on
+// TargetHTTP; in Kubernetes mode the pools and kubernetes sections instead (kubeYAML).
 func (s *Site) ConfigYAML(g *Gateway, pods []*Pod) string {
-	hi := s.Opts.HealthInterval
 	var b strings.Builder
 	fmt.Fprintf(&b, "# xlb lab site %s, gateway %s (generated: %s)\n", s.Prefix, g.Name, time.Now().Format(time.RFC3339))
 	fmt.Fprintf(&b, `interfaces:
@@ -24,7 +26,22 @@ datapath:
   seed: %d
 listen: %s
 log: {format: text, level: info}
-services:
+`, g.PinPath, s.Opts.Seed, g.Listen)
+	if s.Opts.Mode == Kubernetes {
+		b.WriteString(s.kubeYAML(g))
+	} else {
+		s.servicesYAML(&b, pods)
+	}
+	if s.Opts.Routing.BGP() {
+		b.WriteString(s.bgpYAML(g))
+	}
+	return b.String()
+}
+
+// servicesYAML writes File mode's services section.
+func (s *Site) servicesYAML(b *strings.Builder, pods []*Pod) {
+	hi := s.Opts.HealthInterval
+	fmt.Fprintf(b, `services:
   - name: %s
     vips: [%s, "%s"]
     ports:
@@ -33,7 +50,7 @@ services:
       - {name: echo, port: %d, protocol: TCP, targetPort: %d}
       - {name: echo-udp, port: %d, protocol: UDP, targetPort: %d}
     healthCheck: {type: http, path: /healthz, interval: %s, timeout: %s, rise: 1, fall: 2}
-`, g.PinPath, s.Opts.Seed, g.Listen, ServiceName, VIP4, VIP6,
+`, ServiceName, VIP4, VIP6,
 		PortHTTP, TargetHTTP, PortWho, TargetHTTP, PortEcho, TargetEcho, PortEcho, TargetEcho,
 		hi, hi/2)
 	if len(pods) == 0 {
@@ -42,11 +59,25 @@ services:
 		b.WriteString("    backends:\n")
 	}
 	for _, p := range pods {
-		fmt.Fprintf(&b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
-		fmt.Fprintf(&b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
+		fmt.Fprintf(b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
+		fmt.Fprintf(b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
 	}
-	if s.Opts.Routing.BGP() {
-		b.WriteString(s.bgpYAML(g))
-	}
-	return b.String()
+}
+
+// kubeYAML is Kubernetes mode's pools and kubernetes sections: the lab pool, the gateway's
+// kubeconfig (the xlb ServiceAccount, the apiserver at ControlAddr4), its own gatewayName,
+// short leader election timings and 1 s node probes.
+func (s *Site) kubeYAML(g *Gateway) string {
+	return fmt.Sprintf(`pools:
+  - name: %s
+    addresses: [%s, "%s"]
+    avoidBuggyIPs: true
+kubernetes:
+  kubeconfig: %s
+  gatewayName: %s
+  nodeHealthPort: %d
+  healthCheckInterval: 1s
+  healthCheckTimeout: 500ms
+  leaderElection: {leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 500ms}
+`, PoolName, PoolRange4, PoolRange6, g.kubeconfigPath(), g.GatewayName(), proxyhealth.DefaultNodePort)
 }

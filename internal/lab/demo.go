@@ -25,8 +25,12 @@ func (s *Site) Describe(w io.Writer) {
 	}
 	if s.Opts.Routing.BGP() {
 		name := map[Routing]string{BIRD: "BIRD", FRR: "FRR"}[s.Opts.Routing]
-		fmt.Fprintf(tw, "router\t%s\t\t%s (AS %d), eBGP with each gateway; %s, %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name,
-			name, RouterASN, VIP4, VIP6, strings.Join(ups, "+"))
+		vips := fmt.Sprintf("%s, %s", VIP4, VIP6)
+		if s.Opts.Mode == Kubernetes {
+			vips = "the Services' VIPs"
+		}
+		fmt.Fprintf(tw, "router\t%s\t\t%s (AS %d), eBGP with each gateway; %s: ECMP via %s (L4 hash)\n", s.Router.NS.Name,
+			name, RouterASN, vips, strings.Join(ups, "+"))
 	} else {
 		fmt.Fprintf(tw, "router\t%s\t\t%s, %s: static ECMP via %s (L4 hash)\n", s.Router.NS.Name, VIPPrefix4, VIPPrefix6, strings.Join(ups, "+"))
 	}
@@ -39,6 +43,10 @@ func (s *Site) Describe(w io.Writer) {
 			g.Upstream4, g.Upstream6, g.Cluster4, g.Cluster6, state, g.PinPath)
 	}
 	fmt.Fprintf(tw, "cluster L2\t%s\t%s %s\tbridge br0: gateways' cl0 + nodes' eth0\n", s.L2.Name, ClusterPrefix4, ClusterPrefix6)
+	if k := s.Kube; k != nil && k.CP != nil {
+		fmt.Fprintf(tw, "control\t%s\t%s %s\tetcd (127.0.0.1) + kube-apiserver %s, on the cluster L2\n", k.NS.Name,
+			ControlAddr4, ControlAddr6, k.CP.URL())
+	}
 	for _, n := range s.Nodes {
 		fmt.Fprintf(tw, "node %s\t%s\t%s %s\tpod CIDR %s %s; default via the gateways (ECMP)\n", n.Name, n.NS.Name,
 			n.Addr4, n.Addr6, n.PodCIDR4, n.PodCIDR6)
@@ -55,6 +63,11 @@ func (s *Site) Describe(w io.Writer) {
 		fmt.Fprintf(tw, "pod %s\t%s\t%s %s\ton node %s; %s\n", p.Name, p.NS.Name, p.Addr4, p.Addr6, p.Node.Name, note)
 	}
 	tw.Flush()
+	if s.Opts.Mode == Kubernetes {
+		fmt.Fprintf(w, "\nKubernetes mode: each gateway's xlb is a LoadBalancer-class controller (xlb.dev/xdp) giving\n"+
+			"VIPs from pool %q (%s, %s) to the Services of deploy/examples/services.yaml.\n", PoolName, PoolRange4, PoolRange6)
+		return
+	}
 	fmt.Fprintf(w, "\nVIPs %s and %s (configured on no interface), service %q:\n"+
 		"  http %d/tcp -> pods :%d   who %d/udp -> pods :%d   echo %d/tcp+udp -> pods :%d\n",
 		VIP4, VIP6, ServiceName, PortHTTP, TargetHTTP, PortWho, TargetHTTP, PortEcho, TargetEcho)
@@ -72,7 +85,12 @@ func (s *Site) Demo(ctx context.Context, w io.Writer) error {
 		errs = append(errs, err)
 		fmt.Fprintf(w, "  FAILED: %v\n", err)
 	}
-	s.demoRouting(w, fail)
+	if s.Opts.Mode == Kubernetes {
+		s.demoKube(ctx, w, fail)
+		s.demoCounters(w, fail)
+		return errors.Join(errs...)
+	}
+	s.demoRouting(w, fail, []netip.Addr{VIP4, VIP6})
 	fmt.Fprintf(w, "\n== HTTP through the VIP, from client %s (a new connection each) ==\n", c.Name)
 	for _, vip := range []netip.Addr{VIP4, VIP6} {
 		url := "http://" + vip.String() + "/"
@@ -138,7 +156,12 @@ func (s *Site) Demo(ctx context.Context, w io.Writer) error {
 		pods = append(pods, fmt.Sprintf("%s %d", p.Name, counts[p.Name]))
 	}
 	fmt.Fprintf(w, "  answered by: %s\n", strings.Join(pods, ", "))
+	s.demoCounters(w, fail)
+	return errors.Join(errs...)
+}
 
+// demoCounters shows each gateway's per-VIP counters.
+func (s *Site) demoCounters(w io.Writer, fail func(string, ...any)) {
 	fmt.Fprintf(w, "\n== Per-VIP counters from each gateway's /metrics (xlb_vip_*_total) ==\n")
 	for _, g := range s.Gateways {
 		m, err := g.Metrics()
@@ -160,7 +183,6 @@ func (s *Site) Demo(ctx context.Context, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "    conntrack entries %.0f; datapath: %s\n", m.Sum("xlb_conntrack_entries"), m.Reasons())
 	}
-	return errors.Join(errs...)
 }
 
 func sortedVIPSamples(m Metrics) []Sample {
@@ -215,6 +237,10 @@ func echoUDP(c *Client, vip netip.Addr) error {
 func (s *Site) Guide(w io.Writer) {
 	c := s.Clients[0].NS.Name
 	g := s.Gateways[0]
+	vip4, vip6 := VIP4, VIP6
+	if s.Opts.Mode == Kubernetes {
+		vip4, vip6 = ExampleDualVIP4, ExampleDualVIP6 // default/web-dual asks for these
+	}
 	fmt.Fprintf(w, `
 Try it (as root, in another shell):
   ip netns exec %[1]s curl http://%[2]s/
@@ -223,7 +249,7 @@ Try it (as root, in another shell):
   ip netns exec %[4]s curl -s http://%[5]s/metrics | grep ^xlb_vip
   ip netns exec %[6]s ip route show %[7]s      (the ECMP route to the gateways)
   tail -f %[8]s                                (xlb's log on %[9]s)
-`, c, VIP4, VIP6, g.NS.Name, g.Listen, s.Router.NS.Name, VIPPrefix4, g.LogPath, g.Name)
+`, c, vip4, vip6, g.NS.Name, g.Listen, s.Router.NS.Name, VIPPrefix4, g.LogPath, g.Name)
 	switch s.Opts.Routing {
 	case BIRD:
 		fmt.Fprintf(w, "  birdc -s %s show protocols                (the router's BGP sessions)\n", s.birdPath(routerBIRDCtlSuffix))
@@ -233,11 +259,17 @@ Try it (as root, in another shell):
 	if s.Opts.Routing.BGP() {
 		fmt.Fprintf(w, "  ip netns exec %s %s bgp --listen %s   (%s's BGP sessions and routes)\n", g.NS.Name, s.Opts.XLB, g.Listen, g.Name)
 	}
+	if k := s.Kube; k != nil {
+		fmt.Fprintf(w, "  ip netns exec %s kubectl --kubeconfig %s get svc,endpointslices,nodes,leases -A\n"+
+			"                                             (if you have kubectl: the administrator, inside the control namespace)\n",
+			k.NS.Name, k.AdminKubeconfig)
+		fmt.Fprintf(w, "  %s/kube/kube-apiserver.log, etcd.log     (the control plane's logs)\n", s.Dir)
+	}
 }
 
 // demoRouting shows how the router routes the VIPs: with BIRD or FRR, its BGP sessions (birdc
 // show protocols or vtysh's show bgp summary, and each gateway's xlb_bgp_session_up), then its kernel route to each VIP.
-func (s *Site) demoRouting(w io.Writer, fail func(string, ...any)) {
+func (s *Site) demoRouting(w io.Writer, fail func(string, ...any), vips []netip.Addr) {
 	if s.Opts.Routing.BGP() {
 		var out string
 		var err error
@@ -269,7 +301,7 @@ func (s *Site) demoRouting(w io.Writer, fail func(string, ...any)) {
 		}
 	}
 	fmt.Fprintf(w, "\n== The router's route to each VIP (%v routing) ==\n", s.Opts.Routing)
-	for _, vip := range []netip.Addr{VIP4, VIP6} {
+	for _, vip := range vips {
 		route, gws, err := s.RouterRoute(vip)
 		if err != nil {
 			fail("%v", err)

@@ -28,13 +28,30 @@ type Pod struct {
 	Node         *Node
 	NS           *netlab.NS
 	Addr4, Addr6 netip.Addr
+	// Labels are the pod's labels (Kubernetes mode: Services select pods by them; AddPod gives
+	// LabelApp: DefaultApp).
+	Labels map[string]string
 
 	mu       sync.Mutex
+	state    PodState // its endpoint conditions (Kubernetes mode), under mu
 	closers  []io.Closer
 	conns    map[net.Conn]bool
 	stopped  bool
 	wg       sync.WaitGroup
 	requests map[string]int // answered HTTP requests and who datagrams, by client family
+}
+
+// State returns the pod's endpoint conditions (Kubernetes mode).
+func (p *Pod) State() PodState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+func (p *Pod) setState(st PodState) {
+	p.mu.Lock()
+	p.state = st
+	p.mu.Unlock()
 }
 
 // WhoLine is what a pod's HTTP and who servers answer: the pod, its node, the pod address the

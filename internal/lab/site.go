@@ -55,6 +55,13 @@ type Options struct {
 	// peers over BGP with every gateway's xlb; each gateway's config gets a bgp section) or FRR
 	// (the same with FRR's zebra and bgpd).
 	Routing Routing
+	// Mode is where the gateways get their services: File (the zero value: one service "demo"
+	// in each gateway's config) or Kubernetes (a control plane in the control namespace, the
+	// Services of deploy/examples/services.yaml, xlb as their controller; see kube.go).
+	Mode Mode
+	// DeployDir (Kubernetes mode) is the repository's deploy directory, with rbac.yaml and
+	// examples/services.yaml (default: FindDeployDir).
+	DeployDir string
 	// Log receives progress lines (nil: none).
 	Log io.Writer
 }
@@ -76,6 +83,8 @@ type Site struct {
 	L2       *netlab.NS // the cluster L2 segment: bridge br0
 	Nodes    []*Node
 	Pods     []*Pod
+	// Kube is the control side of a Kubernetes-mode site (nil in File mode).
+	Kube *Kube
 
 	pass *ebpf.Program
 
@@ -156,6 +165,12 @@ func New(opts Options) (*Site, error) {
 	s.Dir = filepath.Join(opts.StateDir, s.Prefix)
 	register(s)
 	if err := s.build(); err != nil {
+		// The gateways' logs go with the site's directory: show their ends first.
+		for _, g := range s.Gateways {
+			if _, serr := os.Stat(g.LogPath); serr == nil {
+				s.logf("%s: end of xlb's log:\n%s", g.Name, g.logTail(30))
+			}
+		}
 		return nil, errors.Join(err, s.Close())
 	}
 	return s, nil
@@ -227,6 +242,15 @@ func (s *Site) build() error {
 	if err := ipc(s.L2, "link add br0 type bridge mcast_snooping 0", "link set br0 up"); err != nil {
 		return err
 	}
+	waitControl := func() error { return nil }
+	if o.Mode == Kubernetes {
+		// The control plane starts (≈4 s) while the rest is built.
+		if waitControl, err = s.addControl(); err != nil {
+			return err
+		}
+	} else if o.Mode != File {
+		return fmt.Errorf("lab: unknown mode %v", o.Mode)
+	}
 	for i := 1; i <= o.Clients; i++ {
 		if err := s.addClient(i); err != nil {
 			return err
@@ -279,6 +303,14 @@ func (s *Site) build() error {
 	}
 	s.backends = slices.Clone(s.Pods)
 	s.logf("topology ready")
+	if err := waitControl(); err != nil {
+		return err
+	}
+	if s.Kube != nil {
+		if err := s.Kube.setup(); err != nil {
+			return err
+		}
+	}
 	for _, g := range s.Gateways {
 		if err := g.WriteConfig(s.ConfigYAML(g, s.backends)); err != nil {
 			return err
@@ -289,6 +321,9 @@ func (s *Site) build() error {
 	}
 	if err := s.StartAll(); err != nil {
 		return err
+	}
+	if o.Mode == Kubernetes {
+		return s.waitKubeRoutes()
 	}
 	if o.Routing.BGP() {
 		// Both VIPs via every gateway: the sessions are up and the announcements installed.
@@ -438,8 +473,15 @@ func (s *Site) addNode(n int) error {
 }
 
 // AddPod creates a new pod on node: its namespace, its link to the node, its addresses, the
-// node's routes to it, and its servers. It is not a backend until SetBackends says so.
+// node's routes to it, and its servers, labelled LabelApp: DefaultApp. In File mode it is not
+// a backend until SetBackends says so; in Kubernetes mode it joins the EndpointSlices of the
+// Services that select it (ready) before AddPod returns.
 func (s *Site) AddPod(node *Node) (*Pod, error) {
+	return s.AddPodLabeled(node, map[string]string{LabelApp: DefaultApp})
+}
+
+// AddPodLabeled is AddPod with the pod's labels.
+func (s *Site) AddPodLabeled(node *Node, labels map[string]string) (*Pod, error) {
 	s.mu.Lock()
 	s.podSeq++
 	j := s.podSeq
@@ -477,7 +519,7 @@ func (s *Site) AddPod(node *Node) (*Pod, error) {
 	if err := txOff(ns, "eth0"); err != nil {
 		return nil, err
 	}
-	p := &Pod{Index: j, Name: name, Node: node, NS: ns, Addr4: a4, Addr6: a6}
+	p := &Pod{Index: j, Name: name, Node: node, NS: ns, Addr4: a4, Addr6: a6, Labels: labels}
 	if err := p.startServers(); err != nil {
 		return nil, err
 	}
@@ -486,6 +528,11 @@ func (s *Site) AddPod(node *Node) (*Pod, error) {
 	s.Pods = append(s.Pods, p)
 	s.mu.Unlock()
 	s.logf("pod %s on node %s: %s %s", name, node.Name, a4, a6)
+	if s.Kube != nil && s.Kube.Client != nil {
+		if err := s.Kube.Sync(); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
 }
 
@@ -576,6 +623,9 @@ func (s *Site) Backends() []*Pod {
 // SetBackends rewrites every gateway's config with pods as the service's backends and reloads
 // the running ones (SIGHUP), waiting until each applied it.
 func (s *Site) SetBackends(pods ...*Pod) error {
+	if s.Opts.Mode == Kubernetes {
+		return errors.New("lab: SetBackends is for File mode; in Kubernetes mode the EndpointSlices follow the pods (AddPodLabeled, SetPodState)")
+	}
 	s.mu.Lock()
 	s.backends = slices.Clone(pods)
 	s.mu.Unlock()

@@ -222,8 +222,9 @@ type procInfo struct {
 }
 
 // killSiteProcesses SIGKILLs every process that runs `... run --config <stateDir>/<prefix>/...`
-// (xlb), `bird ... -c <stateDir>/<prefix>/...` (a router's BIRD) or `zebra|bgpd ... -f
-// <stateDir>/<prefix>/...` (a router's FRR)
+// (xlb), `bird ... -c <stateDir>/<prefix>/...` (a router's BIRD), `zebra|bgpd ... -f
+// <stateDir>/<prefix>/...` (a router's FRR), `etcd ... --data-dir <stateDir>/<prefix>/...` or
+// `kube-apiserver ... --cert-dir <stateDir>/<prefix>/...` (Kubernetes mode's control plane)
 // for a prefix that remove accepts, and waits until they are gone.
 func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]procInfo, error) {
 	ents, err := os.ReadDir(procRoot)
@@ -243,7 +244,7 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		// xlb: `... run --config <file>`; the router's bird: `bird -f -c <file> ...`; its FRR:
-		// `/usr/lib/frr/zebra|bgpd ... -f <file> ...`.
+		// `/usr/lib/frr/zebra|bgpd ... -f <file> ...`; the control plane's etcd and apiserver.
 		i := slices.Index(args, "--config")
 		isXLB := i >= 1 && i+1 < len(args) && slices.Contains(args[:i], "run")
 		if !isXLB {
@@ -252,6 +253,10 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 				i = slices.Index(args, "-c")
 			case "zebra", "bgpd":
 				i = slices.Index(args, "-f")
+			case "etcd": // Kubernetes mode's control plane: data in <site>/kube/etcd
+				i = slices.Index(args, "--data-dir")
+			case "kube-apiserver": // certificates in <site>/kube/certs
+				i = slices.Index(args, "--cert-dir")
 			default:
 				continue
 			}
