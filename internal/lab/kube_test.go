@@ -3,8 +3,16 @@ package lab
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"os/exec"
+	"slices"
+	"sync"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // kubeSite builds the one Kubernetes-mode site the Kubernetes tests share (BIRD routing when
@@ -50,4 +58,393 @@ func TestKubernetes(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("NewService", func(t *testing.T) { testNewService(t, s) })
+	t.Run("Scale", func(t *testing.T) { testScale(t, s) })
+	t.Run("LocalHealth", func(t *testing.T) { testLocalHealth(t, s) })
+}
+
+// newLBService returns a LoadBalancer Service of xlb's class in KubeNamespace: HTTP port 80 to
+// the pods' target (a port of its own: see docs/datapath.md, Reverse NAT), selecting
+// LabelApp: app.
+func newLBService(name, app string, target int32, local bool) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: KubeNamespace},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass:             ptr("xlb.dev/xdp"),
+			AllocateLoadBalancerNodePorts: ptr(false),
+			Selector:                      map[string]string{LabelApp: app},
+			Ports: []corev1.ServicePort{{Name: "http", Port: PortHTTP, Protocol: corev1.ProtocolTCP,
+				TargetPort: intstr.FromInt32(target)}},
+		},
+	}
+	if local {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}
+	return svc
+}
+
+// deleteService deletes a test's Service (and so its slices and VIP) when the test ends.
+func deleteService(t *testing.T, s *Site, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Kube.Client.CoreV1().Services(KubeNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete service %s: %v", name, err)
+		}
+	})
+}
+
+// hit is one request of a load: when it ended, which pod and node answered, or its error.
+type hit struct {
+	at        time.Time
+	pod, node string
+	err       error
+}
+
+// load sends HTTP requests to vip from client c, each on a new connection, one after the
+// other, until stop is called (at most maxRequests), and records them.
+type load struct {
+	mu   sync.Mutex
+	hits []hit
+	stop chan struct{}
+	done chan struct{}
+}
+
+const maxRequests = 50000
+
+func startLoad(c *Client, vip netip.Addr) *load {
+	l := &load{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for range maxRequests {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), IOTimeout)
+			a, _, err := c.Get(ctx, vip)
+			cancel()
+			l.mu.Lock()
+			l.hits = append(l.hits, hit{at: time.Now(), pod: a.Pod, node: a.Node, err: err})
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+// end stops the load and returns every request.
+func (l *load) end() []hit {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+	return l.snapshot()
+}
+
+func (l *load) snapshot() []hit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.hits)
+}
+
+// waitFor polls cond every 10 ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
+
+func failures(hits []hit) (n int, first error) {
+	for _, h := range hits {
+		if h.err != nil {
+			if n == 0 {
+				first = h.err
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+func countBy(hits []hit, key func(hit) string) map[string]int {
+	out := map[string]int{}
+	for _, h := range hits {
+		if h.err == nil {
+			out[key(h)]++
+		}
+	}
+	return out
+}
+
+// testNewService: a Service created through the API becomes reachable from the client, through
+// the router's BGP route, within 2 s of its creation: the leader allocates its VIP and writes
+// its status, the lab (as the EndpointSlice controller) gives it slices, both gateways model
+// it, program it and announce it, BIRD installs the route.
+func testNewService(t *testing.T, s *Site) {
+	ctx := t.Context()
+	svc := newLBService("fresh", DefaultApp, TargetHTTP+3, false)
+	created := time.Now()
+	if _, err := s.Kube.Client.CoreV1().Services(KubeNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteService(t, s, svc.Name)
+	var vip netip.Addr
+	var addrAt, routeAt time.Time
+	c := s.Clients[0]
+	var last error
+	ok := waitFor(10*time.Second, func() bool {
+		if !vip.IsValid() {
+			a, err := s.Kube.ServiceAddrs(ctx, KubeNamespace, svc.Name)
+			if err != nil || len(a) == 0 {
+				return false
+			}
+			vip, addrAt = a[0], time.Now()
+		}
+		if routeAt.IsZero() && s.Opts.Routing.BGP() {
+			if _, gws, _ := s.RouterRoute(vip); len(gws) > 0 {
+				routeAt = time.Now()
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, _, last = c.Get(rctx, vip)
+		return last == nil
+	})
+	reached := time.Since(created)
+	if !ok {
+		t.Fatalf("service %s (VIP %v) not reachable within 10s of its creation: %v", svc.Name, vip, last)
+	}
+	t.Logf("service %s/%s: VIP %s in its status %v after creation, in the router's route after %v, first successful request %v after creation",
+		KubeNamespace, svc.Name, vip, addrAt.Sub(created).Round(time.Millisecond), routeAt.Sub(created).Round(time.Millisecond),
+		reached.Round(time.Millisecond))
+	if reached > 2*time.Second {
+		t.Errorf("first successful request %v after the Service's creation, want ≤ 2s", reached.Round(time.Millisecond))
+	}
+	if _, gws, _ := s.RouterRoute(vip); s.Opts.Routing.BGP() && len(gws) == 0 {
+		t.Errorf("the router has no route to %s", vip)
+	}
+}
+
+// testScale: scaling a Service's pods through its EndpointSlices under a steady load of new
+// connections. Two new pods join (ready): requests reach them. Then one of the first pods goes
+// as Kubernetes removes a pod: terminating but still serving (no new flows), then gone from the
+// slice, then stopped. Not one request fails.
+func testScale(t *testing.T, s *Site) {
+	ctx := t.Context()
+	const app = "scale"
+	labels := map[string]string{LabelApp: app}
+	var first []*Pod
+	for _, n := range s.Nodes {
+		p, err := s.AddPodLabeled(n, labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, p)
+	}
+	svc := newLBService(app, app, TargetHTTP+4, false)
+	if _, err := s.Kube.Client.CoreV1().Services(KubeNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteService(t, s, svc.Name)
+	vips, err := s.Kube.WaitServiceAddrs(KubeNamespace, app, serviceAddrTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := vips[0]
+	c := s.Clients[0]
+	if !waitFor(10*time.Second, func() bool {
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, _, err := c.Get(rctx, vip)
+		return err == nil
+	}) {
+		t.Fatalf("service %s at %s not reachable", app, vip)
+	}
+
+	l := startLoad(c, vip)
+	defer l.end()
+	time.Sleep(500 * time.Millisecond)
+	mark := len(l.snapshot())
+	var added []*Pod
+	for _, n := range s.Nodes {
+		p, err := s.AddPodLabeled(n, labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		added = append(added, p)
+	}
+	addedAt := time.Now()
+	reached := func(p *Pod, from int) bool {
+		return slices.ContainsFunc(l.snapshot()[from:], func(h hit) bool { return h.pod == p.Name })
+	}
+	if !waitFor(5*time.Second, func() bool { return reached(added[0], mark) && reached(added[1], mark) }) {
+		t.Errorf("the new pods %s and %s got no request within 5s of joining the slices", added[0].Name, added[1].Name)
+	}
+	t.Logf("new pods %s, %s: both answered within %v of joining the slices", added[0].Name, added[1].Name,
+		time.Since(addedAt).Round(time.Millisecond))
+	time.Sleep(time.Second)
+
+	gone := first[0]
+	mark = len(l.snapshot())
+	if err := s.SetPodState(gone, PodTerminating); err != nil {
+		t.Fatal(err)
+	}
+	termAt := time.Now()
+	// No new flows once the gateways have the terminating endpoint: wait for a quiet second.
+	var lastHit time.Time
+	waitFor(5*time.Second, func() bool {
+		for _, h := range l.snapshot()[mark:] {
+			if h.pod == gone.Name {
+				lastHit = h.at
+			}
+		}
+		return time.Since(later(lastHit, termAt)) > time.Second
+	})
+	if lastHit.IsZero() {
+		t.Logf("pod %s (terminating): no new request after it was marked terminating", gone.Name)
+	} else {
+		t.Logf("pod %s (terminating): its last new request %v after it was marked terminating", gone.Name, lastHit.Sub(termAt).Round(time.Millisecond))
+	}
+	if err := s.SetPodState(gone, PodDeleted); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	gone.StopServers()
+	time.Sleep(time.Second)
+	hits := l.end()
+	n, firstErr := failures(hits)
+	before := countBy(hits[:mark], func(h hit) string { return h.pod })
+	after := countBy(hits[mark:], func(h hit) string { return h.pod })
+	t.Logf("%d requests over %v, %d failed; per pod before the removal %v, after %v", len(hits),
+		hits[len(hits)-1].at.Sub(hits[0].at).Round(time.Millisecond), n, before, after)
+	if n > 0 {
+		t.Errorf("%d of %d requests failed during the scaling; first: %v", n, len(hits), firstErr)
+	}
+	if tail := hits[len(hits)*9/10:]; slices.ContainsFunc(tail, func(h hit) bool { return h.pod == gone.Name }) {
+		t.Errorf("pod %s still got new requests after it was removed", gone.Name)
+	}
+}
+
+// testLocalHealth: externalTrafficPolicy: Local. Node n1's kube-proxy stops being healthy (its
+// /healthz and the Service's healthCheckNodePort answer 503, as kube-proxy does when its rules
+// are out of sync): n1's pods get no new flows of web-local within fall × interval (2 × 1 s)
+// and a bit, established connections to them are not cut, and new requests keep being
+// answered by n2's pods. When it is healthy again, new flows come back to n1.
+func testLocalHealth(t *testing.T, s *Site) {
+	ctx := t.Context()
+	vips, err := s.Kube.WaitServiceAddrs(KubeNamespace, "web-local", serviceAddrTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := vips[0]
+	c := s.Clients[0]
+	n1 := s.Nodes[0]
+	// Long-lived connections, some of them on n1's pods.
+	const conns = 40
+	type open struct {
+		hc  *HTTPConn
+		pod string
+	}
+	var opened []open
+	for i := range conns {
+		hc, err := c.DialHTTP(ctx, vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hc.Close()
+		a, err := hc.Get()
+		if err != nil {
+			t.Fatalf("connection %d from %s: %v", i, hc.Local(), err)
+		}
+		opened = append(opened, open{hc, a.Pod})
+	}
+	onN1 := 0
+	for _, o := range opened {
+		if s.Pod(o.pod).Node == n1 {
+			onN1++
+		}
+	}
+	if onN1 == 0 {
+		t.Fatalf("none of %d connections is on %s's pods", conns, n1.Name)
+	}
+
+	l := startLoad(c, vip)
+	defer l.end()
+	time.Sleep(500 * time.Millisecond)
+	proxy := s.Kube.Proxy(n1)
+	mark := len(l.snapshot())
+	proxy.SetHealthy(false)
+	failedAt := time.Now()
+	var lastN1 time.Time
+	quiet := waitFor(10*time.Second, func() bool {
+		for _, h := range l.snapshot()[mark:] {
+			if h.node == n1.Name {
+				lastN1 = h.at
+			}
+		}
+		return time.Since(later(lastN1, failedAt)) > 1500*time.Millisecond
+	})
+	if !quiet {
+		t.Errorf("%s's pods still get new flows 10s after its kube-proxy health failed", n1.Name)
+	}
+	reaction := time.Duration(0)
+	if !lastN1.IsZero() {
+		reaction = lastN1.Sub(failedAt)
+	}
+	t.Logf("%s's kube-proxy unhealthy (503): its pods' last new flow %v after (probe interval 1s, fall 2)", n1.Name, reaction.Round(time.Millisecond))
+
+	kept := 0
+	for _, o := range opened {
+		a, err := o.hc.Get()
+		switch {
+		case err != nil:
+			t.Errorf("connection on pod %s: %v", o.pod, err)
+		case a.Pod != o.pod:
+			t.Errorf("connection moved from pod %s to %s", o.pod, a.Pod)
+		default:
+			kept++
+		}
+	}
+	t.Logf("%d/%d established connections (%d on %s's pods) still answered by their pods while %s was unhealthy", kept, conns, onN1, n1.Name, n1.Name)
+
+	mark = len(l.snapshot())
+	proxy.SetHealthy(true)
+	healedAt := time.Now()
+	var back time.Time
+	if !waitFor(10*time.Second, func() bool {
+		for _, h := range l.snapshot()[mark:] {
+			if h.node == n1.Name {
+				back = h.at
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Errorf("no new flow to %s's pods within 10s of its kube-proxy being healthy again", n1.Name)
+	} else {
+		t.Logf("%s healthy again: first new flow to its pods %v after", n1.Name, back.Sub(healedAt).Round(time.Millisecond))
+	}
+	hits := l.end()
+	n, firstErr := failures(hits)
+	t.Logf("%d requests during the test, %d failed; per node %v", len(hits), n, countBy(hits, func(h hit) string { return h.node }))
+	if n > 0 {
+		t.Errorf("%d of %d requests failed; first: %v", n, len(hits), firstErr)
+	}
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

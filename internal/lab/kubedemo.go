@@ -72,7 +72,7 @@ func (s *Site) demoRequest(ctx context.Context, w io.Writer, fail func(string, .
 	dst := netip.AddrPortFrom(vip, uint16(p.Port))
 	target := p.TargetPort.IntValue()
 	switch {
-	case p.Protocol == corev1.ProtocolTCP && target == TargetHTTP && p.Port == PortHTTP:
+	case p.Protocol == corev1.ProtocolTCP && target >= TargetHTTP && target <= TargetHTTP+ExtraHTTPPorts && p.Port == PortHTTP:
 		var pods []string
 		for range 3 {
 			a, local, err := c.Get(ctx, vip)

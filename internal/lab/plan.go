@@ -35,6 +35,7 @@ const (
 	PortWho        = 80   // UDP: answers each datagram like the HTTP server does
 	PortEcho       = 7    // TCP and UDP: echo
 	TargetHTTP     = 8080 // pods' HTTP server (TCP) and who server (UDP)
+	ExtraHTTPPorts = 9    // the pods' HTTP server also listens on TargetHTTP+1 ... TargetHTTP+9
 	TargetEcho     = 7007 // pods' TCP and UDP echo servers
 	MetricsPort    = 9610 // each gateway's xlb HTTP server, on the gateway namespace's 127.0.0.1
 	ServiceName    = "demo"

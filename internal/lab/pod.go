@@ -18,7 +18,9 @@ import (
 // Pod is a pod namespace ("eth0" to its node) with its servers, each listening on both
 // families:
 //
-//	TargetHTTP/tcp  HTTP: "/" answers WhoLine, "/healthz" answers "ok" (the gateways' health check)
+//	TargetHTTP/tcp  HTTP: "/" answers WhoLine, "/healthz" answers "ok" (the gateways' health check);
+//	                the same on the ExtraHTTPPorts after it (8081-8089), for Services that must not
+//	                share a Pod port (see docs/datapath.md, Reverse NAT)
 //	TargetHTTP/udp  "who": answers every datagram with WhoLine
 //	TargetEcho/tcp  echo
 //	TargetEcho/udp  echo
@@ -108,7 +110,11 @@ func (p *Pod) startServers() error {
 	var lns []net.Listener
 	var pcs []net.PacketConn
 	err := p.NS.Do(func() error {
-		for _, port := range []int{TargetHTTP, TargetEcho} {
+		ports := []int{TargetHTTP, TargetEcho}
+		for i := 1; i <= ExtraHTTPPorts; i++ {
+			ports = append(ports, TargetHTTP+i)
+		}
+		for _, port := range ports {
 			ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 			if err != nil {
 				return err
@@ -148,11 +154,16 @@ func (p *Pod) startServers() error {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	p.closers = append(p.closers, srv)
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		_ = srv.Serve(lns[0])
-	}()
+	for i, ln := range lns {
+		if i == 1 {
+			continue // echo
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_ = srv.Serve(ln)
+		}()
+	}
 	echo := lns[1]
 	p.closers = append(p.closers, echo)
 	p.wg.Add(1)
