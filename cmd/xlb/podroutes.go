@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -51,6 +52,23 @@ func syncPodRoutes(want []kube.PodRoute) error {
 			continue
 		}
 		dst := &net.IPNet{IP: r.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(r.Prefix.Bits(), r.Prefix.Addr().BitLen())}
+		// A route to the same prefix that is not ours (static, the CNI's) stays: replacing it
+		// would take it over, and a later sync would delete it.
+		family := netlink.FAMILY_V4
+		if r.Prefix.Addr().Is6() {
+			family = netlink.FAMILY_V6
+		}
+		other, err := netlink.RouteListFiltered(family, &netlink.Route{Dst: dst, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pod route %v: listing routes: %w", r.Prefix, err))
+			continue
+		}
+		if i := slices.IndexFunc(other, func(o netlink.Route) bool { return o.Protocol != rtprotXLB }); i >= 0 {
+			errs = append(errs, fmt.Errorf("pod route %v via %v (node %s): the main table has a route to it already "+
+				"(protocol %v) that xlb does not own; left alone", r.Prefix, r.Via, r.Node, other[i].Protocol))
+			continue
+		}
 		route := &netlink.Route{Dst: dst, Gw: r.Via.AsSlice(), Protocol: rtprotXLB, Table: unix.RT_TABLE_MAIN}
 		if err := netlink.RouteReplace(route); err != nil {
 			errs = append(errs, fmt.Errorf("pod route %v via %v (node %s): %w", r.Prefix, r.Via, r.Node, err))

@@ -64,8 +64,17 @@ func TestSyncPodRoutes(t *testing.T) {
 	if !strings.Contains(string(out), "via 198.18.60.9") {
 		t.Errorf("a route xlb does not own was changed: %q", out)
 	}
+	// A Pod CIDR someone else routes already is left alone, with an error naming it.
+	err := gw.Do(func() error { return syncPodRoutes([]kube.PodRoute{r("198.18.70.0/24", "198.18.60.2", "n1")}) })
+	if err == nil || !strings.Contains(err.Error(), "does not own") {
+		t.Errorf("error %v, want one saying the route is not xlb's", err)
+	}
+	out, _ = gw.Cmd("ip", "route", "show", "198.18.70.0/24").CombinedOutput()
+	if !strings.Contains(string(out), "via 198.18.60.9") || strings.Contains(string(out), "proto 120") {
+		t.Errorf("a route xlb does not own was taken over: %q", out)
+	}
 	// A route that cannot be made (no on-link next hop) is an error naming it; the others are made.
-	err := gw.Do(func() error {
+	err = gw.Do(func() error {
 		return syncPodRoutes([]kube.PodRoute{r("198.18.66.0/24", "198.18.99.1", "far"), r("198.18.67.0/24", "198.18.60.5", "n5")})
 	})
 	if err == nil || !strings.Contains(err.Error(), "198.18.66.0/24") || !strings.Contains(err.Error(), "far") {

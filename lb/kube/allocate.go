@@ -27,11 +27,12 @@ func (c *Controller) allocate(ctx context.Context, svc *corev1.Service, req Addr
 	alloc := c.alloc
 	if alloc == nil {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("service %s: %w", key, errNotLeading)
+		return current, fmt.Errorf("service %s: %w", key, errNotLeading)
 	}
 	// What the allocator already gave it counts as held: the informer's copy of the Service may
 	// not show the status written a moment ago yet, and the Service must not move meanwhile.
-	held := alloc.Addrs(key)
+	before := alloc.Addrs(key)
+	held := slices.Clone(before)
 	for _, a := range current {
 		if !slices.Contains(held, a) {
 			held = append(held, a)
@@ -46,15 +47,23 @@ func (c *Controller) allocate(ctx context.Context, svc *corev1.Service, req Addr
 		// What the allocator holds for it: its previous allocation, or the addresses of its
 		// status nobody else holds.
 		keep = alloc.Addrs(key)
-	} else {
-		orphaned = alloc.Orphaned(key)
-	}
-	if aerr != nil {
 		c.pending[key] = true
 	} else {
+		orphaned = alloc.Orphaned(key)
 		delete(c.pending, key)
 	}
+	// An address it let go (it moved pool, asked for another, dropped a family) may be what a
+	// pending Service waits for.
+	var retry []string
+	after := alloc.Addrs(key)
+	for _, a := range before {
+		if !slices.Contains(after, a) {
+			retry = c.pendingKeys(key)
+			break
+		}
+	}
 	c.mu.Unlock()
+	c.retry(retry)
 
 	if aerr == nil && len(orphaned) > 0 {
 		aerr = &ipam.Error{Service: key, Reason: "AddressOrphaned", Detail: fmt.Sprintf(
@@ -63,7 +72,6 @@ func (c *Controller) allocate(ctx context.Context, svc *corev1.Service, req Addr
 				"another address (annotation %s or %s) or is deleted", joinAddrs(orphaned), AnnotationLoadBalancerIPs, AnnotationAddressPool)}
 		keep = addrs
 	}
-
 	if aerr != nil {
 		reason := "AllocationFailed"
 		var ie *ipam.Error
@@ -75,19 +83,15 @@ func (c *Controller) allocate(ctx context.Context, svc *corev1.Service, req Addr
 			msg += fmt.Sprintf("; still serving %s meanwhile", joinAddrs(keep))
 		}
 		cond := metav1.Condition{Type: ConditionAllocated, Status: metav1.ConditionFalse, Reason: conditionReason(reason), Message: msg}
+		// Status first: whoever sees the Event finds the condition already there.
+		err := c.writeStatus(ctx, svc, keep, cond)
 		c.reportOnce(svc, "alloc", msg, func() { c.event(svc, corev1.EventTypeWarning, ReasonAllocationFailed, "%s", msg) })
-		if err := c.writeStatus(ctx, svc, keep, cond); err != nil {
-			return keep, err
-		}
-		return keep, nil
+		return keep, err
 	}
 	c.reportOnce(svc, "alloc", "", nil)
 	cond := metav1.Condition{Type: ConditionAllocated, Status: metav1.ConditionTrue, Reason: "Allocated",
 		Message: "allocated " + c.describe(addrs)}
-	if err := c.writeStatus(ctx, svc, addrs, cond); err != nil {
-		return addrs, err
-	}
-	return addrs, nil
+	return addrs, c.writeStatus(ctx, svc, addrs, cond)
 }
 
 // conditionReason makes s a valid condition reason (CamelCase letters, digits and _,.:).
@@ -107,35 +111,62 @@ func conditionReason(s string) string {
 // reportOnce runs emit when the message stored under svc's topic changes to msg (and msg is not
 // empty), so a failure is reported once per distinct cause, not at every retry.
 func (c *Controller) reportOnce(svc *corev1.Service, topic, msg string, emit func()) {
-	key := svc.Namespace + "/" + svc.Name + "\x00" + topic
-	c.mu.Lock()
-	same := c.reported[key] == msg
-	if msg == "" {
-		delete(c.reported, key)
-	} else {
-		c.reported[key] = msg
-	}
-	c.mu.Unlock()
-	if !same && msg != "" && emit != nil {
+	if c.noteReported(svc.Namespace+"/"+svc.Name, topic, msg) && msg != "" && emit != nil {
 		emit()
 	}
 }
 
-// prime returns an allocator rebuilt from the Services' status: every Service of ours, oldest
-// first, gets back the addresses it holds. This is the allocator's only state; nothing else is
-// stored.
-func (c *Controller) prime() (*ipam.Allocator, error) {
-	alloc, err := newAllocator(c.opts.Pools)
-	if err != nil {
-		return nil, err
+// noteReported records msg as Service key's last report on topic ("" forgets it) and says
+// whether it differs from the one before.
+func (c *Controller) noteReported(key, topic, msg string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.reported[key]
+	if m[topic] == msg {
+		return false
 	}
-	svcs, err := c.services.List(labels.Everything())
+	if msg == "" {
+		delete(m, topic)
+		return true
+	}
+	if m == nil {
+		m = map[string]string{}
+		c.reported[key] = m
+	}
+	m[topic] = msg
+	return true
+}
+
+// prime returns an allocator rebuilt from the Services' status: every Service of ours, oldest
+// first, gets back the addresses its status holds, and nothing else (no address it merely asks
+// for: that is its own sync's business, after every older Service has its own back). This is
+// the allocator's only state; nothing else is stored. The Services are listed from the
+// apiserver, not the cache: a new leader's cache may not hold the old leader's last writes yet.
+// gen is the pools' generation the allocator holds.
+func (c *Controller) prime(ctx context.Context) (alloc *ipam.Allocator, gen uint64, err error) {
+	c.mu.Lock()
+	pools, gen := c.opts.Pools, c.poolsGen
+	c.mu.Unlock()
+	alloc, err = newAllocator(pools)
 	if err != nil {
-		return nil, fmt.Errorf("kube: listing services: %w", err)
+		return nil, 0, err
+	}
+	var svcs []*corev1.Service
+	list, err := c.client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for i := range list.Items {
+			svcs = append(svcs, &list.Items[i])
+		}
+	} else {
+		c.log.Warn("listing services from the apiserver failed; rebuilding allocations from the cache", "err", err)
+		if svcs, err = c.services.List(labels.Everything()); err != nil {
+			return nil, 0, fmt.Errorf("kube: listing services: %w", err)
+		}
 	}
 	var ours []*corev1.Service
 	for _, s := range svcs {
-		if Ours(s, c.opts.Class, c.opts.DefaultClass) && s.DeletionTimestamp == nil && len(statusAddrs(s)) > 0 {
+		// Services being deleted keep their addresses until they are gone.
+		if Ours(s, c.opts.Class, c.opts.DefaultClass) && len(statusAddrs(s)) > 0 {
 			ours = append(ours, s)
 		}
 	}
@@ -149,20 +180,19 @@ func (c *Controller) prime() (*ipam.Allocator, error) {
 	for _, s := range ours {
 		key := s.Namespace + "/" + s.Name
 		req, _ := IPRequest(s)
-		if req.Err != nil {
-			req = AddressRequest{Service: key, Namespace: s.Namespace, Labels: s.Labels}
-		}
-		// Only what the status holds: a Service missing an address gets it at its own sync,
-		// after every older Service has its own back.
 		cur := statusAddrs(s)
 		r := ipamRequest(req)
+		// Hold what the status holds: sharing key and ports (to share as before), no requested
+		// address or pool (they could take a younger Service's address), the families held.
+		r.Service, r.Namespace, r.Labels = key, s.Namespace, s.Labels
+		r.Addresses, r.Pool = nil, ""
 		r.Families = familiesOf(cur)
 		r.RequireAll = false
 		if _, err := alloc.Assign(r, cur); err != nil {
 			c.log.Warn("service holds addresses it cannot keep", "service", key, "addresses", joinAddrs(cur), "err", err)
 		}
 	}
-	return alloc, nil
+	return alloc, gen, nil
 }
 
 // ipamRequest converts the Service's address request to the allocator's.

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,11 +125,14 @@ type Controller struct {
 	// models: Service key (namespace/name) → its lb model, for every Service of ours that has
 	// at least one address.
 	models map[string]lb.Service
-	// reported: Service key (or key + "\x00" + topic) → the problems last reported as Events,
-	// to report each once.
-	reported map[string]string
+	// reported: Service key → topic ("alloc", or "problem:" + a Problem's reason) → the message
+	// last reported as an Event, so that each is reported once, until it changes.
+	reported map[string]map[string]string
 	// pending: the Services whose allocation failed, retried when an address is freed.
 	pending map[string]bool
+	// poolsGen counts SetPools calls, so that a leader's allocator built from older pools is
+	// brought up to date when installed.
+	poolsGen uint64
 	// alloc is the address allocator while leading (rebuilt from the Services' status each time
 	// leadership is won), nil otherwise.
 	alloc *ipam.Allocator
@@ -167,7 +169,7 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 		opts:     opts,
 		log:      opts.Log,
 		models:   map[string]lb.Service{},
-		reported: map[string]string{},
+		reported: map[string]map[string]string{},
 		pending:  map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
@@ -232,7 +234,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.factory.Shutdown()
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
-			return fmt.Errorf("kube: the %v cache did not sync: %w", typ, context.Cause(ctx))
+			if ctx.Err() != nil {
+				return nil // stopped before the caches synced
+			}
+			return fmt.Errorf("kube: the %v cache did not sync", typ)
 		}
 	}
 	c.log.Info("kubernetes caches synced", "class", c.opts.Class)
@@ -265,10 +270,29 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // watch registers the informers' event handlers: every change enqueues the Services it concerns.
 func (c *Controller) watch() error {
+	// The node prober's targets change only with a Local Service of ours (not at every status
+	// write or at every Service of the cluster).
 	svcH := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { c.enqueueObject(o); c.updateTargets() },
-		UpdateFunc: func(_, o any) { c.enqueueObject(o); c.updateTargets() },
-		DeleteFunc: func(o any) { c.enqueueObject(o); c.updateTargets() },
+		AddFunc: func(o any) {
+			c.enqueueObject(o)
+			if _, ok := c.localTarget(o); ok {
+				c.updateTargets()
+			}
+		},
+		UpdateFunc: func(old, o any) {
+			c.enqueueObject(o)
+			a, okA := c.localTarget(old)
+			b, okB := c.localTarget(o)
+			if okA != okB || a != b {
+				c.updateTargets()
+			}
+		},
+		DeleteFunc: func(o any) {
+			c.enqueueObject(o)
+			if _, ok := c.localTarget(o); ok {
+				c.updateTargets()
+			}
+		},
 	}
 	if _, err := c.factory.Core().V1().Services().Informer().AddEventHandler(svcH); err != nil {
 		return fmt.Errorf("kube: watching services: %w", err)
@@ -282,9 +306,9 @@ func (c *Controller) watch() error {
 		return fmt.Errorf("kube: watching endpointslices: %w", err)
 	}
 	nodeH := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.updateTargets(); c.enqueueAll() },
+		AddFunc:    func(any) { c.nodesChanged() },
 		UpdateFunc: func(old, o any) { c.nodeChanged(old, o) },
-		DeleteFunc: func(any) { c.updateTargets(); c.enqueueAll() },
+		DeleteFunc: func(any) { c.nodesChanged() },
 	}
 	if _, err := c.factory.Core().V1().Nodes().Informer().AddEventHandler(nodeH); err != nil {
 		return fmt.Errorf("kube: watching nodes: %w", err)
@@ -323,8 +347,17 @@ func (c *Controller) nodeChanged(old, o any) {
 		slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) && a.DeletionTimestamp.Equal(b.DeletionTimestamp) {
 		return
 	}
+	c.nodesChanged()
+}
+
+// nodesChanged re-plans after a node came, went or changed: the prober's targets, the
+// Services of ours (their endpoints' nodes), and the pod routes (through Changed).
+func (c *Controller) nodesChanged() {
 	c.updateTargets()
-	c.enqueueAll()
+	c.enqueueOurs(false)
+	if c.opts.Changed != nil {
+		c.opts.Changed()
+	}
 }
 
 func equalLabels(a, b map[string]string) bool {
@@ -352,13 +385,18 @@ func (c *Controller) enqueueAll() {
 
 // NodeHealthChanged asks the controller to re-plan the Services that use node health; the node
 // health prober calls it when a verdict changes.
-func (c *Controller) NodeHealthChanged() {
+func (c *Controller) NodeHealthChanged() { c.enqueueOurs(true) }
+
+// enqueueOurs enqueues the Services of ours (only those with externalTrafficPolicy: Local when
+// localOnly).
+func (c *Controller) enqueueOurs(localOnly bool) {
 	svcs, err := c.services.List(labels.Everything())
 	if err != nil {
 		return
 	}
 	for _, s := range svcs {
-		if s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		if Ours(s, c.opts.Class, c.opts.DefaultClass) &&
+			(!localOnly || s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal) {
 			c.queue.Add(s.Namespace + "/" + s.Name)
 		}
 	}
@@ -414,21 +452,30 @@ func (c *Controller) forget(key string) {
 		freed = len(c.alloc.Addrs(key)) > 0
 		c.alloc.Release(key)
 	}
-	for k := range c.reported {
-		if k == key || strings.HasPrefix(k, key+"\x00") {
-			delete(c.reported, k)
-		}
-	}
+	delete(c.reported, key)
 	delete(c.pending, key)
 	var retry []string
 	if freed {
-		for k := range c.pending {
-			retry = append(retry, k)
-		}
+		retry = c.pendingKeys(key)
 	}
 	c.mu.Unlock()
-	// Services waiting for an address may get the one just freed.
-	for _, k := range retry {
+	c.retry(retry)
+}
+
+// pendingKeys lists the Services waiting for an address, but except. c.mu must be held.
+func (c *Controller) pendingKeys(except string) []string {
+	var out []string
+	for k := range c.pending {
+		if k != except {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// retry enqueues the Services waiting for an address: one was just freed.
+func (c *Controller) retry(keys []string) {
+	for _, k := range keys {
 		c.queue.Add(k)
 	}
 }
@@ -450,13 +497,18 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	leading := c.Leading()
 	if !Ours(svc, c.opts.Class, c.opts.DefaultClass) {
 		c.forget(key)
-		if leading && slices.Contains(svc.Finalizers, Finalizer) && c.ownedBefore(svc) {
+		// Only a Service whose type changed away from LoadBalancer can have been ours: the
+		// class of a LoadBalancer Service is immutable, so one of another class never was
+		// (another xlb, of another class, may be serving it with the same finalizer).
+		if leading && svc.Spec.Type != corev1.ServiceTypeLoadBalancer && c.ownedBefore(svc) {
 			return c.letGo(ctx, svc)
 		}
 		return nil
 	}
 	if svc.DeletionTimestamp != nil {
-		c.forget(key)
+		// Out of the model first (its forwarding and route go), then the finalizer. The address
+		// is released once the Service is gone (its delete event), not before.
+		c.setModel(key, lb.Service{}, false)
 		if leading {
 			return c.removeFinalizer(ctx, svc)
 		}
@@ -464,14 +516,14 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	req, problems := IPRequest(svc)
 	var vips []netip.Addr
+	// A failed write is returned (and retried) only once the model is up to date: the leader
+	// must go on following endpoint changes like the followers, whatever the apiserver says.
+	var werr error
 	if leading {
-		if err := c.addFinalizer(ctx, svc); err != nil {
-			return err
-		}
-		vips, err = c.allocate(ctx, svc, req)
-		if err != nil {
-			return err
-		}
+		werr = c.addFinalizer(ctx, svc)
+		var aerr error
+		vips, aerr = c.allocate(ctx, svc, req)
+		werr = errors.Join(werr, aerr)
 	} else {
 		vips = statusAddrs(svc)
 	}
@@ -486,10 +538,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if len(vips) == 0 {
 		c.setModel(key, lb.Service{}, false)
-		return nil
+		return werr
 	}
 	c.setModel(key, model, true)
-	return nil
+	return werr
 }
 
 // ownedBefore reports whether svc, no longer ours, still carries addresses of our pools or our
@@ -577,6 +629,7 @@ func (c *Controller) SetPools(pools []Pool) error {
 	}
 	c.mu.Lock()
 	c.opts.Pools = pools
+	c.poolsGen++
 	if c.alloc != nil {
 		ps := make([]ipam.Pool, 0, len(pools))
 		for _, p := range pools {

@@ -197,6 +197,7 @@ func (e *env) controllerAs(cfg *rest.Config, identity string, opts Options) *run
 		}
 	}()
 	e.t.Cleanup(r.stop)
+	e.eventually(10*time.Second, identity+" synced", c.Synced)
 	return r
 }
 

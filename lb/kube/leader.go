@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/xlb-dev/xlb/lb/ipam"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -75,7 +77,7 @@ func (c *Controller) elect(ctx context.Context) {
 			Lock: lock, Name: "xlb", ReleaseOnCancel: true,
 			LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) { c.lead() },
+				OnStartedLeading: c.lead,
 				OnStoppedLeading: c.follow,
 				OnNewLeader: func(id string) {
 					c.log.Info("controller leader", "leader", id, "me", id == o.Identity)
@@ -96,13 +98,38 @@ func (c *Controller) elect(ctx context.Context) {
 
 // lead makes the controller the leader: it rebuilds the allocator from the Services' status,
 // then re-syncs every Service.
-func (c *Controller) lead() {
-	alloc, err := c.prime()
-	if err != nil {
-		c.log.Error("cannot lead: rebuilding the allocations", "err", err)
-		return
+//
+// ctx ends when the lease is lost: client-go then calls follow, possibly before lead is done, so
+// lead takes the role only if ctx is still alive once it holds the lock.
+func (c *Controller) lead(ctx context.Context) {
+	var alloc *ipam.Allocator
+	var gen uint64
+	for {
+		var err error
+		if alloc, gen, err = c.prime(ctx); err == nil {
+			break
+		}
+		c.log.Error("cannot lead yet: rebuilding the allocations", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.opts.Leader.RetryPeriod):
+		}
 	}
 	c.mu.Lock()
+	if ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	if gen != c.poolsGen { // pools reloaded while priming
+		ps := make([]ipam.Pool, 0, len(c.opts.Pools))
+		for _, p := range c.opts.Pools {
+			ps = append(ps, p.Pool)
+		}
+		if _, err := alloc.SetPools(ps); err != nil {
+			c.log.Error("reloaded pools refused by the new allocator", "err", err)
+		}
+	}
 	c.alloc, c.leading = alloc, true
 	c.mu.Unlock()
 	c.log.Info("leading: allocating addresses and writing status", "identity", c.opts.Leader.Identity)

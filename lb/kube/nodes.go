@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/xlb-dev/xlb/lb"
 )
@@ -59,12 +60,26 @@ func (c *Controller) updateTargets() {
 	}
 	var st []ServiceTarget
 	for _, s := range svcs {
-		if Ours(s, c.opts.Class, c.opts.DefaultClass) && s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal &&
-			s.Spec.HealthCheckNodePort > 0 && s.Spec.HealthCheckNodePort < 65536 {
-			st = append(st, ServiceTarget{Service: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, Port: uint16(s.Spec.HealthCheckNodePort)})
+		if t, ok := c.localTarget(s); ok {
+			st = append(st, t)
 		}
 	}
 	c.opts.NodeHealth.SetTargets(nt, st)
+}
+
+// localTarget returns the health check node port target of o when it is a Service of ours with
+// externalTrafficPolicy: Local (and not being deleted).
+func (c *Controller) localTarget(o any) (ServiceTarget, bool) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	s, ok := o.(*corev1.Service)
+	if !ok || s.DeletionTimestamp != nil || !Ours(s, c.opts.Class, c.opts.DefaultClass) ||
+		s.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal ||
+		s.Spec.HealthCheckNodePort <= 0 || s.Spec.HealthCheckNodePort > 65535 {
+		return ServiceTarget{}, false
+	}
+	return ServiceTarget{Service: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}, Port: uint16(s.Spec.HealthCheckNodePort)}, true
 }
 
 // InternalIP returns node's first InternalIP, IPv4 preferred.

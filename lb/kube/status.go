@@ -25,10 +25,15 @@ const (
 )
 
 // mutate re-reads Service svc from the apiserver, applies change to it and writes it back with
-// write, retrying on conflicts. change returns false when there is nothing to write.
+// write, retrying on conflicts; only while leading. change returns false when there is nothing
+// to write; wrote says whether something was written.
 func (c *Controller) mutate(ctx context.Context, svc *corev1.Service, what string,
-	change func(*corev1.Service) bool, write func(context.Context, *corev1.Service) error) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	change func(*corev1.Service) bool, write func(context.Context, *corev1.Service) error) (wrote bool, err error) {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wrote = false
+		if !c.Leading() {
+			return errNotLeading // the lease was lost: the new leader writes
+		}
 		cur, err := c.client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -40,12 +45,16 @@ func (c *Controller) mutate(ctx context.Context, svc *corev1.Service, what strin
 		if !change(cur) {
 			return nil
 		}
-		return write(ctx, cur)
+		if err := write(ctx, cur); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("service %s/%s: %s: %w", svc.Namespace, svc.Name, what, err)
+		return false, fmt.Errorf("service %s/%s: %s: %w", svc.Namespace, svc.Name, what, err)
 	}
-	return nil
+	return wrote, nil
 }
 
 func (c *Controller) update(ctx context.Context, s *corev1.Service) error {
@@ -63,13 +72,14 @@ func (c *Controller) addFinalizer(ctx context.Context, svc *corev1.Service) erro
 	if slices.Contains(svc.Finalizers, Finalizer) {
 		return nil
 	}
-	return c.mutate(ctx, svc, "adding finalizer", func(s *corev1.Service) bool {
+	_, err := c.mutate(ctx, svc, "adding finalizer", func(s *corev1.Service) bool {
 		if slices.Contains(s.Finalizers, Finalizer) || s.DeletionTimestamp != nil {
 			return false
 		}
 		s.Finalizers = append(s.Finalizers, Finalizer)
 		return true
 	}, c.update)
+	return err
 }
 
 // removeFinalizer takes Finalizer off svc (being deleted, or no longer ours), after its model
@@ -78,8 +88,9 @@ func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) e
 	if !slices.Contains(svc.Finalizers, Finalizer) {
 		return nil
 	}
-	addrs := statusAddrs(svc)
-	err := c.mutate(ctx, svc, "removing finalizer", func(s *corev1.Service) bool {
+	var addrs []netip.Addr
+	wrote, err := c.mutate(ctx, svc, "removing finalizer", func(s *corev1.Service) bool {
+		addrs = statusAddrs(s)
 		i := slices.Index(s.Finalizers, Finalizer)
 		if i < 0 {
 			return false
@@ -87,7 +98,7 @@ func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) e
 		s.Finalizers = slices.Delete(s.Finalizers, i, i+1)
 		return true
 	}, c.update)
-	if err == nil && len(addrs) > 0 {
+	if wrote && len(addrs) > 0 {
 		c.event(svc, corev1.EventTypeNormal, ReasonReleased, "released %s", joinAddrs(addrs))
 	}
 	return err
@@ -96,7 +107,7 @@ func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) e
 // letGo clears what xlb wrote on a Service that is no longer ours (its type changed away from
 // LoadBalancer): the ingress entries of our pools, our condition, then the finalizer.
 func (c *Controller) letGo(ctx context.Context, svc *corev1.Service) error {
-	err := c.mutate(ctx, svc, "clearing status", func(s *corev1.Service) bool {
+	_, err := c.mutate(ctx, svc, "clearing status", func(s *corev1.Service) bool {
 		changed := false
 		in := s.Status.LoadBalancer.Ingress[:0:0]
 		for _, e := range s.Status.LoadBalancer.Ingress {
@@ -127,8 +138,9 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, addrs
 	if ingressEqual(svc.Status.LoadBalancer.Ingress, want) && conditionHolds(svc.Status.Conditions, cond) {
 		return nil
 	}
-	before := statusAddrs(svc)
-	err := c.mutate(ctx, svc, "writing status", func(s *corev1.Service) bool {
+	var before []netip.Addr
+	wrote, err := c.mutate(ctx, svc, "writing status", func(s *corev1.Service) bool {
+		before = statusAddrs(s)
 		if ingressEqual(s.Status.LoadBalancer.Ingress, want) && conditionHolds(s.Status.Conditions, cond) {
 			return false
 		}
@@ -137,7 +149,7 @@ func (c *Controller) writeStatus(ctx context.Context, svc *corev1.Service, addrs
 		apierrors.SetStatusCondition(&s.Status.Conditions, cond)
 		return true
 	}, c.updateStatus)
-	if err != nil {
+	if err != nil || !wrote {
 		return err
 	}
 	var added, removed []netip.Addr
@@ -211,21 +223,35 @@ func (c *Controller) event(svc *corev1.Service, typ, reason, format string, args
 	}
 }
 
-// report records svc's problems as Events, each set once (until it changes).
+// report records svc's problems as Events: each reason once, until its message changes (a
+// count changing during a rollout re-reports that reason only).
 func (c *Controller) report(svc *corev1.Service, problems []Problem) {
 	key := svc.Namespace + "/" + svc.Name
-	var sig strings.Builder
+	now := map[string]Problem{}
 	for _, p := range problems {
-		sig.WriteString(p.Reason + "\x00" + p.Message + "\x00")
+		if q, ok := now[p.Reason]; ok {
+			p.Message = q.Message + "; " + p.Message
+		}
+		now[p.Reason] = p
 	}
 	c.mu.Lock()
-	same := c.reported[key] == sig.String()
-	c.reported[key] = sig.String()
+	var gone []string
+	for topic := range c.reported[key] {
+		if r, ok := strings.CutPrefix(topic, "problem:"); ok {
+			if _, still := now[r]; !still {
+				gone = append(gone, topic)
+			}
+		}
+	}
 	c.mu.Unlock()
-	if same {
-		return
+	for _, topic := range gone {
+		c.noteReported(key, topic, "")
 	}
 	for _, p := range problems {
+		p = now[p.Reason]
+		if !c.noteReported(key, "problem:"+p.Reason, p.Message) {
+			continue
+		}
 		typ := corev1.EventTypeWarning
 		if p.Type == corev1.EventTypeNormal {
 			typ = corev1.EventTypeNormal
