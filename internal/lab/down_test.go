@@ -14,7 +14,8 @@ import (
 // TestDown proves that Down (`make lab-down`) removes what a killed lab process left behind and
 // nothing else: a child process builds a site (1 gateway running xlb, 1 node, 1 pod) and is
 // killed with SIGKILL; a stray process whose command line names that site's config is running
-// too. Down removes the stray process, the site's 6 namespaces, its pins and its state
+// too, and two that look like the site's etcd and kube-apiserver (Kubernetes mode). Down removes
+// the stray processes, the site's 6 namespaces, its pins and its state
 // directory, and leaves this process's own running site untouched.
 func TestDown(t *testing.T) {
 	live := NewT(t, Options{NoXLB: true, Gateways: 1, Nodes: 1, Pods: 1})
@@ -78,6 +79,30 @@ func TestDown(t *testing.T) {
 	}
 	strayDone := make(chan error, 1)
 	go func() { strayDone <- stray.Wait() }()
+	// Kubernetes mode's etcd and kube-apiserver, as they show in /proc (argv[0] and the flag
+	// naming the site's directory).
+	var cpDone []chan error
+	for _, args := range [][]string{
+		{"etcd", "-c", "read x", "--data-dir", filepath.Join(siteDir, "kube", "etcd")},
+		{"kube-apiserver", "-c", "read x", "--cert-dir", filepath.Join(siteDir, "kube", "certs")},
+	} {
+		sh, err := exec.LookPath("sh")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &exec.Cmd{Path: sh, Args: args}
+		in, err := p.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Close()
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- p.Wait() }()
+		cpDone = append(cpDone, done)
+	}
 
 	_ = child.Process.Kill()
 	_ = child.Wait()
@@ -116,6 +141,16 @@ func TestDown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Errorf("the stray process still runs after Down")
 		_ = stray.Process.Kill()
+	}
+	for i, done := range cpDone {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("stray control plane process %d exited by itself, not killed", i)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("stray control plane process %d still runs after Down", i)
+		}
 	}
 	if ns, _, dir := left(live.Prefix); len(ns) != 6 || !dir {
 		t.Errorf("Down removed parts of this process's running site %s: %d namespaces left, state directory %v", live.Prefix, len(ns), dir)

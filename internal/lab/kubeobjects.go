@@ -198,7 +198,7 @@ func planSite(nodes, pods int) ([]*Node, []*Pod) {
 }
 
 // manifest renders objects as a multi-document YAML manifest after header (comment lines),
-// leaving out empty and null fields (creationTimestamp: null, status: {}).
+// leaving out unset fields (creationTimestamp: null, status: {}, nodeInfo's empty strings).
 func manifest(header string, objs ...any) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(header)
@@ -223,13 +223,14 @@ func manifest(header string, objs ...any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// prune drops null values and empty maps from a decoded JSON value.
+// prune drops null values, empty strings, zero numbers and empty maps (once pruned) from a
+// decoded JSON value: the fields the objects leave unset (false stays: it says something).
 func prune(v any) any {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, x := range v {
 			x = prune(x)
-			if m, ok := x.(map[string]any); x == nil || (ok && len(m) == 0) {
+			if m, ok := x.(map[string]any); x == nil || x == "" || x == float64(0) || (ok && len(m) == 0) {
 				delete(v, k)
 				continue
 			}
