@@ -102,6 +102,10 @@ type ServiceTarget struct {
 	Service types.NamespacedName
 	// Port is its spec.healthCheckNodePort.
 	Port uint16
+	// Nodes are the nodes its endpoints run on, sorted: the only ones whose answer matters (on
+	// any other node kube-proxy answers 503, and no endpoint of the Service is there); nil
+	// means every node.
+	Nodes []string
 }
 
 // Controller is xlb's LoadBalancer-class controller. It watches Services, EndpointSlices and
@@ -130,6 +134,9 @@ type Controller struct {
 	reported map[string]map[string]string
 	// pending: the Services whose allocation failed, retried when an address is freed.
 	pending map[string]bool
+	// targets is signalled when the node prober's targets must be rebuilt (coalesced: a burst
+	// of Service events costs one rebuild).
+	targets chan struct{}
 	// poolsGen counts SetPools calls, so that a leader's allocator built from older pools is
 	// brought up to date when installed.
 	poolsGen uint64
@@ -171,6 +178,7 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 		models:   map[string]lb.Service{},
 		reported: map[string]map[string]string{},
 		pending:  map[string]bool{},
+		targets:  make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "xlb-services"}),
@@ -259,7 +267,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); c.targetLoop(ctx) }()
 	go func() { defer wg.Done(); c.work(ctx) }()
 	go func() { defer wg.Done(); c.elect(ctx) }()
 	<-ctx.Done()
@@ -276,31 +285,32 @@ func (c *Controller) watch() error {
 		AddFunc: func(o any) {
 			c.enqueueObject(o)
 			if _, ok := c.localTarget(o); ok {
-				c.updateTargets()
+				c.requestTargets()
 			}
 		},
 		UpdateFunc: func(old, o any) {
 			c.enqueueObject(o)
 			a, okA := c.localTarget(old)
 			b, okB := c.localTarget(o)
-			if okA != okB || a != b {
-				c.updateTargets()
+			if okA != okB || a.Service != b.Service || a.Port != b.Port {
+				c.requestTargets()
 			}
 		},
 		DeleteFunc: func(o any) {
 			c.enqueueObject(o)
 			if _, ok := c.localTarget(o); ok {
-				c.updateTargets()
+				c.requestTargets()
 			}
 		},
 	}
 	if _, err := c.factory.Core().V1().Services().Informer().AddEventHandler(svcH); err != nil {
 		return fmt.Errorf("kube: watching services: %w", err)
 	}
+	// A slice change moves a Local Service's endpoints between nodes: its probes follow.
 	sliceH := cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueSliceService,
-		UpdateFunc: func(old, o any) { c.enqueueSliceService(old); c.enqueueSliceService(o) },
-		DeleteFunc: c.enqueueSliceService,
+		AddFunc:    func(o any) { c.enqueueSliceService(o); c.requestTargets() },
+		UpdateFunc: func(old, o any) { c.enqueueSliceService(old); c.enqueueSliceService(o); c.requestTargets() },
+		DeleteFunc: func(o any) { c.enqueueSliceService(o); c.requestTargets() },
 	}
 	if _, err := c.factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(sliceH); err != nil {
 		return fmt.Errorf("kube: watching endpointslices: %w", err)
@@ -353,7 +363,7 @@ func (c *Controller) nodeChanged(old, o any) {
 // nodesChanged re-plans after a node came, went or changed: the prober's targets, the
 // Services of ours (their endpoints' nodes), and the pod routes (through Changed).
 func (c *Controller) nodesChanged() {
-	c.updateTargets()
+	c.requestTargets()
 	c.enqueueOurs(false)
 	if c.opts.Changed != nil {
 		c.opts.Changed()

@@ -281,7 +281,7 @@ func (e *env) ingress(name string, n int) []netip.Addr {
 	return got
 }
 
-// events returns the "reason: message" of the Events about Service name.
+// events returns the "TYPE REASON: message" of xlb's Events about Service name.
 func (e *env) events(name string) []string {
 	e.t.Helper()
 	list, err := e.admin.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{
@@ -291,6 +291,9 @@ func (e *env) events(name string) []string {
 	}
 	var out []string
 	for _, ev := range list.Items {
+		if ev.Source.Component != "xlb" {
+			continue // the apiserver's own (its ClusterIP repair loop, say)
+		}
 		out = append(out, ev.Type+" "+ev.Reason+": "+ev.Message)
 	}
 	return out

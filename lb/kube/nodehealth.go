@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,6 +198,9 @@ func (p *NodeProber) SetTargets(nodes []NodeTarget, services []ServiceTarget) {
 		for _, s := range services {
 			if s.Port == 0 || s.Service == (types.NamespacedName{}) {
 				continue
+			}
+			if s.Nodes != nil && !slices.Contains(s.Nodes, n.Name) {
+				continue // no endpoint of the Service on this node
 			}
 			add(nodeCheck{node: n.Name, service: s.Service}, a, s.Port, "/")
 		}

