@@ -98,6 +98,7 @@ func deleteService(t *testing.T, s *Site, name string) {
 // hit is one request of a load: when it ended, which pod and node answered, or its error.
 type hit struct {
 	at        time.Time
+	took      time.Duration
 	pod, node string
 	err       error
 }
@@ -124,10 +125,11 @@ func startLoad(c *Client, vip netip.Addr) *load {
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), IOTimeout)
+			began := time.Now()
 			a, _, err := c.Get(ctx, vip)
 			cancel()
 			l.mu.Lock()
-			l.hits = append(l.hits, hit{at: time.Now(), pod: a.Pod, node: a.Node, err: err})
+			l.hits = append(l.hits, hit{at: time.Now(), took: time.Since(began), pod: a.Pod, node: a.Node, err: err})
 			l.mu.Unlock()
 		}
 	}()
@@ -161,6 +163,15 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return cond()
+}
+
+// slowest returns the longest request.
+func slowest(hits []hit) time.Duration {
+	var m time.Duration
+	for _, h := range hits {
+		m = max(m, h.took)
+	}
+	return m
 }
 
 func failures(hits []hit) (n int, first error) {
@@ -324,8 +335,8 @@ func testScale(t *testing.T, s *Site) {
 	n, firstErr := failures(hits)
 	before := countBy(hits[:mark], func(h hit) string { return h.pod })
 	after := countBy(hits[mark:], func(h hit) string { return h.pod })
-	t.Logf("%d requests over %v, %d failed; per pod before the removal %v, after %v", len(hits),
-		hits[len(hits)-1].at.Sub(hits[0].at).Round(time.Millisecond), n, before, after)
+	t.Logf("%d requests over %v, %d failed, slowest %v; per pod before the removal %v, after %v", len(hits),
+		hits[len(hits)-1].at.Sub(hits[0].at).Round(time.Millisecond), n, slowest(hits).Round(time.Millisecond), before, after)
 	if n > 0 {
 		t.Errorf("%d of %d requests failed during the scaling; first: %v", n, len(hits), firstErr)
 	}
@@ -435,7 +446,8 @@ func testLocalHealth(t *testing.T, s *Site) {
 	}
 	hits := l.end()
 	n, firstErr := failures(hits)
-	t.Logf("%d requests during the test, %d failed; per node %v", len(hits), n, countBy(hits, func(h hit) string { return h.node }))
+	t.Logf("%d requests during the test, %d failed, slowest %v; per node %v", len(hits), n, slowest(hits).Round(time.Millisecond),
+		countBy(hits, func(h hit) string { return h.node }))
 	if n > 0 {
 		t.Errorf("%d of %d requests failed; first: %v", n, len(hits), firstErr)
 	}

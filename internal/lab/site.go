@@ -528,9 +528,18 @@ func (s *Site) AddPodLabeled(node *Node, labels map[string]string) (*Pod, error)
 	s.Pods = append(s.Pods, p)
 	s.mu.Unlock()
 	s.logf("pod %s on node %s: %s %s", name, node.Name, a4, a6)
-	if s.Kube != nil && s.Kube.Client != nil {
-		if err := s.Kube.Sync(); err != nil {
-			return p, err
+	if s.Kube != nil {
+		// The kubelet marks a pod ready after its readiness probe passes, from the node: probe
+		// both addresses the same way before the pod joins any slice.
+		for _, a := range []netip.Addr{a4, a6} {
+			if code, _, err := node.NS.HTTPGet(netip.AddrPortFrom(a, TargetHTTP).String(), "/healthz", httpTimeout); err != nil || code != 200 {
+				return p, fmt.Errorf("lab: pod %s: readiness probe from node %s to %s: %d %v", name, node.Name, a, code, err)
+			}
+		}
+		if s.Kube.Client != nil {
+			if err := s.Kube.Sync(); err != nil {
+				return p, err
+			}
 		}
 	}
 	return p, nil
