@@ -43,6 +43,7 @@ func TestConstantsMatchBPF(t *testing.T) {
 		xlbMapBackendStats: maxBackends,
 		xlbMapReasons:      uint32(numReasons),
 		xlbMapConntrack:    DefaultConntrackSize,
+		xlbMapHandshakes:   DefaultHandshakeSize,
 		xlbMapMaglevSlots:  DefaultMaglevSlots,
 	} {
 		if got := spec.Maps[name].MaxEntries; got != want {

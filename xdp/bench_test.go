@@ -165,3 +165,44 @@ func BenchmarkNonVIPPass(b *testing.B) {
 	}
 	benchPackets(b, g, g.ext, pkts, xdpPass)
 }
+
+// distinctTCP builds n client -> VIP:80 TCP packets with flags, each of its own tuple (two client
+// addresses x 32,768 ports).
+func distinctTCP(b *testing.B, n int, flags string) [][]byte {
+	pkts := make([][]byte, n)
+	for i := range pkts {
+		src := client4
+		if i >= 1<<15 {
+			src = router4
+		}
+		pkts[i] = pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, uint16(i%(1<<15)+1024)), Dst: ap(vip4, 80),
+			Proto: layers.IPProtocolTCP, Flags: flags, Payload: make([]byte, 10)}.bytes(b)
+	}
+	return pkts
+}
+
+// BenchmarkNewTCPFlowFirstSYN: the first SYN of each of 65,536 new tuples (VIP, Maglev, the
+// handshake-table insert, DNAT, redirect); NewTCPFlow's 4,096 tuples repeat, so most of its SYNs
+// are retransmissions.
+func BenchmarkNewTCPFlowFirstSYN(b *testing.B) {
+	g := benchGW(b)
+	pkts := distinctTCP(b, 1<<16, "S")
+	if b.N > len(pkts) {
+		b.N = len(pkts) // each packet must be a first SYN
+	}
+	benchPackets(b, g, g.ext, pkts, xdpRedirect)
+}
+
+// BenchmarkNewTCPFlowFirstACK: the handshake's ACK of each of 65,536 flows whose SYN was seen:
+// the backend (from the handshake table, else Maglev) and the conntrack insert.
+func BenchmarkNewTCPFlowFirstACK(b *testing.B) {
+	g := benchGW(b)
+	for _, p := range distinctTCP(b, 1<<16, "S") {
+		g.run(b, p, g.ext)
+	}
+	pkts := distinctTCP(b, 1<<16, "A")
+	if b.N > len(pkts) {
+		b.N = len(pkts) // each packet must be a first ACK
+	}
+	benchPackets(b, g, g.ext, pkts, xdpRedirect)
+}

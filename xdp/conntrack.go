@@ -52,7 +52,12 @@ func (d *Datapath) Flows() ([]Flow, error) {
 
 // FlushFlows deletes the conntrack entries for which match returns true (all when match is nil)
 // and returns how many it deleted. Their flows are re-balanced by Maglev on their next packet.
+// The handshakes in flight that match (seen as Flows with their SYN's backend and VIP) are deleted
+// too, so that their ACKs are re-balanced as well; they are not counted.
 func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
+	if err := d.flushHandshakes(match); err != nil {
+		return 0, err
+	}
 	now := monotonicNow()
 	var keys []xlbFlowKey
 	var k xlbFlowKey
@@ -76,6 +81,29 @@ func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// flushHandshakes deletes the handshakes entries for which match returns true (all when nil).
+func (d *Datapath) flushHandshakes(match func(Flow) bool) error {
+	now := monotonicNow()
+	var keys []xlbFlowKey
+	var k xlbFlowKey
+	var e xlbHsEntry
+	it := d.objs.Handshakes.Iterate()
+	for it.Next(&k, &e) {
+		if match == nil || match(flowOf(k, xlbCtEntry{LastSeen: e.SynSeen, BackendId: e.BackendId, VipId: e.VipId}, now)) {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("flush handshakes: list: %w", err)
+	}
+	for i := range keys {
+		if err := d.objs.Handshakes.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("flush handshakes: delete: %w", err)
+		}
+	}
+	return nil
 }
 
 // FlowCount returns the number of conntrack entries (expired ones included until the LRU reuses

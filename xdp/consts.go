@@ -57,6 +57,8 @@ const (
 	ReasonICMPToClient     = Reason(xlbReasonREASON_ICMP_TO_CLIENT)
 	ReasonCTRateLimited    = Reason(xlbReasonREASON_CT_RATE_LIMITED)
 	ReasonCTReselect       = Reason(xlbReasonREASON_CT_RESELECT)
+	ReasonHandshakeHit     = Reason(xlbReasonREASON_HS_HIT)
+	ReasonHandshakeLimited = Reason(xlbReasonREASON_HS_RATE_LIMITED)
 	numReasons             = int(xlbReasonREASON_MAX)
 )
 
@@ -66,6 +68,7 @@ var reasonNames = [...]string{
 	"pass_icmp", "pass_local", "drop_malformed_l4", "drop_src_range", "drop_no_backend", "drop_frag_unknown",
 	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
+	"handshake_hit", "handshake_rate_limited",
 }
 
 // String returns the counter's name, as used in metrics.

@@ -20,6 +20,7 @@ const DefaultPinPath = "/sys/fs/bpf/xlb"
 // Defaults of Options.
 const (
 	DefaultConntrackSize         = 1 << 20
+	DefaultHandshakeSize         = 1 << 16
 	DefaultTCPEstablishedTimeout = time.Hour
 	DefaultTCPClosingTimeout     = 10 * time.Second
 	DefaultUDPTimeout            = 60 * time.Second
@@ -38,6 +39,15 @@ type Options struct {
 	// ConntrackSize is the number of flows conntrack holds (an LRU); 0 means
 	// DefaultConntrackSize. Changing it needs the pinned maps removed.
 	ConntrackSize uint32
+	// HandshakeSize is the number of TCP handshakes in flight (SYN seen, no conntrack entry yet)
+	// the handshake table holds (an LRU of its own, so a SYN flood churns it and never
+	// conntrack); 0 means DefaultHandshakeSize. The handshake's ACK goes to the backend its SYN
+	// went to even if the VIP's Maglev table changed in between; a handshake whose entry was
+	// evicted falls back to Maglev. The ACK that creates the conntrack entry deletes the
+	// handshake's, so at N new connections/s the table holds about N x RTT entries. A new size
+	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, losing
+	// only the handshakes in flight).
+	HandshakeSize uint32
 	// Seed seeds the flow hash. Every gateway of a site must use the same seed, or a flow that
 	// ECMP moves to another gateway lands on another backend.
 	Seed uint32
@@ -93,6 +103,9 @@ func (o Options) withDefaults() Options {
 	if o.ConntrackSize == 0 {
 		o.ConntrackSize = DefaultConntrackSize
 	}
+	if o.HandshakeSize == 0 {
+		o.HandshakeSize = DefaultHandshakeSize
+	}
 	if o.TCPEstablishedTimeout == 0 {
 		o.TCPEstablishedTimeout = DefaultTCPEstablishedTimeout
 	}
@@ -140,6 +153,7 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
+	spec.Maps[xlbMapHandshakes].MaxEntries = opts.HandshakeSize
 	spec.Maps[xlbMapMaglevSlots].MaxEntries = opts.MaglevSlots
 	vars := map[string]any{
 		xlbVarCfgHashSeed:         opts.Seed,
@@ -165,6 +179,9 @@ func Load(opts Options) (*Datapath, error) {
 			return nil, fmt.Errorf("load datapath: %w", err)
 		}
 		collOpts.Maps.PinPath = opts.PinPath
+		if err := replaceDisposablePins(spec, opts.PinPath, opts.Logger); err != nil {
+			return nil, fmt.Errorf("load datapath: %w", err)
+		}
 	}
 
 	d := &Datapath{opts: opts, log: opts.Logger, links: map[string]linkHandle{}}
@@ -371,15 +388,45 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
 	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Clock, m.Conntrack,
-		m.Frags, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
+		m.Frags, m.Handshakes, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }
 
-// LoadPinned loads the datapath adopting the maps pinned under dir with whatever conntrack size
-// and Maglev capacity they were made with (for tools such as `xlb cleanup`).
+// disposableMaps are the pinned maps whose contents may be lost without breaking a flow: the
+// verdict counters (a metrics counter reset) and the handshakes in flight (which fall back to
+// Maglev). A pinned one that does not match this build (a new reason, a new HandshakeSize) is
+// replaced rather than refused.
+var disposableMaps = []string{xlbMapReasons, xlbMapHandshakes}
+
+// replaceDisposablePins unpins those of disposableMaps pinned under dir that the maps of spec are
+// not compatible with, so that loading creates them afresh. A program still attached keeps using
+// the old map until Attach replaces it.
+func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, log *slog.Logger) error {
+	for _, name := range disposableMaps {
+		path := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if err != nil {
+			continue // not pinned (or unreadable: loading reports it)
+		}
+		incompatible := spec.Maps[name].Compatible(m)
+		m.Close()
+		if incompatible == nil {
+			continue
+		}
+		log.Info("replacing pinned map made by another build", "map", name, "reason", incompatible)
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("replace pinned map %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// LoadPinned loads the datapath adopting the maps pinned under dir with whatever conntrack size,
+// handshake table size and Maglev capacity they were made with (for tools such as `xlb cleanup`).
 func LoadPinned(dir string) (*Datapath, error) {
 	opts := Options{PinPath: dir}
-	for name, size := range map[string]*uint32{xlbMapConntrack: &opts.ConntrackSize, xlbMapMaglevSlots: &opts.MaglevSlots} {
+	for name, size := range map[string]*uint32{xlbMapConntrack: &opts.ConntrackSize,
+		xlbMapHandshakes: &opts.HandshakeSize, xlbMapMaglevSlots: &opts.MaglevSlots} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			continue // not pinned: Load creates it with the default

@@ -64,6 +64,12 @@ func fwd(out Reason) map[Reason]uint64 {
 	return map[Reason]uint64{ReasonNATForward: 1, out: 1}
 }
 
+// fwdHS is the counter set of a forwarded client -> VIP packet that took its backend from the
+// handshake table.
+func fwdHS(out Reason) map[Reason]uint64 {
+	return map[Reason]uint64{ReasonNATForward: 1, ReasonHandshakeHit: 1, out: 1}
+}
+
 // services configures the golden VIPs. Each VIP has its own backend endpoint, except VIPs 9 and
 // 10, which share one (their reverse NAT is ambiguous).
 func services(t testing.TB, g *gw) {
@@ -117,7 +123,8 @@ func TestGoldenForwardNewTCPFlow(t *testing.T) {
 	ack := syn
 	ack.Flags = "A"
 	out.Flags = "A"
-	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwd(ReasonFwdRedirect)})
+	// The ACK takes the SYN's backend from the handshake table (see TestGoldenHandshake*).
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwdHS(ReasonFwdRedirect)})
 	flows, err = g.dp.Flows()
 	must(t, err)
 	if len(flows) != 1 || flows[0].Backend != 1 || flows[0].VIP != 1 || flows[0].Src != ap(client4, 40000) {

@@ -35,6 +35,7 @@ type xlbCpuState struct {
 	_          structs.HostLayout
 	RateStart  uint64
 	RateCount  uint64
+	HsCount    uint64
 	LastClock  uint64
 	Same       uint32
 	ClockStale uint32
@@ -100,6 +101,13 @@ type xlbFragPorts struct {
 	Dport uint16
 }
 
+type xlbHsEntry struct {
+	_         structs.HostLayout
+	SynSeen   uint64
+	BackendId uint32
+	VipId     uint32
+}
+
 type xlbIpv6Ext struct {
 	_        structs.HostLayout
 	Off      uint32
@@ -156,7 +164,9 @@ const (
 	xlbReasonREASON_ICMP_TO_CLIENT     xlbReason = 24
 	xlbReasonREASON_CT_RATE_LIMITED    xlbReason = 25
 	xlbReasonREASON_CT_RESELECT        xlbReason = 26
-	xlbReasonREASON_MAX                xlbReason = 27
+	xlbReasonREASON_HS_HIT             xlbReason = 27
+	xlbReasonREASON_HS_RATE_LIMITED    xlbReason = 28
+	xlbReasonREASON_MAX                xlbReason = 29
 )
 
 type xlbRevValue struct {
@@ -230,6 +240,7 @@ const (
 	xlbMapCpuState            = "cpu_state"
 	xlbMapFlowCache           = "flow_cache"
 	xlbMapFrags               = "frags"
+	xlbMapHandshakes          = "handshakes"
 	xlbMapMaglevSlots         = "maglev_slots"
 	xlbMapNhCache             = "nh_cache"
 	xlbMapProgs               = "progs"
@@ -310,6 +321,7 @@ type xlbMapSpecs struct {
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
+	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
 	MaglevSlots  *ebpf.MapSpec `ebpf:"maglev_slots"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
 	Progs        *ebpf.MapSpec `ebpf:"progs"`
@@ -364,6 +376,7 @@ type xlbMaps struct {
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	Frags        *ebpf.Map `ebpf:"frags"`
+	Handshakes   *ebpf.Map `ebpf:"handshakes"`
 	MaglevSlots  *ebpf.Map `ebpf:"maglev_slots"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
 	Progs        *ebpf.Map `ebpf:"progs"`
@@ -388,6 +401,7 @@ func (m *xlbMaps) Close() error {
 		m.CpuState,
 		m.FlowCache,
 		m.Frags,
+		m.Handshakes,
 		m.MaglevSlots,
 		m.NhCache,
 		m.Progs,

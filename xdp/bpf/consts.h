@@ -17,6 +17,11 @@
 #define MAX_TX_PORTS    256     /* interfaces we may redirect to */
 #define MAX_FRAGS       16384   /* datagrams being reassembled-by-id at once (first fragment seen) */
 #define DEFAULT_CT_SIZE 1048576 /* flows; the loader overrides at load time */
+/* Handshakes in flight (SYN seen, no conntrack entry yet) the handshakes LRU holds; the loader
+ * overrides it at load time (Options.HandshakeSize). 65,536 covers ~30 s of 2,000 new
+ * connections/s even if no ACK ever removed an entry; an ACK that creates the conntrack entry
+ * deletes its handshake, so the table normally holds only the handshakes of the last RTT. */
+#define DEFAULT_HS_SIZE 65536
 
 /* Maglev tables live in one flat array, maglev_slots, sized at load (DEFAULT_MAGLEV_SLOTS):
  * each VIP owns a region [table_off, table_off + table_size). A region is filled before the VIP's
@@ -69,6 +74,11 @@
 /* Only refresh a conntrack entry's timestamp when it is older than this: saves a cache-line
  * write on almost every packet of a busy flow. */
 #define CT_REFRESH_NS 1000000000ull
+
+/* A handshakes entry is honoured for this long after the last SYN of its tuple: the backend may
+ * retransmit its SYN-ACK for ~60 s (Linux: after 1, 3, 7, 15, 31 s) before the client's ACK gets
+ * through. Older entries are ignored (and overwritten by the next SYN). */
+#define HS_TIMEOUT_NS (60ull * 1000000000ull)
 
 /* The new-flow rate guard works in windows of this length, per CPU. */
 #define RATE_WINDOW_NS 1000000000ull
@@ -149,6 +159,10 @@ enum reason {
 	REASON_ICMP_TO_CLIENT,       /* ICMP error from the cluster side relayed to the client */
 	REASON_CT_RATE_LIMITED,      /* new flow forwarded without a conntrack entry (rate guard) */
 	REASON_CT_RESELECT,          /* conntrack entry expired or its backend left: re-chosen */
+	REASON_HS_HIT,               /* TCP packet of a flow without conntrack entry (the handshake's
+				      * ACK, a retransmitted SYN) sent to its SYN's backend, from
+				      * handshakes */
+	REASON_HS_RATE_LIMITED,      /* SYN forwarded without a handshakes entry (rate guard) */
 	REASON_MAX,
 };
 

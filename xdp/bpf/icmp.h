@@ -229,6 +229,10 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 		ct = bpf_map_lookup_elem(&conntrack, &fk);
 		if (ct)
 			be = backend_get(ct->backend_id);
+		if (!be && in.proto == PROTO_TCP)
+			/* A half-open connection: the backend its SYN went to. */
+			be = backend_get(hs_backend(bpf_map_lookup_elem(&handshakes, &fk), vi->id,
+						    bpf_ktime_get_coarse_ns()));
 		if (!be) {
 			__u32 h = flow_hash(cfg_hash_seed, &in.dst, p->family, in.dport, in.sport,
 					    in.proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);

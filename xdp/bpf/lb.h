@@ -170,22 +170,37 @@ static __always_inline __u64 now_ns(struct cpu_state *cs)
 	return t;
 }
 
-/* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts per CPU
- * per window. Above it, flows are still forwarded (Maglev is stateless), just not remembered. */
-static __always_inline int rate_allow(struct cpu_state *cs, __u64 now)
+/* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts (or, with
+ * handshake set, handshakes inserts: a budget of their own) per CPU per window. Above it, flows
+ * are still forwarded (Maglev is stateless), just not remembered. */
+static __always_inline int rate_allow(struct cpu_state *cs, __u64 now, int handshake)
 {
+	__u64 *count;
+
 	if (!cfg_new_flow_rate || !cs)
 		return 1;
 	if (now - cs->rate_start >= RATE_WINDOW_NS || now < cs->rate_start) {
 		cs->rate_start = now;
 		cs->rate_count = 0;
+		cs->hs_count = 0;
 	}
-	if (cs->rate_count >= cfg_new_flow_rate) {
-		count_reason(REASON_CT_RATE_LIMITED);
+	count = handshake ? &cs->hs_count : &cs->rate_count;
+	if (*count >= cfg_new_flow_rate) {
+		count_reason(handshake ? REASON_HS_RATE_LIMITED : REASON_CT_RATE_LIMITED);
 		return 0;
 	}
-	cs->rate_count++;
+	(*count)++;
 	return 1;
+}
+
+/* hs_backend returns the backend of handshakes entry e if a packet of VIP vip_id may still use
+ * it at time now (entry fresh, same VIP, backend neither down nor deleted), else 0. */
+static __always_inline __u32 hs_backend(const struct hs_entry *e, __u32 vip_id, __u64 now)
+{
+	if (!e || e->vip_id != vip_id || elapsed(now, e->syn_seen) > HS_TIMEOUT_NS ||
+	    !backend_get(e->backend_id))
+		return 0;
+	return e->backend_id;
 }
 
 /* src_allowed checks a client against VIP vip_id's loadBalancerSourceRanges. */

@@ -67,7 +67,8 @@ struct {
 
 /* conntrack: flow -> chosen backend. One LRU shared by all CPUs (a reply can land on any CPU).
  * Size set by Go at load (default DEFAULT_CT_SIZE). Written by the datapath (inserts, refreshes)
- * and by Go (flush). TCP flows are inserted on the first non-SYN packet, never on a SYN. */
+ * and by Go (flush). TCP flows are inserted on the first non-SYN packet, never on a SYN (a SYN
+ * writes handshakes instead). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct flow_key);
@@ -75,6 +76,23 @@ struct {
 	__uint(max_entries, DEFAULT_CT_SIZE);
 	PIN;
 } conntrack SEC(".maps");
+
+/* handshakes: forward 5-tuple (client -> VIP) -> the backend its SYN went to (hs_entry).
+ * Written by the datapath: a TCP SYN to a VIP inserts (or refreshes) its tuple's entry; the first
+ * non-SYN packet of the flow, which finds no conntrack entry, takes the entry's backend instead
+ * of asking Maglev again (the table may have changed since the SYN), creates the conntrack entry
+ * and deletes the handshake. A retransmitted SYN takes the entry's backend too. Entries older
+ * than HS_TIMEOUT_NS, of another VIP or naming a down or deleted backend are ignored. Its own LRU,
+ * shared by all CPUs, sized by Go at load (default DEFAULT_HS_SIZE): a SYN flood churns this
+ * table, never conntrack; a handshake whose entry was evicted falls back to Maglev. Go only
+ * deletes (FlushFlows). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct hs_entry);
+	__uint(max_entries, DEFAULT_HS_SIZE);
+	PIN;
+} handshakes SEC(".maps");
 
 /* frags: datagram {src, dst, id, proto} -> its ports, written by the datapath when a first
  * fragment passes so later fragments find the same flow (and so the same backend). */

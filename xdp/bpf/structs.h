@@ -78,6 +78,13 @@ struct ct_entry {
 	__u8 pad[5];
 };
 
+/* Value of handshakes (keyed by the forward flow_key, client -> VIP): where a TCP SYN went. */
+struct hs_entry {
+	__u64 syn_seen;   /* clock of the last SYN of this tuple */
+	__u32 backend_id; /* the backend the SYN was sent to */
+	__u32 vip_id;     /* the VIP the SYN was for (the entry is used only for this VIP) */
+};
+
 /* Key of frags: one IP datagram. */
 struct frag_key {
 	struct addr src;
@@ -112,6 +119,7 @@ struct traffic {
 struct cpu_state {
 	__u64 rate_start;  /* ns: start of the new-flow rate guard's window */
 	__u64 rate_count;  /* conntrack inserts in this window */
+	__u64 hs_count;    /* handshakes inserts in this window (their own budget) */
 	__u64 last_clock;  /* the loader's clock as this CPU last read it */
 	__u32 same;        /* packets since that value last changed */
 	__u32 clock_stale; /* the loader's clock lags: use bpf_ktime_get_coarse_ns() */

@@ -100,12 +100,14 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	__u32 gen = cache_gen();
 	struct flow_cache_entry *fc = NULL;
 	struct ct_entry *ct = NULL;
+	struct hs_entry *hs = NULL;
 	struct backend *be;
 	struct vip_info *vi;
 	struct vip_ref *ref;
 	__u32 bid, vip_id;
 
-	/* A SYN never reads or writes conntrack: a SYN flood cannot evict established flows. */
+	/* A SYN never inserts into conntrack (it writes handshakes): a SYN flood cannot evict
+	 * established flows. */
 	if (!syn) {
 		fc = flow_cache_slot(&fk);
 		if (fc && gen && fc->gen == gen && flow_key_eq(&fc->key, &fk) &&
@@ -152,20 +154,46 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
 	if (ttl_expiring(p, data_end))
 		return verdict(REASON_PASS_TTL, XDP_PASS);
-	bid = maglev_pick(vi, flow_hash(cfg_hash_seed, &p->src, p->family, p->sport, p->dport,
-					p->proto, vi->flags & VIP_F_AFFINITY_CLIENTIP));
+	/* A TCP flow without a conntrack entry (a SYN, a retransmitted SYN, the handshake's ACK) first
+	 * asks handshakes which backend its SYN went to: the VIP's table may have changed since, and
+	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
+	bid = 0;
+	if (p->proto == PROTO_TCP) {
+		hs = bpf_map_lookup_elem(&handshakes, &fk);
+		bid = hs_backend(hs, vip_id, now);
+	}
+	if (bid)
+		count_reason(REASON_HS_HIT);
+	else
+		bid = maglev_pick(vi, flow_hash(cfg_hash_seed, &p->src, p->family, p->sport,
+						p->dport, p->proto,
+						vi->flags & VIP_F_AFFINITY_CLIENTIP));
 	be = backend_get(bid);
 	if (!be)
 		return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
 	/* Remember the flow from its first non-SYN packet. A SYN only records the reverse entry
-	 * an ambiguous backend's SYN-ACK needs. Both pass the rate guard. */
-	if ((!syn || (be->flags & BACKEND_F_REVERSE_CT)) && rate_allow(cs, now))
+	 * an ambiguous backend's SYN-ACK needs. Both pass the rate guard. Once the conntrack entry
+	 * exists the handshake is done: its entry is deleted (so handshakes holds only half-open
+	 * connections, and a flush of the flow is not undone by it). */
+	if ((!syn || (be->flags & BACKEND_F_REVERSE_CT)) && rate_allow(cs, now, 0)) {
 		ct_store(&fk, now, bid, be, vip_id, closing, syn);
+		if (hs && !syn)
+			bpf_map_delete_elem(&handshakes, &fk);
+	}
 	if (syn) {
+		/* The SYN records its backend in handshakes for its ACK (and its retransmissions):
+		 * refreshed in place when the entry already names it, else written (own rate guard). */
+		if (hs && hs->backend_id == bid && hs->vip_id == vip_id)
+			hs->syn_seen = now;
+		else if (rate_allow(cs, now, 1)) {
+			struct hs_entry he = { .syn_seen = now, .backend_id = bid, .vip_id = vip_id };
+
+			bpf_map_update_elem(&handshakes, &fk, &he, BPF_ANY);
+		}
 		/* A SYN on a tuple conntrack still holds (client port reuse after a FIN, or a FIN that
 		 * went through another gateway) starts a new connection: the entry takes the SYN's
 		 * backend in place, so the handshake's ACK follows it. Nothing is inserted: a SYN flood
-		 * still cannot evict flows. */
+		 * still cannot evict conntrack entries. */
 		ct = bpf_map_lookup_elem(&conntrack, &fk);
 		if (ct && !(ct->flags & CT_F_REVERSE) &&
 		    (ct->backend_id != bid || ct->vip_id != vip_id || ct->flags)) {
