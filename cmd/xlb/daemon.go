@@ -70,6 +70,11 @@ type daemon struct {
 	// announced: the VIP prefixes of the last SetRoutes (loop goroutine only, for the log).
 	announced map[netip.Prefix]bool
 
+	// warm holds back backends new to a serving service (loop goroutine only).
+	warm warmup
+	// warmTimer wakes the loop when the first held-back backend is due.
+	warmTimer *time.Timer
+
 	// kube is Kubernetes mode (config section kubernetes), nil otherwise: its Services join the
 	// file's in every reconcile.
 	kube *kubeMode
@@ -218,6 +223,19 @@ func (d *daemon) attach(cfg *config.Config) error {
 	return errors.Join(errs...)
 }
 
+// promLog sends the metrics handler's errors to the daemon's log.
+type promLog struct{ log *slog.Logger }
+
+func (l promLog) Println(v ...any) { l.log.Error("metrics", "error", fmt.Sprint(v...)) }
+
+// wakeAt makes the loop reconcile at t (loop goroutine only).
+func (d *daemon) wakeAt(t time.Time) {
+	if d.warmTimer != nil {
+		d.warmTimer.Stop()
+	}
+	d.warmTimer = time.AfterFunc(time.Until(t)+time.Millisecond, d.trigger)
+}
+
 // trigger asks the loop to reconcile.
 func (d *daemon) trigger() {
 	select {
@@ -258,10 +276,15 @@ func (d *daemon) reconcile() error {
 	d.mu.Lock()
 	cfg := d.cfg
 	services, pending := d.withHealth(cfg)
+	known := d.known // replaced, never changed in place
 	d.mu.Unlock()
 	if d.kube != nil {
 		services = append(services, d.kube.ctrl.Services()...)
 		d.syncKubeRoutes(d.log)
+	}
+	services, due := d.warm.apply(services, known, warmupOf(cfg.Datapath), time.Now())
+	if !due.IsZero() {
+		d.wakeAt(due)
 	}
 	desired, errs := lb.Plan(services, d.planOpts)
 	d.servicesInvalid.Set(float64(len(errs)))
@@ -294,7 +317,7 @@ func (d *daemon) reconcile() error {
 	d.reconciles.WithLabelValues("ok").Inc()
 	// Only the backends that take new flows are known: one held out (unhealthy, or new and not
 	// probed yet) must not count as served when its verdict is Unknown again.
-	known := map[netip.AddrPort]bool{}
+	known = map[netip.AddrPort]bool{}
 	for _, p := range desired.Frontends {
 		for _, b := range p.Backends {
 			if b.Weight > 0 {
@@ -483,7 +506,7 @@ func (d *daemon) reload() {
 		d.log.Error("config reload rejected: pools; still serving the previous config", "config", d.cfgPath, "error", err)
 		return
 	}
-	if cfg.Datapath != d.cfg.Datapath {
+	if a, b := cfg.Datapath, d.cfg.Datapath; func() bool { a.BackendWarmup, b.BackendWarmup = 0, 0; return a != b }() {
 		d.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
 	}
 	if cfg.Listen != d.cfg.Listen {
@@ -541,7 +564,9 @@ func (h *healthCollector) Collect(ch chan<- prometheus.Metric) {
 
 func (d *daemon) serveHTTP(addr string, reg *prometheus.Registry) (*http.Server, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// One failing collector must not cost the whole scrape: serve the rest and log the error.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog: promLog{d.log}}))
 	mux.HandleFunc("/bgp", d.serveBGP)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -918,7 +918,7 @@ func (l *lab) metrics(t *testing.T) metricSet {
 	t.Helper()
 	code, body, err := l.httpGet("/metrics")
 	if err != nil || code != http.StatusOK {
-		t.Fatalf("scrape /metrics: %d %v", code, err)
+		t.Fatalf("scrape /metrics: %d %v: %.2000s", code, err, body)
 	}
 	return metricSet(body)
 }

@@ -231,7 +231,20 @@ type Datapath struct {
 	// the default (500ms); the string "off" disables the cache and is stored as a negative
 	// duration, as in xdp.Options.
 	NextHopCacheTTL time.Duration
+	// BackendWarmup (key backendWarmup) is how long a backend that newly appears in a service
+	// that already has backends in service waits before it takes new flows, a Go duration up to
+	// 1m. 0 means DefaultBackendWarmup; the string "off" means no wait and is stored as a
+	// negative duration. Meanwhile every gateway writes the backend's reverse NAT entry: had one
+	// gateway started sending it flows while another, on the replies' path, did not know it yet,
+	// the replies would leave un-NATed. A new service's first backends, and backends that were
+	// already listed (not ready, unhealthy) and come back, do not wait. A reload applies it.
+	BackendWarmup time.Duration
 }
+
+// DefaultBackendWarmup is datapath.backendWarmup when absent: well above the time every gateway
+// takes to see an EndpointSlice change (milliseconds), short enough that a scale-up is felt at
+// once.
+const DefaultBackendWarmup = 500 * time.Millisecond
 
 // Log configures the daemon's log (key log).
 type Log struct {

@@ -49,6 +49,7 @@ func TestExample(t *testing.T) {
 			UDPTimeout:            time.Minute,
 			NewFlowRate:           250000,
 			NextHopCacheTTL:       500 * time.Millisecond,
+			BackendWarmup:         500 * time.Millisecond,
 		},
 		Listen: "127.0.0.1:9610",
 		Log:    Log{Format: LogText, Level: slog.LevelInfo},
@@ -158,7 +159,7 @@ services:
 func TestYAMLFeatures(t *testing.T) {
 	cfg, err := Parse("f.yaml", []byte(`
 interfaces: [{name: ext0}]
-datapath: {seed: 0xdeadbeef, conntrackSize: 1_000_000, newFlowRate: -1, nextHopCacheTTL: off}
+datapath: {seed: 0xdeadbeef, conntrackSize: 1_000_000, newFlowRate: -1, nextHopCacheTTL: off, backendWarmup: off}
 log: {format: json, level: debug}
 listen: "[::1]:9610"
 services:
@@ -180,7 +181,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cfg.Datapath, (Datapath{Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1}); got != want {
+	if got, want := cfg.Datapath, (Datapath{Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1, BackendWarmup: -1}); got != want {
 		t.Errorf("datapath %+v, want %+v", got, want)
 	}
 	if cfg.Log != (Log{Format: LogJSON, Level: slog.LevelDebug}) || cfg.Listen != "[::1]:9610" {

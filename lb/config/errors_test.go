@@ -117,6 +117,10 @@ func TestErrors(t *testing.T) {
 			"xlb.yaml:2: datapath.newFlowRate: -2 is out of range (-1 to 9223372036854775807)"},
 		{"negative next hop TTL", "interfaces: [{name: ext0}]\ndatapath: {nextHopCacheTTL: -1s}\n",
 			"xlb.yaml:2: datapath.nextHopCacheTTL: -1s is negative (write off to disable the cache)"},
+		{"negative backend warm-up", "interfaces: [{name: ext0}]\ndatapath: {backendWarmup: -1s}\n",
+			"xlb.yaml:2: datapath.backendWarmup: -1s is negative (write off for no warm-up)"},
+		{"long backend warm-up", "interfaces: [{name: ext0}]\ndatapath: {backendWarmup: 2m}\n",
+			"xlb.yaml:2: datapath.backendWarmup: 2m0s is over the 1m maximum (a scale-up would wait that long)"},
 		{"relative pin path", "interfaces: [{name: ext0}]\ndatapath: {pinPath: bpf/xlb}\n",
 			`xlb.yaml:2: datapath.pinPath: "bpf/xlb" is not an absolute path`},
 

@@ -27,7 +27,7 @@ var (
 	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
 	interfaceFields = []string{"name", "mode"}
 	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "maglevTableSize", "seed",
-		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL"}
+		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
 		"sourceRanges", "externalTrafficPolicy", "maglevTableSize", "healthCheck", "bgp"}
@@ -233,6 +233,20 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 				d.failf(v, o.at("nextHopCacheTTL"), "%s is negative (write off to disable the cache)", t)
 			}
 			dp.NextHopCacheTTL = t
+		}
+	}
+	if v := o.get("backendWarmup"); v != nil {
+		if s := resolve(v); s.Kind == yaml.ScalarNode && s.ShortTag() == "!!str" && s.Value == "off" {
+			dp.BackendWarmup = -1
+		} else if t, ok := d.duration(v, o.at("backendWarmup")); ok {
+			switch {
+			case t < 0:
+				d.failf(v, o.at("backendWarmup"), "%s is negative (write off for no warm-up)", t)
+			case t > time.Minute:
+				d.failf(v, o.at("backendWarmup"), "%s is over the 1m maximum (a scale-up would wait that long)", t)
+			default:
+				dp.BackendWarmup = t
+			}
 		}
 	}
 	return dp
