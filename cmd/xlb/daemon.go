@@ -181,7 +181,7 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 func datapathOptions(cfg *config.Config, log *slog.Logger) xdp.Options {
 	c := cfg.Datapath
-	return xdp.Options{PinPath: c.PinPath, ConntrackSize: c.ConntrackSize, MaglevSlots: c.MaglevSlots,
+	return xdp.Options{PinPath: c.PinPath, ConntrackSize: c.ConntrackSize, HandshakeSize: c.HandshakeSize, MaglevSlots: c.MaglevSlots,
 		Seed: c.Seed, TCPEstablishedTimeout: c.TCPEstablishedTimeout, TCPClosingTimeout: c.TCPClosingTimeout,
 		UDPTimeout: c.UDPTimeout, NewFlowRate: c.NewFlowRate, NextHopCacheTTL: c.NextHopCacheTTL, Logger: log}
 }

@@ -204,6 +204,11 @@ type Datapath struct {
 	// ConntrackSize (key conntrackSize) is the number of flows conntrack holds, 0 to
 	// 4294967295; 0 means the default (1048576). Changing it needs the pinned maps removed.
 	ConntrackSize uint32
+	// HandshakeSize (key handshakeSize) is the number of TCP handshakes in flight (SYN seen, no
+	// conntrack entry yet) the datapath remembers, so that a handshake's ACK goes to its SYN's
+	// backend even when the Maglev table changed in between; 0 to 4294967295, 0 means the
+	// default (65536). A SYN flood churns this table, never conntrack.
+	HandshakeSize uint32
 	// MaglevSlots (key maglevSlots) is the capacity of the array that holds every VIP's Maglev
 	// table (a VIP uses as many slots as its table size), 0 to 4294967295; 0 means the default
 	// (16777216). Changing it needs the pinned maps removed.

@@ -41,6 +41,7 @@ func TestExample(t *testing.T) {
 		Datapath: Datapath{
 			PinPath:               "/sys/fs/bpf/xlb",
 			ConntrackSize:         1 << 20,
+			HandshakeSize:         1 << 16,
 			MaglevSlots:           1 << 24,
 			MaglevTableSize:       16381,
 			Seed:                  0,

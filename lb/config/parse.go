@@ -26,7 +26,7 @@ import (
 var (
 	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
 	interfaceFields = []string{"name", "mode"}
-	datapathFields  = []string{"pinPath", "conntrackSize", "maglevSlots", "maglevTableSize", "seed",
+	datapathFields  = []string{"pinPath", "conntrackSize", "handshakeSize", "maglevSlots", "maglevTableSize", "seed",
 		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
@@ -192,7 +192,7 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 	for _, f := range []struct {
 		key string
 		dst *uint32
-	}{{"conntrackSize", &dp.ConntrackSize}, {"maglevSlots", &dp.MaglevSlots}, {"seed", &dp.Seed}} {
+	}{{"conntrackSize", &dp.ConntrackSize}, {"handshakeSize", &dp.HandshakeSize}, {"maglevSlots", &dp.MaglevSlots}, {"seed", &dp.Seed}} {
 		if v := o.get(f.key); v != nil {
 			*f.dst, _ = d.uint32Of(v, o.at(f.key))
 		}
