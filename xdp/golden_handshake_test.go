@@ -212,3 +212,41 @@ func TestGoldenHandshakeSYNFlood(t *testing.T) {
 	ack, toX := clientTCP(30000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toX.bytes(t), fwd(ReasonFwdRedirect)})
 }
+
+// TestGoldenHandshakePortReuse: a SYN on a tuple whose handshake entry is still fresh but with
+// another sequence number is a new connection (a client reusing its port), not a retransmission:
+// it is balanced by the VIP's current table, and its ACK follows it, not the old SYN's backend
+// (which may have been taken out of service for new flows meanwhile).
+func TestGoldenHandshakePortReuse(t *testing.T) {
+	for _, c := range hsCases() {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, Options{})
+			services(t, g)
+			d := g.dp
+			must(t, d.UpsertBackend(c.y, c.setupBackend))
+
+			syn, synToX := c.tcp(49000, "S", c.toX, c.macX)
+			syn.Seq, synToX.Seq = 100, 100
+			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
+			must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
+			// The same SYN again is a retransmission: X.
+			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+			// A SYN with another ISN is a new connection: the current table's Y ...
+			syn2, syn2ToY := c.tcp(49000, "S", c.toY, c.macY)
+			syn2.Seq, syn2ToY.Seq = 900000, 900000
+			g.expect(t, syn2.bytes(t), g.ext, want{xdpRedirect, syn2ToY.bytes(t), fwd(ReasonFwdRedirect)})
+			if hs := handshakes(t, d); hs[syn.Src].BackendId != uint32(c.y) || hs[syn.Src].Isn != 900000 {
+				t.Fatalf("handshake after the new SYN: %+v", hs[syn.Src])
+			}
+			// ... and so does its ACK.
+			ack, ackToY := c.tcp(49000, "A", c.toY, c.macY)
+			ack.Seq, ackToY.Seq = 900001, 900001
+			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t), fwdHS(ReasonFwdRedirect)})
+			flows, err := d.Flows()
+			must(t, err)
+			if len(flows) != 1 || flows[0].Backend != c.y {
+				t.Fatalf("conntrack after the ACK: %+v", flows)
+			}
+		})
+	}
+}

@@ -106,6 +106,8 @@ type xlbHsEntry struct {
 	SynSeen   uint64
 	BackendId uint32
 	VipId     uint32
+	Isn       uint32
+	Pad       uint32
 }
 
 type xlbIpv6Ext struct {

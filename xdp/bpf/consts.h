@@ -80,6 +80,20 @@
  * through. Older entries are ignored (and overwritten by the next SYN). */
 #define HS_TIMEOUT_NS (60ull * 1000000000ull)
 
+/* HS_SEQ_WINDOW bounds how far past the SYN's sequence number a non-SYN packet of the handshake
+ * may be (its ACK is at isn + 1, data a little further): a quarter of the sequence space, far
+ * beyond any window, so that a packet of another connection on the same tuple (a reused client
+ * port, with its own random ISN) is rarely taken for this one. */
+#define HS_SEQ_WINDOW (1u << 30)
+
+/* hs_match says how hs_backend checks a packet against a handshake's SYN. */
+enum hs_match {
+	HS_MATCH_ANY,  /* an ICMP error about the flow: no sequence number to check */
+	HS_MATCH_SYN,  /* a SYN: only a retransmission (the same sequence number) matches; another
+			* SYN on the tuple is a new connection, balanced afresh */
+	HS_MATCH_DATA, /* the handshake's ACK (or later data): within HS_SEQ_WINDOW past the SYN's */
+};
+
 /* The new-flow rate guard works in windows of this length, per CPU. */
 #define RATE_WINDOW_NS 1000000000ull
 

@@ -232,7 +232,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 		if (!be && in.proto == PROTO_TCP)
 			/* A half-open connection: the backend its SYN went to. */
 			be = backend_get(hs_backend(bpf_map_lookup_elem(&handshakes, &fk), vi->id,
-						    bpf_ktime_get_coarse_ns()));
+						    bpf_ktime_get_coarse_ns(), HS_MATCH_ANY, 0));
 		if (!be) {
 			__u32 h = flow_hash(cfg_hash_seed, &in.dst, p->family, in.dport, in.sport,
 					    in.proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);

@@ -194,11 +194,17 @@ static __always_inline int rate_allow(struct cpu_state *cs, __u64 now, int hands
 }
 
 /* hs_backend returns the backend of handshakes entry e if a packet of VIP vip_id may still use
- * it at time now (entry fresh, same VIP, backend neither down nor deleted), else 0. */
-static __always_inline __u32 hs_backend(const struct hs_entry *e, __u32 vip_id, __u64 now)
+ * it at time now (entry fresh, same VIP, backend neither down nor deleted, and the packet of
+ * the same connection: see enum hs_match), else 0. */
+static __always_inline __u32 hs_backend(const struct hs_entry *e, __u32 vip_id, __u64 now,
+					enum hs_match match, __u32 seq)
 {
 	if (!e || e->vip_id != vip_id || elapsed(now, e->syn_seen) > HS_TIMEOUT_NS ||
 	    !backend_get(e->backend_id))
+		return 0;
+	if (match == HS_MATCH_SYN && seq != e->isn)
+		return 0;
+	if (match == HS_MATCH_DATA && seq - e->isn >= HS_SEQ_WINDOW)
 		return 0;
 	return e->backend_id;
 }

@@ -26,6 +26,7 @@ struct packet {
 	struct addr dst;
 	__be16 sport;        /* for ICMP: 0 */
 	__be16 dport;
+	__u32 tcp_seq;       /* TCP: the sequence number, host order */
 	__u32 frag_id;       /* valid when is_frag */
 	__u16 pkt_len;       /* bytes from Ethernet header to data_end */
 	__u8 family;
@@ -227,6 +228,7 @@ static __always_inline int parse_ports(void *data_end, struct packet *p)
 		p->sport = th->source;
 		p->dport = th->dest;
 		p->tcp_flags = ((__u8 *)th)[13];
+		p->tcp_seq = bpf_ntohl(th->seq);
 		return 0;
 	}
 	if (p->proto == PROTO_UDP) {

@@ -83,6 +83,9 @@ struct hs_entry {
 	__u64 syn_seen;   /* clock of the last SYN of this tuple */
 	__u32 backend_id; /* the backend the SYN was sent to */
 	__u32 vip_id;     /* the VIP the SYN was for (the entry is used only for this VIP) */
+	__u32 isn;        /* the SYN's sequence number: a SYN with another one on this tuple is a
+			   * new connection (a client port reused), not a retransmission */
+	__u32 pad;
 };
 
 /* Key of frags: one IP datagram. */

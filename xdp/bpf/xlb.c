@@ -160,7 +160,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	bid = 0;
 	if (p->proto == PROTO_TCP) {
 		hs = bpf_map_lookup_elem(&handshakes, &fk);
-		bid = hs_backend(hs, vip_id, now);
+		bid = hs_backend(hs, vip_id, now, syn ? HS_MATCH_SYN : HS_MATCH_DATA, p->tcp_seq);
 	}
 	if (bid)
 		count_reason(REASON_HS_HIT);
@@ -183,10 +183,11 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	if (syn) {
 		/* The SYN records its backend in handshakes for its ACK (and its retransmissions):
 		 * refreshed in place when the entry already names it, else written (own rate guard). */
-		if (hs && hs->backend_id == bid && hs->vip_id == vip_id)
+		if (hs && hs->backend_id == bid && hs->vip_id == vip_id && hs->isn == p->tcp_seq)
 			hs->syn_seen = now;
 		else if (rate_allow(cs, now, 1)) {
-			struct hs_entry he = { .syn_seen = now, .backend_id = bid, .vip_id = vip_id };
+			struct hs_entry he = { .syn_seen = now, .backend_id = bid, .vip_id = vip_id,
+					       .isn = p->tcp_seq };
 
 			bpf_map_update_elem(&handshakes, &fk, &he, BPF_ANY);
 		}
