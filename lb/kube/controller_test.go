@@ -553,3 +553,20 @@ func TestPodRoutes(t *testing.T) {
 		return slices.Equal(got, []string{"198.18.64.0/24 via 198.18.60.2", "2001:db8:64::/64 via 2001:db8:60::2"})
 	})
 }
+
+// A pool's BGP attributes reach the model of the Services holding its addresses (the announcer
+// merges them with the speaker's).
+func TestPoolRouteAttributes(t *testing.T) {
+	e := newEnv(t)
+	p := pool(t, "edge", "198.18.103.0/30")
+	med := uint32(7)
+	p.Route = lb.RouteAttributes{Communities: []uint32{65000<<16 | 300}, LargeCommunities: [][3]uint32{{65000, 3, 1}}, MED: &med}
+	c := e.controller("gw-1", Options{Pools: []Pool{p}})
+	e.create(e.service("web"))
+	e.ingress("web", 1)
+	e.eventually(5*time.Second, "the model carries the pool's attributes", func() bool {
+		m, ok := c.model(e.ns, "web")
+		return ok && slices.Equal(m.Route.Communities, p.Route.Communities) && len(m.Route.LargeCommunities) == 1 &&
+			m.Route.MED != nil && *m.Route.MED == 7
+	})
+}
