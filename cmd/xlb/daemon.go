@@ -380,14 +380,8 @@ func (d *daemon) withHealth(cfg *config.Config) (services []lb.Service, pending 
 
 // knownBackend reports whether the datapath already serves backend b of service s.
 func (d *daemon) knownBackend(s lb.Service, b lb.Backend) bool {
-	for _, p := range s.Ports {
-		tp := p.TargetPort
-		if t, ok := b.TargetPorts[p.Name]; ok {
-			tp = t
-		} else if tp == 0 {
-			tp = p.Port
-		}
-		if d.known[netip.AddrPortFrom(b.Addr.Unmap(), tp)] {
+	for _, e := range endpoints(s, b) {
+		if d.known[e] {
 			return true
 		}
 	}

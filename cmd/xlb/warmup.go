@@ -113,7 +113,7 @@ func endpoints(s lb.Service, b lb.Backend) []netip.AddrPort {
 		} else if tp == 0 {
 			tp = p.Port
 		}
-		out = append(out, netip.AddrPortFrom(b.Addr, tp))
+		out = append(out, netip.AddrPortFrom(b.Addr.Unmap(), tp))
 	}
 	return out
 }
