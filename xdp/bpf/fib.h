@@ -68,10 +68,9 @@ struct hop {
 /* next_hop finds where p goes as it stands (its destination, source and length): from the
  * per-CPU next-hop cache, or bpf_fib_lookup on a miss (which fills the cache). */
 static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *data_end,
-				    __u64 now, struct hop *h)
+				    __u64 now, __u32 gen, struct hop *h)
 {
-	__u32 gen = cache_gen();
-	struct bpf_fib_lookup fib = {};
+	struct bpf_fib_lookup fib;
 	__u32 slot = filter_bit(&p->dst, p->family) % NH_CACHE_SLOTS;
 	struct nexthop *nh = bpf_map_lookup_elem(&nh_cache, &slot);
 	long rc;
@@ -88,6 +87,8 @@ static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *
 		return HOP_SEND;
 	}
 
+	/* Only a cache miss pays for the lookup's 64-byte argument. */
+	__builtin_memset(&fib, 0, sizeof(fib));
 	fib.ifindex = ctx->ingress_ifindex;
 	fib.l4_protocol = p->proto;
 	fib.sport = p->sport;
@@ -170,11 +171,11 @@ static __always_inline int send_hop(struct xdp_md *ctx, struct packet *p, void *
 
 /* fib_forward sends a packet whose destination was just rewritten. */
 static __always_inline int fib_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
-				       __u64 now)
+				       __u64 now, __u32 gen)
 {
 	struct hop h = {};
 
-	return send_hop(ctx, p, data_end, next_hop(ctx, p, data_end, now, &h), &h);
+	return send_hop(ctx, p, data_end, next_hop(ctx, p, data_end, now, gen, &h), &h);
 }
 
 #endif

@@ -245,7 +245,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 			return verdict(REASON_PASS_TTL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 1, &be->addr, be->port ? be->port : in.sport);
 		count_reason(REASON_ICMP_TO_BACKEND);
-		return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns());
+		return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns(), cache_gen());
 	}
 
 	/* From the cluster side: quoted packet client:cport -> backend:bport. */
@@ -258,7 +258,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 		if (ttl_expiring(p, data_end))
 			return verdict(REASON_PASS_TTL, XDP_PASS);
 		/* An error about this host's own connection (e.g. a health probe) stays as it is. */
-		hop = next_hop(ctx, p, data_end, bpf_ktime_get_coarse_ns(), &h);
+		hop = next_hop(ctx, p, data_end, bpf_ktime_get_coarse_ns(), cache_gen(), &h);
 		if (hop == HOP_LOCAL)
 			return verdict(REASON_PASS_LOCAL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 0, &vip->addr, vport);

@@ -146,12 +146,15 @@ static __always_inline struct cpu_state *cpu_state_get(void)
 	return bpf_map_lookup_elem(&cpu_state, &zero);
 }
 
-/* now_ns returns CLOCK_MONOTONIC in ns, from the loader's clock when it is fresh (see consts.h). */
-static __always_inline __u64 now_ns(struct cpu_state *cs)
+/* now_gen returns CLOCK_MONOTONIC in ns, from the loader's clock when it is fresh (see consts.h),
+ * and stores the cache generation (cache_gen) in *gen: one read of map clock for both. */
+static __always_inline __u64 now_gen(struct cpu_state *cs, __u32 *gen)
 {
 	__u32 zero = 0;
 	struct clock_value *c = bpf_map_lookup_elem(&clock, &zero);
 	__u64 t = c ? c->ns : 0;
+
+	*gen = c ? c->gen : 0;
 
 	if (!t || !cs)
 		return bpf_ktime_get_coarse_ns();
@@ -168,6 +171,14 @@ static __always_inline __u64 now_ns(struct cpu_state *cs)
 	if (cs->clock_stale)
 		return bpf_ktime_get_coarse_ns();
 	return t;
+}
+
+/* now_ns is now_gen without the generation. */
+static __always_inline __u64 now_ns(struct cpu_state *cs)
+{
+	__u32 gen;
+
+	return now_gen(cs, &gen);
 }
 
 /* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts (or, with

@@ -62,13 +62,13 @@ static __always_inline struct vip_ref *ct_vip(struct packet *p, __u32 vip_id)
 /* forward DNATs a packet of VIP vip_id to backend bid and sends it on its way. */
 static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *data_end,
 				   __u32 vip_id, __u32 bid, struct backend *be, int new_flow,
-				   __u64 now)
+				   __u64 now, __u32 gen)
 {
 	count_traffic(&vip_stats, vip_id, p->pkt_len, new_flow);
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
 	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
-	return fib_forward(ctx, p, data_end, now);
+	return fib_forward(ctx, p, data_end, now, gen);
 }
 
 static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
@@ -96,8 +96,8 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	int syn = p->proto == PROTO_TCP && (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN;
 	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
 	struct cpu_state *cs = cpu_state_get();
-	__u64 now = now_ns(cs);
-	__u32 gen = cache_gen();
+	__u32 gen;
+	__u64 now = now_gen(cs, &gen);
 	struct flow_cache_entry *fc = NULL;
 	struct ct_entry *ct = NULL;
 	struct hs_entry *hs = NULL;
@@ -208,14 +208,15 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			fc->gen = 0;
 		ct = NULL;
 	}
-	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now);
+	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now,
+		       gen);
 
 established:
 	if ((ref->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
 		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
 	if (ttl_expiring(p, data_end))
 		return verdict(REASON_PASS_TTL, XDP_PASS);
-	return forward(ctx, p, data_end, vip_id, bid, be, 0, now);
+	return forward(ctx, p, data_end, vip_id, bid, be, 0, now, gen);
 }
 
 /* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
@@ -237,7 +238,10 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_PASS_TTL, XDP_PASS);
 	/* The destination does not change: route first, so that a backend's packet to this host
 	 * (a health-check reply) is left alone. */
-	hop = next_hop(ctx, p, data_end, now_ns(cpu_state_get()), &h);
+	__u32 gen;
+	__u64 now = now_gen(cpu_state_get(), &gen);
+
+	hop = next_hop(ctx, p, data_end, now, gen, &h);
 	if (hop == HOP_LOCAL)
 		return verdict(REASON_PASS_LOCAL, XDP_PASS);
 	count_reason(REASON_NAT_REVERSE);
@@ -256,8 +260,10 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP)
 		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 
+	/* The backend bitmap is only asked when the VIP one says no (or lb_forward finds no VIP):
+	 * to_vip alone decides everything in between. */
 	to_vip = filter_has(0, &p->dst, fam);
-	from_backend = filter_has(1, &p->src, fam);
+	from_backend = to_vip ? 0 : filter_has(1, &p->src, fam);
 	if (!to_vip && !from_backend)
 		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 
@@ -299,6 +305,7 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 		rc = lb_forward(ctx, p, data_end);
 		if (rc >= 0)
 			return rc;
+		from_backend = filter_has(1, &p->src, fam);
 	}
 	if (from_backend) {
 		rc = lb_reverse(ctx, p, data_end);
