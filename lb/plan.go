@@ -63,9 +63,19 @@ type ReversePlan struct {
 	// Frontend is the frontend when the endpoint serves exactly one.
 	Frontend Frontend
 	// Ambiguous is set when the endpoint serves several frontends (replies are then mapped by
-	// conntrack; see docs/datapath.md).
+	// conntrack, else by Candidates; see docs/datapath.md).
 	Ambiguous bool
+	// Candidates (Ambiguous only) are the frontends whose replies may leave by this endpoint,
+	// sorted; nil when there are more than MaxReverseCandidates. A gateway without conntrack
+	// entry for a reply finds its frontend as the one candidate whose Maglev table sends the
+	// reply's forward tuple to this endpoint.
+	Candidates []Frontend
 }
+
+// MaxReverseCandidates is how many frontends an ambiguous endpoint may list in
+// ReversePlan.Candidates: the datapath's REV_MAX_CANDIDATES (xdp.MaxReverseCandidates). Each costs
+// a reply without conntrack entry a few map lookups.
+const MaxReverseCandidates = 4
 
 // Desired is the datapath state every gateway derives from the same services.
 type Desired struct {
@@ -204,28 +214,57 @@ func buildTable(bes []PlannedBackend, m int, seed uint32) ([]int, error) {
 
 // planReverse derives the reverse NAT entries from the frontends.
 func (d *Desired) planReverse() {
+	serves := map[Endpoint][]Frontend{}
 	for f, p := range d.Frontends {
 		for _, b := range p.Backends {
 			ep := Endpoint{Addr: b.Key.Addr(), Port: b.Key.Port(), Proto: f.Proto}
-			if r, ok := d.Reverse[ep]; ok {
-				if r.Frontend != f {
-					d.Reverse[ep] = ReversePlan{Ambiguous: true}
-				}
-				continue
+			if !slices.Contains(serves[ep], f) {
+				serves[ep] = append(serves[ep], f)
 			}
-			d.Reverse[ep] = ReversePlan{Frontend: f}
 		}
 	}
-	// The datapath tries {address, port} before {address, 0}: an endpoint serving an all-ports
-	// frontend and a fixed-port one is ambiguous for both.
-	for ep := range d.Reverse {
-		if ep.Port == 0 {
+	for ep, fs := range serves {
+		cands := fs
+		if ep.Port != 0 {
+			// The datapath tries {address, port} before {address, 0}: replies from this port of
+			// an endpoint that also serves all-ports frontends (or fixed ones with target port
+			// 0) are looked up here, so those frontends are candidates too, and the entry is
+			// ambiguous; so is the {address, 0} one, whose replies may then come from any port.
+			any := Endpoint{Addr: ep.Addr, Port: 0, Proto: ep.Proto}
+			if other, ok := serves[any]; ok {
+				cands = append(slices.Clone(fs), other...)
+				d.Reverse[any] = ambiguous(other)
+			}
+		}
+		if len(cands) == 1 {
+			if _, done := d.Reverse[ep]; !done {
+				d.Reverse[ep] = ReversePlan{Frontend: cands[0]}
+			}
 			continue
 		}
-		any := Endpoint{Addr: ep.Addr, Port: 0, Proto: ep.Proto}
-		if _, ok := d.Reverse[any]; ok {
-			d.Reverse[ep] = ReversePlan{Ambiguous: true}
-			d.Reverse[any] = ReversePlan{Ambiguous: true}
-		}
+		d.Reverse[ep] = ambiguous(cands)
 	}
+}
+
+// ambiguous is the reverse plan of an endpoint serving frontends fs (sorted into Candidates, or
+// none when there are too many for the datapath).
+func ambiguous(fs []Frontend) ReversePlan {
+	r := ReversePlan{Ambiguous: true}
+	fs = slices.Clone(fs)
+	slices.SortFunc(fs, compareFrontends)
+	if fs = slices.Compact(fs); len(fs) <= MaxReverseCandidates {
+		r.Candidates = fs
+	}
+	return r
+}
+
+// compareFrontends orders frontends by address, port and protocol.
+func compareFrontends(a, b Frontend) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	if a.Port != b.Port {
+		return int(a.Port) - int(b.Port)
+	}
+	return int(a.Proto) - int(b.Proto)
 }

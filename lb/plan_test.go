@@ -1,7 +1,9 @@
 package lb
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -129,5 +131,52 @@ func TestValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}
+	}
+}
+
+// TestPlanReverseCandidates: an ambiguous endpoint lists the frontends it serves (sorted, those
+// reaching it through an all-ports entry included) for the datapath's Maglev re-derivation, and
+// none when there are more than MaxReverseCandidates.
+func TestPlanReverseCandidates(t *testing.T) {
+	fe := func(a string, port uint16) Frontend { return Frontend{netip.MustParseAddr(a), port, TCP} }
+	ep := func(a string, port uint16) Endpoint { return Endpoint{netip.MustParseAddr(a), port, TCP} }
+	a := svc("a", "198.18.100.1", 80, "198.18.1.10", "198.18.1.11")
+	c := svc("c", "198.18.100.3", 81, "198.18.1.10")
+	d, errs := Plan([]Service{c, a}, PlanOptions{Seed: 1, TableSize: 251})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	want := []Frontend{fe("198.18.100.1", 80), fe("198.18.100.3", 81)}
+	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || !slices.Equal(r.Candidates, want) {
+		t.Errorf("endpoint behind a and c: %+v, want candidates %v", r, want)
+	}
+	if r := d.Reverse[ep("198.18.1.11", 8080)]; r.Ambiguous || r.Candidates != nil || r.Frontend != fe("198.18.100.1", 80) {
+		t.Errorf("endpoint behind a only: %+v", r)
+	}
+
+	// An all-ports frontend on the same address: a reply from :8080 may belong to it too.
+	b := svc("b", "198.18.100.2", 0, "198.18.1.10")
+	b.Ports[0].TargetPort = 0
+	d, _ = Plan([]Service{c, b, a}, PlanOptions{Seed: 1, TableSize: 251})
+	want = []Frontend{fe("198.18.100.1", 80), fe("198.18.100.2", 0), fe("198.18.100.3", 81)}
+	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || !slices.Equal(r.Candidates, want) {
+		t.Errorf("endpoint behind a, c and all-ports b: %+v, want candidates %v", r, want)
+	}
+	if r := d.Reverse[ep("198.18.1.10", 0)]; !r.Ambiguous || !slices.Equal(r.Candidates, []Frontend{fe("198.18.100.2", 0)}) {
+		t.Errorf("all-ports entry shadowed by a fixed-port one: %+v", r)
+	}
+
+	// Five frontends on one endpoint: too many for the datapath, conntrack only.
+	var many []Service
+	for i := range MaxReverseCandidates + 1 {
+		many = append(many, svc(fmt.Sprintf("s%d", i), fmt.Sprintf("198.18.100.%d", i+1), 80, "198.18.1.10"))
+	}
+	d, _ = Plan(many, PlanOptions{Seed: 1, TableSize: 251})
+	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || r.Candidates != nil {
+		t.Errorf("endpoint behind %d frontends: %+v, want ambiguous without candidates", len(many), r)
+	}
+	d, _ = Plan(many[:MaxReverseCandidates], PlanOptions{Seed: 1, TableSize: 251})
+	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || len(r.Candidates) != MaxReverseCandidates {
+		t.Errorf("endpoint behind %d frontends: %+v, want them all as candidates", MaxReverseCandidates, r)
 	}
 }

@@ -155,6 +155,23 @@ func BenchmarkReverseNAT(b *testing.B) {
 	benchPackets(b, g, g.int, pkts, xdpRedirect)
 }
 
+// BenchmarkReverseNATMaglev: the reply of an endpoint serving two VIPs, on a gateway without its
+// conntrack entry: the VIP is re-derived from the two candidates' Maglev tables (a conntrack miss,
+// then two hashes and table lookups), then translated as in ReverseNAT.
+func BenchmarkReverseNATMaglev(b *testing.B) {
+	g := benchGW(b)
+	// VIP 9 (vip4:81) sends every tuple to be2v4:9000, VIP 10 (vip4:82) none.
+	must(b, g.dp.SetMaglevTable(10, table(65537, 21)))
+	must(b, g.dp.SetReverse(Endpoint{Addr: be2v4, Port: 9000, Proto: TCP},
+		ReverseNAT{Ambiguous: true, Candidates: [MaxReverseCandidates]VIPID{9, 10}}))
+	pkts := make([][]byte, 4096)
+	for i := range pkts {
+		pkts[i] = pk{SrcMAC: macBE2, DstMAC: macInt, Src: ap(be2v4, 9000), Dst: ap(client4, uint16(10000+i)),
+			Proto: layers.IPProtocolTCP, Flags: "A", Payload: make([]byte, 10)}.bytes(b)
+	}
+	benchPackets(b, g, g.int, pkts, xdpRedirect)
+}
+
 // BenchmarkNonVIPPass: TCP to an address that is no VIP, from one that is no backend.
 func BenchmarkNonVIPPass(b *testing.B) {
 	g := benchGW(b)

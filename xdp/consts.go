@@ -21,6 +21,11 @@ const (
 
 	revFlagAmbiguous = 1 << 0
 
+	// MaxReverseCandidates is REV_MAX_CANDIDATES: how many frontends an ambiguous endpoint's
+	// reverse entry lists (ReverseNAT.Candidates) for the datapath to re-derive a reply's
+	// frontend with Maglev when it has no conntrack entry.
+	MaxReverseCandidates = 4
+
 	ctFlagClosing = 1 << 0
 	ctFlagReverse = 1 << 1
 )
@@ -59,6 +64,9 @@ const (
 	ReasonCTReselect       = Reason(xlbReasonREASON_CT_RESELECT)
 	ReasonHandshakeHit     = Reason(xlbReasonREASON_HS_HIT)
 	ReasonHandshakeLimited = Reason(xlbReasonREASON_HS_RATE_LIMITED)
+	// ReasonNATReverseMaglev counts, among ReasonNATReverse, the replies of an ambiguous
+	// endpoint without conntrack entry whose frontend Maglev re-derived (ReverseNAT.Candidates).
+	ReasonNATReverseMaglev = Reason(xlbReasonREASON_NAT_REVERSE_MAGLEV)
 	numReasons             = int(xlbReasonREASON_MAX)
 )
 
@@ -68,7 +76,7 @@ var reasonNames = [...]string{
 	"pass_icmp", "pass_local", "drop_malformed_l4", "drop_src_range", "drop_no_backend", "drop_frag_unknown",
 	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
-	"handshake_hit", "handshake_rate_limited",
+	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev",
 }
 
 // String returns the counter's name, as used in metrics.

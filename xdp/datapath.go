@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,6 +171,7 @@ func Load(opts Options) (*Datapath, error) {
 	}
 
 	var collOpts ebpf.CollectionOptions
+	var oldReverse []reverseEntry
 	if opts.NoPin {
 		for _, m := range spec.Maps {
 			m.Pinning = ebpf.PinNone
@@ -180,6 +182,9 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		collOpts.Maps.PinPath = opts.PinPath
 		if err := replaceDisposablePins(spec, opts.PinPath, opts.Logger); err != nil {
+			return nil, fmt.Errorf("load datapath: %w", err)
+		}
+		if oldReverse, err = unpinOldReverse(spec, opts.PinPath, opts.Logger); err != nil {
 			return nil, fmt.Errorf("load datapath: %w", err)
 		}
 	}
@@ -196,6 +201,12 @@ func Load(opts Options) (*Datapath, error) {
 				opts.PinPath, err)
 		}
 		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	for _, e := range oldReverse {
+		if err := d.objs.Reverse.Put(e.key, e.value); err != nil {
+			d.objs.Close()
+			return nil, fmt.Errorf("load datapath: carry a reverse NAT entry over from the pinned map: %w", err)
+		}
 	}
 	if err := d.start(); err != nil {
 		d.objs.Close()
@@ -419,6 +430,49 @@ func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, log *slog.Logg
 		}
 	}
 	return nil
+}
+
+// reverseEntry is one entry of a pinned reverse map, as raw key and value bytes.
+type reverseEntry struct{ key, value []byte }
+
+// oldRevValueSize is the size of struct rev_value before it listed the ambiguous endpoints'
+// candidate VIPs: {vip_id, vip_port, flags}.
+const oldRevValueSize = 8
+
+// unpinOldReverse reads the entries of a reverse map pinned under dir by a build whose rev_value
+// had no candidates, and unpins it, so that loading creates this build's map; Load then writes
+// the entries into it, their candidates empty (the reconciler fills them in), before the program
+// is attached. Forwarding goes on meanwhile: the attached program keeps the old map. A map
+// pinned with any other mismatch is left alone (loading reports it).
+func unpinOldReverse(spec *ebpf.CollectionSpec, dir string, log *slog.Logger) ([]reverseEntry, error) {
+	path := filepath.Join(dir, xlbMapReverse)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		return nil, nil // not pinned (or unreadable: loading reports it)
+	}
+	defer m.Close()
+	want := spec.Maps[xlbMapReverse]
+	if want.Compatible(m) == nil || m.ValueSize() != oldRevValueSize || m.KeySize() != want.KeySize ||
+		m.Type() != want.Type || m.MaxEntries() != want.MaxEntries {
+		return nil, nil
+	}
+	var out []reverseEntry
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		val := make([]byte, want.ValueSize)
+		copy(val, v)
+		out = append(out, reverseEntry{key: slices.Clone(k), value: val})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read pinned reverse map of an earlier build: %w", err)
+	}
+	log.Info("replacing pinned map made by another build, keeping its entries", "map", xlbMapReverse,
+		"entries", len(out))
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("replace pinned map %s: %w", path, err)
+	}
+	return out, nil
 }
 
 // LoadPinned loads the datapath adopting the maps pinned under dir with whatever conntrack size,

@@ -503,15 +503,36 @@ func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v := xlbRevValue{}
-	if r.Ambiguous {
-		v.Flags = revFlagAmbiguous
-	} else {
+	// checkVIP returns the frontend of VIP id, which must be configured, of ep's family.
+	checkVIP := func(id VIPID) (xlbVipRef, error) {
 		var ref xlbVipRef
-		if err := d.objs.VipById.Lookup(uint32(r.VIP), &ref); err != nil || ref.Key.Family == 0 {
-			return fmt.Errorf("reverse NAT of %s: VIP id %d is not configured", ep, r.VIP)
+		if err := d.objs.VipById.Lookup(uint32(id), &ref); err != nil || ref.Key.Family == 0 {
+			return ref, fmt.Errorf("reverse NAT of %s: VIP id %d is not configured", ep, id)
 		}
 		if _, fam := toWire(ep.Addr); fam != ref.Key.Family {
-			return fmt.Errorf("reverse NAT of %s: VIP %s is of another family", ep, frontendOf(ref.Key))
+			return ref, fmt.Errorf("reverse NAT of %s: VIP %s is of another family", ep, frontendOf(ref.Key))
+		}
+		return ref, nil
+	}
+	if r.Ambiguous {
+		v.Flags = revFlagAmbiguous
+		// The datapath stops at the first 0: the candidates must come first.
+		for i, id := range r.Candidates {
+			if id == 0 {
+				if slices.ContainsFunc(r.Candidates[i:], func(id VIPID) bool { return id != 0 }) {
+					return fmt.Errorf("reverse NAT of %s: candidate VIP ids %v have a gap", ep, r.Candidates)
+				}
+				break
+			}
+			if _, err := checkVIP(id); err != nil {
+				return err
+			}
+			v.Cand[i] = uint32(id)
+		}
+	} else {
+		ref, err := checkVIP(r.VIP)
+		if err != nil {
+			return err
 		}
 		v.VipId = uint32(r.VIP)
 		v.VipPort = ref.Key.Port
@@ -561,7 +582,11 @@ func (d *Datapath) Reverses() (map[Endpoint]ReverseNAT, error) {
 	it := d.objs.Reverse.Iterate()
 	for it.Next(&k, &v) {
 		f := frontendOf(k)
-		out[Endpoint(f)] = ReverseNAT{VIP: VIPID(v.VipId), Ambiguous: v.Flags&revFlagAmbiguous != 0}
+		r := ReverseNAT{VIP: VIPID(v.VipId), Ambiguous: v.Flags&revFlagAmbiguous != 0}
+		for i, id := range v.Cand {
+			r.Candidates[i] = VIPID(id)
+		}
+		out[Endpoint(f)] = r
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list reverse NAT entries: %w", err)

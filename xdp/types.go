@@ -96,8 +96,13 @@ type ReverseNAT struct {
 	// VIP is the frontend whose address (and port, unless it serves all ports) the replies get.
 	VIP VIPID
 	// Ambiguous marks an endpoint that serves several VIP:ports; the datapath then finds the VIP
-	// of each reply in conntrack (so only a gateway that saw the flow can translate it).
+	// of each reply in conntrack, else among Candidates.
 	Ambiguous bool
+	// Candidates (Ambiguous only) are the VIPs the endpoint serves, unused ones 0; all 0 when it
+	// serves more than MaxReverseCandidates. A reply without conntrack entry (its flow's first
+	// packet went through another gateway) gets the one VIP whose Maglev table sends the reply's
+	// forward tuple to this endpoint; when none or several do, it is passed untranslated.
+	Candidates [MaxReverseCandidates]VIPID
 }
 
 // Flow is one conntrack entry.

@@ -168,7 +168,8 @@ const (
 	xlbReasonREASON_CT_RESELECT        xlbReason = 26
 	xlbReasonREASON_HS_HIT             xlbReason = 27
 	xlbReasonREASON_HS_RATE_LIMITED    xlbReason = 28
-	xlbReasonREASON_MAX                xlbReason = 29
+	xlbReasonREASON_NAT_REVERSE_MAGLEV xlbReason = 29
+	xlbReasonREASON_MAX                xlbReason = 30
 )
 
 type xlbRevValue struct {
@@ -176,6 +177,7 @@ type xlbRevValue struct {
 	VipId   uint32
 	VipPort uint16
 	Flags   uint16
+	Cand    [4]uint32
 }
 
 type xlbSrcRangeKey struct {
@@ -196,6 +198,7 @@ type xlbSvcCacheEntry struct {
 	Found uint8
 	Pad   [2]uint8
 	Vip   xlbVipInfo
+	_     [8]byte
 }
 
 type xlbSvcKey struct {

@@ -197,14 +197,15 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	}
 
 	// Reverse entries that become ambiguous go first: a new table must not publish a shared
-	// endpoint before its backends write reverse conntrack entries (they need no VIP id).
+	// endpoint before its backends write reverse conntrack entries (they need no VIP id). Their
+	// Maglev candidates, which name VIP ids, are written with the other reverse entries below.
 	for ep, rp := range d.Reverse {
 		xe := xdp.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: xdp.Protocol(ep.Proto)}
 		if !rp.Ambiguous || broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
 			continue
 		}
 		v := xdp.ReverseNAT{Ambiguous: true}
-		if cur, ok := r.reverse[xe]; ok && cur == v {
+		if cur, ok := r.reverse[xe]; ok && cur.Ambiguous {
 			continue
 		}
 		if err := r.dp.SetReverse(xe, v); err != nil {
@@ -295,7 +296,9 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 			continue
 		}
 		v := xdp.ReverseNAT{Ambiguous: rp.Ambiguous}
-		if !rp.Ambiguous {
+		if rp.Ambiguous {
+			v.Candidates = candidateIDs(rp.Candidates, ids)
+		} else {
 			id, ok := ids[rp.Frontend]
 			if !ok {
 				// Its frontend could not be created: keep what the datapath has.
@@ -355,6 +358,23 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 		res.BackendsDeleted++
 	}
 	return res, errors.Join(errs...)
+}
+
+// candidateIDs maps an ambiguous endpoint's candidate frontends to their VIP ids. When there are
+// too many for the datapath, or one has no VIP id (it could not be created), it lists none: the
+// datapath must not pick the only match among an incomplete list.
+func candidateIDs(fs []lb.Frontend, ids map[lb.Frontend]xdp.VIPID) (out [xdp.MaxReverseCandidates]xdp.VIPID) {
+	if len(fs) > len(out) {
+		return out
+	}
+	for i, f := range fs {
+		id, ok := ids[f]
+		if !ok {
+			return [xdp.MaxReverseCandidates]xdp.VIPID{}
+		}
+		out[i] = id
+	}
+	return out
 }
 
 // table maps a plan's table to backend ids. It fails if a backend the table uses was not written.

@@ -424,3 +424,47 @@ func TestDownAfterTables(t *testing.T) {
 		t.Fatalf("write order %v: the backend must go down after the tables", rec.ops)
 	}
 }
+
+// TestAmbiguousCandidates: an endpoint shared by two services gets an ambiguous reverse entry
+// naming both VIPs (by id) as Maglev candidates; applying the same plan again writes nothing.
+func TestAmbiguousCandidates(t *testing.T) {
+	if lb.MaxReverseCandidates != xdp.MaxReverseCandidates {
+		t.Fatalf("lb plans %d reverse candidates, the datapath holds %d", lb.MaxReverseCandidates, xdp.MaxReverseCandidates)
+	}
+	dp := load(t, xdp.Options{})
+	r, err := New(dp, nil)
+	must(t, err)
+	api := lb.Service{Name: "default/api", VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.2")},
+		Ports:    []lb.Port{{Port: 80, Protocol: lb.TCP, TargetPort: 8080}},
+		Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1}}}
+	d := plan(t, web("198.18.1.10", "198.18.1.11"), api)
+	_, err = r.Apply(d)
+	must(t, err)
+	checkDatapath(t, dp, d)
+	vips, err := dp.VIPs()
+	must(t, err)
+	rev, err := dp.Reverses()
+	must(t, err)
+	ep := xdp.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: xdp.TCP}
+	want := xdp.ReverseNAT{Ambiguous: true}
+	for i, f := range d.Reverse[lb.Endpoint{Addr: ep.Addr, Port: 8080, Proto: lb.TCP}].Candidates {
+		want.Candidates[i] = vips[xdpFrontend(f)].ID
+	}
+	if got := rev[ep]; got != want || got.Candidates[0] == 0 || got.Candidates[1] == 0 || got.Candidates[2] != 0 {
+		t.Fatalf("shared endpoint: %+v, want %+v (web and api)", got, want)
+	}
+	res, err := r.Apply(d)
+	must(t, err)
+	if res.Changes() != 0 {
+		t.Fatalf("second apply of the same plan wrote %+v", res)
+	}
+	// api leaves: the endpoint serves web only, statelessly again.
+	d = plan(t, web("198.18.1.10", "198.18.1.11"))
+	_, err = r.Apply(d)
+	must(t, err)
+	rev, err = dp.Reverses()
+	must(t, err)
+	if got := rev[ep]; got.Ambiguous || got.Candidates != ([xdp.MaxReverseCandidates]xdp.VIPID{}) {
+		t.Fatalf("endpoint of web alone: %+v", got)
+	}
+}

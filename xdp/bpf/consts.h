@@ -65,7 +65,16 @@
 					* write a reverse conntrack entry (set by Go) */
 
 /* rev_value.flags */
-#define REV_F_AMBIGUOUS (1u << 0) /* endpoint serves several VIP:ports: find the VIP in conntrack */
+#define REV_F_AMBIGUOUS (1u << 0) /* endpoint serves several VIP:ports: find the VIP in conntrack,
+				   * else (no entry: another gateway saw the flow) re-derive it with
+				   * Maglev among rev_value.cand */
+
+/* How many frontends an ambiguous endpoint's reverse entry lists in rev_value.cand (written by
+ * Go from lb.ReversePlan.Candidates). A reply without conntrack entry is translated when exactly
+ * one of them would have sent its forward tuple to this endpoint: every gateway has the same
+ * Maglev tables, so any gateway can tell. An endpoint serving more frontends gets no candidates
+ * (conntrack only, as before): each candidate costs the reply ~4 map lookups. */
+#define REV_MAX_CANDIDATES 4
 
 /* ct_entry.flags */
 #define CT_F_CLOSING (1u << 0) /* FIN or RST seen: the short closing timeout applies */
@@ -177,6 +186,8 @@ enum reason {
 				      * ACK, a retransmitted SYN) sent to its SYN's backend, from
 				      * handshakes */
 	REASON_HS_RATE_LIMITED,      /* SYN forwarded without a handshakes entry (rate guard) */
+	REASON_NAT_REVERSE_MAGLEV,   /* of nat_reverse: an ambiguous endpoint's reply without conntrack
+				      * entry, its VIP re-derived from the candidates' Maglev tables */
 	REASON_MAX,
 };
 

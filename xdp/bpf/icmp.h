@@ -251,7 +251,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 	/* From the cluster side: quoted packet client:cport -> backend:bport. */
 	if (filter_has(1, &in.dst, p->family) &&
 	    reverse_vip(&in.dst, &in.src, in.dport, in.sport, in.proto, p->family,
-			&vip, &vport) == 0) {
+			&vip, &vport) >= 0) {
 		struct hop h = {};
 		int hop;
 

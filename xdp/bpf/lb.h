@@ -239,9 +239,65 @@ static __always_inline void frag_key_of(struct frag_key *k, struct packet *p)
 	k->family = p->family;
 }
 
+/* reverse_maglev re-derives the frontend of an ambiguous endpoint's reply (be_addr:bport ->
+ * client:cport) that has no conntrack entry: the frontend among rv's candidates whose Maglev
+ * table maps the forward tuple (client:cport -> VIP:vport) to this endpoint, hashed exactly as
+ * lb_forward hashes a new flow. Every gateway has the same tables, so this works on a gateway that
+ * never saw the flow. Returns 1 and sets *vip_id, *vport when exactly one candidate matches; 0
+ * when none does (the flow was pinned to an older choice, or no candidates) or several do (a
+ * true collision): the caller then gives up as before. Bounded: REV_MAX_CANDIDATES iterations. */
+static __always_inline int reverse_maglev(const struct rev_value *rv, const struct addr *be_addr,
+					  const struct addr *client, __be16 bport, __be16 cport,
+					  __u8 proto, __u8 family, __u32 *vip_id, __be16 *vport)
+{
+	__u32 found = 0;
+	__be16 found_port = 0;
+	int i;
+
+	for (i = 0; i < REV_MAX_CANDIDATES; i++) {
+		__u32 id = rv->cand[i], bid;
+		struct vip_ref *ref;
+		struct vip_info *vi;
+		struct backend *be;
+		__be16 dport, want;
+
+		if (!id)
+			break;
+		ref = bpf_map_lookup_elem(&vip_by_id, &id);
+		if (!ref || ref->key.family != family || ref->key.proto != proto)
+			continue;
+		vi = bpf_map_lookup_elem(&vips, &ref->key);
+		if (!vi || (vi->flags & VIP_F_MARKER))
+			continue;
+		/* The forward packet's destination port: the service port, or for an all-ports VIP
+		 * the port it kept through DNAT, which the reply carries as its source. */
+		dport = ref->key.port ? ref->key.port : bport;
+		bid = maglev_pick(vi, flow_hash(cfg_hash_seed, client, family, cport, dport, proto,
+						vi->flags & VIP_F_AFFINITY_CLIENTIP));
+		if (!bid)
+			continue;
+		be = bpf_map_lookup_elem(&backends, &bid);
+		if (!be || be->family != family || !addr_eq(&be->addr, be_addr))
+			continue;
+		want = be->port ? be->port : dport; /* the port the forward packet was sent to */
+		if (want != bport)
+			continue;
+		if (found)
+			return 0; /* several frontends send this tuple here */
+		found = id;
+		found_port = ref->key.port;
+	}
+	if (!found)
+		return 0;
+	*vip_id = found;
+	*vport = found_port ? found_port : bport;
+	return 1;
+}
+
 /* reverse_vip finds the VIP (address, port) that a backend endpoint's packet to a client must
- * appear to come from. Returns 0 when found, -1 when the endpoint is not a backend, -2 when it
- * is an ambiguous backend without a conntrack entry for this flow. */
+ * appear to come from. Returns 0 when found (reverse entry or conntrack), 1 when found by
+ * reverse_maglev (an ambiguous backend without conntrack entry), -1 when the endpoint is not a
+ * backend, -2 when it is an ambiguous backend whose frontend neither conntrack nor Maglev gives. */
 static __always_inline int reverse_vip(const struct addr *be_addr, const struct addr *client,
 				       __be16 bport, __be16 cport, __u8 proto, __u8 family,
 				       struct svc_key **vip, __be16 *vport)
@@ -250,18 +306,26 @@ static __always_inline int reverse_vip(const struct addr *be_addr, const struct 
 						 cache_gen());
 	struct vip_ref *ref;
 	__u32 vip_id;
+	int rc = 0;
 
 	if (!rv)
 		return -1;
 	if (rv->flags & REV_F_AMBIGUOUS) {
+		/* Conntrack first: the gateway that saw the flow knows its frontend for certain
+		 * (even when the flow was pinned to an older Maglev choice). */
 		struct flow_key rk = { .src = *be_addr, .dst = *client, .sport = bport,
 				       .dport = cport, .proto = proto, .family = family };
 		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &rk);
 
-		if (!ct)
+		if (ct) {
+			vip_id = ct->vip_id;
+			*vport = ct->vip_port;
+		} else if (reverse_maglev(rv, be_addr, client, bport, cport, proto, family, &vip_id,
+					  vport)) {
+			rc = 1;
+		} else {
 			return -2;
-		vip_id = ct->vip_id;
-		*vport = ct->vip_port;
+		}
 	} else {
 		vip_id = rv->vip_id;
 		*vport = rv->vip_port ? rv->vip_port : bport;
@@ -270,7 +334,7 @@ static __always_inline int reverse_vip(const struct addr *be_addr, const struct 
 	if (!ref || ref->key.family != family)
 		return -1;
 	*vip = &ref->key;
-	return 0;
+	return rc;
 }
 
 #endif

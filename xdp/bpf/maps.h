@@ -54,8 +54,9 @@ struct {
 } backends SEC(".maps");
 
 /* reverse: backend endpoint {Pod address, target port (0 = any), proto} -> the VIP its
- * replies come from, or REV_F_AMBIGUOUS when the endpoint serves several VIP:ports.
- * Written by Go (derived from service state, so it works without conntrack). */
+ * replies come from, or REV_F_AMBIGUOUS when the endpoint serves several VIP:ports, with up to
+ * REV_MAX_CANDIDATES of their VIP ids for reverse_maglev. Written by Go (SetReverse, derived from
+ * service state, so it works without conntrack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct svc_key);

@@ -49,11 +49,16 @@ struct backend {
 	__u8 flags;   /* BACKEND_F_* */
 };
 
-/* Value of reverse: which VIP a backend endpoint's replies must appear to come from. */
+/* Value of reverse (written by Go, SetReverse): which VIP a backend endpoint's replies must
+ * appear to come from. */
 struct rev_value {
-	__u32 vip_id;   /* the VIP's address is vip_by_id[vip_id].addr */
+	__u32 vip_id;   /* the VIP's address is vip_by_id[vip_id].addr (unambiguous entries) */
 	__be16 vip_port;/* service port to restore; 0 keeps the source port (all-ports VIP) */
 	__u16 flags;    /* REV_F_* */
+	/* REV_F_AMBIGUOUS entries: the VIP ids of the frontends the endpoint serves, unused ones 0
+	 * (all 0 when it serves more than REV_MAX_CANDIDATES). A reply without conntrack entry takes
+	 * the one whose Maglev table alone maps the reply's forward tuple to this endpoint. */
+	__u32 cand[REV_MAX_CANDIDATES];
 };
 
 /* Key of conntrack: a flow as seen on the wire in one direction. Forward entries are keyed

@@ -3,8 +3,8 @@
  *
  * Client -> VIP packets are DNATed to a backend (Pod IP : target port) chosen by conntrack or,
  * for new flows, by the VIP's Maglev table; backend -> client replies get the VIP back as their
- * source (stateless from the reverse map, or from conntrack when an endpoint serves several
- * VIP:ports). Everything else goes to the host untouched. See docs/datapath.md. */
+ * source (stateless from the reverse map; when an endpoint serves several VIP:ports, from
+ * conntrack, else from the candidates' Maglev tables). Everything else goes to the host untouched. See docs/datapath.md. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -245,6 +245,8 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 	if (hop == HOP_LOCAL)
 		return verdict(REASON_PASS_LOCAL, XDP_PASS);
 	count_reason(REASON_NAT_REVERSE);
+	if (rc == 1)
+		count_reason(REASON_NAT_REVERSE_MAGLEV);
 	rewrite_endpoint(p, data_end, 1, &vip->addr, vport);
 	return send_hop(ctx, p, data_end, hop, &h);
 }
