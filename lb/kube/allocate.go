@@ -79,7 +79,7 @@ func (c *Controller) allocate(ctx context.Context, svc *corev1.Service, req Addr
 			reason = string(ie.Reason)
 		}
 		msg := aerr.Error()
-		if len(keep) > 0 {
+		if len(keep) > 0 && len(orphaned) == 0 {
 			msg += fmt.Sprintf("; still serving %s meanwhile", joinAddrs(keep))
 		}
 		cond := metav1.Condition{Type: ConditionAllocated, Status: metav1.ConditionFalse, Reason: conditionReason(reason), Message: msg}

@@ -570,3 +570,36 @@ func TestPoolRouteAttributes(t *testing.T) {
 			m.Route.MED != nil && *m.Route.MED == 7
 	})
 }
+
+// Pools changed under a Service (SIGHUP): its address, now in no pool, keeps serving and is
+// given to nobody else; the Service gets a Warning and a False condition saying why.
+func TestPoolChangedUnderService(t *testing.T) {
+	e := newEnv(t)
+	c := e.controller("gw-1", Options{Pools: []Pool{pool(t, "old", "198.18.104.0/30")}})
+	e.create(e.service("web"))
+	vip := e.ingress("web", 1)[0]
+	if err := c.SetPools([]Pool{pool(t, "new", "198.18.105.0/30")}); err != nil {
+		t.Fatal(err)
+	}
+	t.Log(e.waitEvent("web", "Warning AllocationFailed"))
+	e.eventually(5*time.Second, "condition False, AddressOrphaned", func() bool {
+		cond := e.condition("web")
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "AddressOrphaned" &&
+			strings.Contains(cond.Message, vip.String())
+	})
+	if got := statusAddrs(e.get("web")); len(got) != 1 || got[0] != vip {
+		t.Errorf("status %v, want the old %v kept", got, vip)
+	}
+	if m, ok := c.model(e.ns, "web"); !ok || m.VIPs[0] != vip {
+		t.Errorf("model %+v: the VIP stopped being served", m)
+	}
+	// A new Service gets an address of the new pool, not the orphan.
+	e.create(e.service("next"))
+	if got := e.ingress("next", 1); got[0] != addr("198.18.105.0") {
+		t.Errorf("next got %v, want 198.18.105.0", got)
+	}
+	// Invalid pools are refused and change nothing.
+	if err := c.SetPools([]Pool{pool(t, "a", "198.18.106.0/30"), pool(t, "b", "198.18.106.2/31")}); err == nil {
+		t.Error("overlapping pools accepted")
+	}
+}
