@@ -372,7 +372,24 @@ func bgpPassword(t *testing.T, s *Site) {
 		_ = ipc(g1.NS, fmt.Sprintf("addr del %s/24 dev up0", gb))
 		_ = ipc(s.Router.NS, fmt.Sprintf("addr del %s/24 dev %s", rb, g1.Name))
 	})
-	before := xlbPeers(t, g1)
+	// Every existing session up first (the IPv6 one may still be coming up after an earlier
+	// subtest): a session that comes up meanwhile is not one the reload touched.
+	var before map[string]xlbPeer
+	upBy := time.Now().Add(bgpUpTimeout)
+	for {
+		before = xlbPeers(t, g1)
+		all := true
+		for _, p := range before {
+			all = all && p.State == "established"
+		}
+		if all {
+			break
+		}
+		if time.Now().After(upBy) {
+			t.Fatalf("g1's sessions not all established within %v: %+v", bgpUpTimeout, before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	time.Sleep(1100 * time.Millisecond) // establishment times are whole seconds: make a reset visible
 	cfg := s.ConfigYAML(g1, s.Backends()) + fmt.Sprintf(
 		"    - {address: %s, asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s, passwordFile: %s}\n",
