@@ -1,10 +1,12 @@
 // Command xlb is the xlb load-balancer appliance.
 //
-//	xlb run --config FILE    run the standalone appliance from a YAML file
+//	xlb run --config FILE    run the appliance from a YAML file (Kubernetes mode when the file
+//	                         has a kubernetes section)
 //	xlb cleanup [--pin-path DIR]
 //	                         detach every program and remove every map and link xlb pinned
+//	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
 //
-// See README.md and lb/config/example.yaml.
+// See README.md, deploy/xlb.example.yaml and deploy/xlb.kubernetes.example.yaml.
 package main
 
 import (
@@ -26,8 +28,10 @@ func main() {
 
 const usage = `usage:
   xlb run --config FILE [--cleanup-on-exit]
-      Run the standalone appliance. SIGHUP reloads FILE; SIGTERM/SIGINT stop the daemon and,
-      unless --cleanup-on-exit, leave forwarding in place (maps and links stay pinned).
+      Run the appliance: the services of FILE, and with a kubernetes section in FILE also the
+      LoadBalancer Services of its class (Kubernetes mode). SIGHUP reloads FILE; SIGTERM/SIGINT
+      stop the daemon and, unless --cleanup-on-exit, leave forwarding in place (maps and links
+      stay pinned).
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb made (default DIR: /sys/fs/bpf/xlb).
   xlb bgp [--listen ADDR] [--json]
