@@ -374,6 +374,30 @@ func alternatives(list []string) string {
 }
 
 // addr checks that n is a unicast IP address usable as a VIP or backend, and returns it with
+// uniqueItems parses each item of a list with parse, in order, and reports an item equal to an
+// earlier one as a duplicate naming the first's place; it returns the valid, distinct values.
+func uniqueItems[T interface {
+	comparable
+	String() string
+}](d *decoder, items []*yaml.Node, path string, parse func(*yaml.Node, string) (T, bool)) []T {
+	var out []T
+	seen := map[T]place{}
+	for i, item := range items {
+		p := index(path, i)
+		v, ok := parse(item, p)
+		if !ok {
+			continue
+		}
+		if first, dup := seen[v]; dup {
+			d.fail(item, p, errDuplicate(v.String(), first))
+			continue
+		}
+		seen[v] = place{p, item.Line}
+		out = append(out, v)
+	}
+	return out
+}
+
 // an IPv4-mapped IPv6 address unmapped.
 func (d *decoder) addr(n *yaml.Node, path string) (netip.Addr, bool) {
 	s, ok := d.str(n, path)

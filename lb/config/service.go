@@ -134,22 +134,7 @@ func (d *decoder) vips(n *yaml.Node, path string) []netip.Addr {
 	if len(items) == 0 {
 		d.failf(n, path, "empty (a service needs at least one VIP)")
 	}
-	var out []netip.Addr
-	seen := map[netip.Addr]place{}
-	for i, item := range items {
-		p := index(path, i)
-		a, ok := d.addr(item, p)
-		if !ok {
-			continue
-		}
-		if first, dup := seen[a]; dup {
-			d.fail(item, p, errDuplicate(a.String(), first))
-			continue
-		}
-		seen[a] = place{p, item.Line}
-		out = append(out, a)
-	}
-	return out
+	return uniqueItems(d, items, path, d.addr)
 }
 
 func (d *decoder) ports(n *yaml.Node, path string) []lb.Port {
@@ -340,21 +325,7 @@ func (d *decoder) sourceRanges(n *yaml.Node, path string, vips []netip.Addr, vip
 	if !ok {
 		return nil
 	}
-	var out []netip.Prefix
-	seen := map[netip.Prefix]place{}
-	for i, item := range items {
-		p := index(path, i)
-		r, ok := d.prefix(item, p)
-		if !ok {
-			continue
-		}
-		if first, dup := seen[r]; dup {
-			d.fail(item, p, errDuplicate(r.String(), first))
-			continue
-		}
-		seen[r] = place{p, item.Line}
-		out = append(out, r)
-	}
+	out := uniqueItems(d, items, path, d.prefix)
 	if len(out) == 0 || !vipsOK || !d.clean(m) {
 		return out
 	}
