@@ -373,7 +373,6 @@ func alternatives(list []string) string {
 	return strings.Join(list[:len(list)-1], ", ") + " or " + list[len(list)-1]
 }
 
-// addr checks that n is a unicast IP address usable as a VIP or backend, and returns it with
 // uniqueItems parses each item of a list with parse, in order, and reports an item equal to an
 // earlier one as a duplicate naming the first's place; it returns the valid, distinct values.
 func uniqueItems[T interface {
@@ -398,6 +397,7 @@ func uniqueItems[T interface {
 	return out
 }
 
+// addr checks that n is a unicast IP address usable as a VIP or backend, and returns it with
 // an IPv4-mapped IPv6 address unmapped.
 func (d *decoder) addr(n *yaml.Node, path string) (netip.Addr, bool) {
 	s, ok := d.str(n, path)
