@@ -156,6 +156,12 @@ func Load(opts Options) (*Datapath, error) {
 	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
 	spec.Maps[xlbMapHandshakes].MaxEntries = opts.HandshakeSize
 	spec.Maps[xlbMapMaglevSlots].MaxEntries = opts.MaglevSlots
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	// flow_cache holds FLOW_CACHE_SLOTS entries per CPU (see bpf/maps.h).
+	spec.Maps[xlbMapFlowCache].MaxEntries = uint32(cpus) * spec.Maps[xlbMapFlowCache].MaxEntries
 	vars := map[string]any{
 		xlbVarCfgHashSeed:         opts.Seed,
 		xlbVarCfgTcpEstablishedNs: uint64(opts.TCPEstablishedTimeout),
@@ -312,8 +318,8 @@ func (d *Datapath) tick() error {
 	return nil
 }
 
-// invalidateCaches makes every CPU drop its cached vips, reverse and conntrack lookups. Called
-// after each change of those maps.
+// invalidateCaches makes every CPU drop its cached vips, reverse and conntrack lookups and its
+// flow records. Called after each change of those maps and of a backend in use.
 func (d *Datapath) invalidateCaches() error {
 	d.clockMu.Lock()
 	d.gen++

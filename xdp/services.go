@@ -301,6 +301,11 @@ func (d *Datapath) UpsertBackend(id BackendID, b Backend) error {
 		d.endpoints.remove(id, fromWire(old.Addr, old.Family), ntohs(old.Port))
 	}
 	d.endpoints.add(id, b.Addr, b.Port)
+	if old.Family != 0 && old != v {
+		// Established flows replay a record of their backend's address, port and state
+		// (the flow cache's fast path): a changed backend must not be replayed.
+		return d.invalidateCaches()
+	}
 	return nil
 }
 
@@ -321,6 +326,9 @@ func (d *Datapath) DeleteBackend(id BackendID) error {
 	}
 	if old.Family != 0 {
 		d.endpoints.remove(id, fromWire(old.Addr, old.Family), ntohs(old.Port))
+		if err := d.invalidateCaches(); err != nil { // see UpsertBackend
+			return err
+		}
 	}
 	return d.zeroTraffic(d.objs.BackendStats, uint32(id))
 }

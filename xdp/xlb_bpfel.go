@@ -59,7 +59,22 @@ type xlbFlowCacheEntry struct {
 	VipId     uint32
 	Gen       uint32
 	Flags     uint8
-	Pad       [3]uint8
+	VipFlags  uint8
+	Pad       [2]uint8
+	FastUntil uint64
+	ToAddr    struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
+	ToPort  uint16
+	Mtu     uint16
+	IpDiff  uint32
+	L4Diff  uint32
+	Ifindex uint32
+	Smac    [6]uint8
+	Dmac    [6]uint8
+	Pad2    [8]uint8
+	_       [4]byte
 }
 
 type xlbFlowKey struct {

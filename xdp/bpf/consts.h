@@ -37,11 +37,13 @@
 /* Per-CPU caches in front of the hash maps, so the common packet makes no map-lookup call:
  * svc_cache holds recent vips/reverse lookups (found or not), flow_cache recent conntrack entries.
  * Both are direct-mapped by hash and trust an entry only while its generation equals the one in
- * map clock, which the loader bumps whenever it changes vips, reverse or conntrack. A flow_cache
- * entry is also trusted for at most CT_REFRESH_NS: then the packet reads (and refreshes) the shared
- * conntrack entry again. */
+ * map clock, which the loader bumps whenever it changes vips, reverse, conntrack or a backend in
+ * use. A flow_cache entry is also trusted for at most CT_REFRESH_NS: then the packet reads (and
+ * refreshes) the shared conntrack entry again. Its record of the flow's rewrite and next hop
+ * (flow_replay, the fast path) lasts no longer, nor past the next hop's own expiry. */
 #define SVC_CACHE_SLOTS  4096
-#define FLOW_CACHE_SLOTS 16384
+#define FLOW_CACHE_BITS  13 /* 8192 entries of 128 bytes: 1 MiB per CPU */
+#define FLOW_CACHE_SLOTS (1u << FLOW_CACHE_BITS)
 #define SVC_CACHE_VIPS    1
 #define SVC_CACHE_REVERSE 2
 

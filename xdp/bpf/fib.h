@@ -60,7 +60,9 @@ enum hop_result {
 
 /* Where a packet goes next. */
 struct hop {
+	__u64 expires; /* until when the answer may be reused (0: not cached, ask every time) */
 	__u32 ifindex;
+	__u16 mtu;
 	__u8 smac[ETH_ALEN];
 	__u8 dmac[ETH_ALEN];
 };
@@ -82,6 +84,8 @@ static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *
 	if (nh && now < nh->expires && nh->gen == gen && nh->family == p->family &&
 	    addr_eq(&nh->addr, &p->dst) && ip_len(p) <= nh->mtu) {
 		h->ifindex = nh->ifindex;
+		h->expires = nh->expires;
+		h->mtu = nh->mtu;
 		__builtin_memcpy(h->smac, nh->smac, ETH_ALEN);
 		__builtin_memcpy(h->dmac, nh->dmac, ETH_ALEN);
 		return HOP_SEND;
@@ -142,8 +146,10 @@ static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *
 		__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
 		nh->expires = now + cfg_nh_cache_ns;
 		nh->gen = gen;
+		h->expires = nh->expires;
 	}
 	h->ifindex = fib.ifindex;
+	h->mtu = fib.mtu_result;
 	__builtin_memcpy(h->smac, fib.smac, ETH_ALEN);
 	__builtin_memcpy(h->dmac, fib.dmac, ETH_ALEN);
 	return HOP_SEND;

@@ -181,7 +181,7 @@ struct {
 	PIN;
 } clock SEC(".maps");
 
-/* svc_cache, flow_cache: per-CPU lookup caches (see consts.h). Written by the datapath. */
+/* svc_cache: per-CPU lookup cache of vips and reverse (see consts.h). Written by the datapath. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -189,11 +189,18 @@ struct {
 	__uint(max_entries, SVC_CACHE_SLOTS);
 } svc_cache SEC(".maps");
 
+/* flow_cache: each CPU's cache of recent conntrack entries and their records (see consts.h),
+ * CPU c owning entries [c * FLOW_CACHE_SLOTS, (c + 1) * FLOW_CACHE_SLOTS). A plain array indexed
+ * by CPU rather than a PERCPU_ARRAY: a per-CPU lookup first loads the element's pointer from a
+ * table, a second dependent cache miss per packet on a flow-heavy path. BPF_F_MMAPABLE puts the
+ * values on a page boundary, so every 128-byte entry sits on two whole cache lines. Sized by Go
+ * at load to the possible CPUs. Written by the datapath. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct flow_cache_entry);
 	__uint(max_entries, FLOW_CACHE_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
 } flow_cache SEC(".maps");
 
 /* nh_cache: per-CPU next-hop cache (see consts.h). Written by the datapath. Not pinned: a new

@@ -109,4 +109,62 @@ static __always_inline void rewrite_endpoint(struct packet *p, void *data_end, i
 		p->dport = port;
 }
 
+/* TTL_DEC_DIFF is the checksum difference of decrementing a TTL (or hop limit) of at least 1:
+ * the word {ttl, protocol} goes from x to x - 1, and ~x + (x - 1) = 0xfffe, whatever x is. */
+#define TTL_DEC_DIFF 0xfffe
+
+/* dnat_diffs computes the checksum differences of rewriting a destination endpoint from
+ * (from, fport) to (to, tport) and decrementing the TTL, accumulated exactly as rewrite_endpoint
+ * accumulates them: *ip_diff for the IPv4 header (address and TTL), *l4_diff for TCP or UDP
+ * (address and port). They depend only on the flow, so nat_replay can apply them to every later
+ * packet of it. */
+static __always_inline void dnat_diffs(const struct addr *from, __be16 fport,
+				       const struct addr *to, __be16 tport, __u8 family,
+				       __u32 *ip_diff, __u32 *l4_diff)
+{
+	__u32 diff = diff_addr(0, from, to, family);
+
+	*ip_diff = csum_add(diff, TTL_DEC_DIFF);
+	*l4_diff = diff16(diff, fport, tport);
+}
+
+/* nat_replay rewrites p's destination to (to, tport), decrements the TTL and updates both
+ * checksums by the differences dnat_diffs computed for its flow: what rewrite_endpoint does to a
+ * whole TCP/UDP packet, byte for byte, without computing anything. */
+static __always_inline void nat_replay(struct packet *p, void *data_end, const struct addr *to,
+				       __be16 tport, __u32 ip_diff, __u32 l4_diff)
+{
+	if (p->family == FAMILY_V4) {
+		struct iphdr *iph = p->l3;
+
+		if ((void *)(iph + 1) > data_end)
+			return;
+		iph->daddr = to->w[0];
+		iph->ttl--;
+		iph->check = csum_apply(iph->check, ip_diff);
+	} else {
+		struct ipv6hdr *ip6 = p->l3;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return;
+		__builtin_memcpy(&ip6->daddr, to, sizeof(*to));
+		ip6->hop_limit--;
+	}
+	if (p->proto == PROTO_TCP) {
+		struct tcphdr *th = p->l4;
+
+		if ((void *)(th + 1) > data_end)
+			return;
+		th->dest = tport;
+		th->check = csum_apply(th->check, l4_diff);
+	} else {
+		struct udphdr *uh = p->l4;
+
+		if ((void *)(uh + 1) > data_end)
+			return;
+		uh->dest = tport;
+		uh->check = csum_apply_udp(uh->check, l4_diff);
+	}
+}
+
 #endif

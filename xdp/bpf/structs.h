@@ -136,7 +136,7 @@ struct cpu_state {
 /* Value of clock (struct clock_value). */
 struct clock_value {
 	__u64 ns;  /* CLOCK_MONOTONIC, written by the loader; 0 = not running yet */
-	__u32 gen; /* cache generation: bumped when vips, reverse or conntrack change */
+	__u32 gen; /* cache generation: bumped when vips, reverse, conntrack or backends change */
 	__u32 pad;
 };
 
@@ -153,7 +153,10 @@ struct svc_cache_entry {
 	};
 };
 
-/* Value of flow_cache: a copy of one forward conntrack entry. */
+/* Value of flow_cache: a copy of one forward conntrack entry and, once a packet of the flow has
+ * been sent by XDP, the record of what was done to it: the rewrite, its checksum differences and
+ * the next hop. While the record is fresh the flow's next packets replay it (flow_replay) without
+ * asking vips, backends, conntrack or the next-hop cache. */
 struct flow_cache_entry {
 	struct flow_key key;
 	__u64 refreshed;   /* when the shared entry was last read and refreshed */
@@ -161,7 +164,19 @@ struct flow_cache_entry {
 	__u32 vip_id;
 	__u32 gen;         /* generation when filled; 0 = empty */
 	__u8 flags;        /* CT_F_* */
-	__u8 pad[3];
+	__u8 vip_flags;    /* the VIP's VIP_F_* when the record was made */
+	__u8 pad[2];
+	/* The record; replayed only while the clock is below fast_until (0 = no record). */
+	__u64 fast_until;  /* min(refreshed + CT_REFRESH_NS, the next hop's expiry) */
+	struct addr to_addr; /* the destination address written (the backend's) */
+	__be16 to_port;    /* the destination port written */
+	__u16 mtu;         /* the next hop's MTU: longer packets take the full path */
+	__u32 ip_diff;     /* IPv4 header checksum difference: address and TTL decrement */
+	__u32 l4_diff;     /* TCP/UDP checksum difference: address and port */
+	__u32 ifindex;     /* egress interface */
+	__u8 smac[6];
+	__u8 dmac[6];
+	__u8 pad2[8];      /* to 128 bytes: two whole cache lines (see map flow_cache) */
 };
 
 /* Value of nh_cache: where packets to one address go. */

@@ -26,7 +26,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* ct_store inserts or replaces the forward entry of flow fk (unless only_reverse), and the
  * reverse entry when the backend's endpoint serves several VIP:ports (its replies cannot be
  * mapped statelessly). */
-static __always_inline void ct_store(struct flow_key *fk, __u64 now, __u32 bid,
+static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32 bid,
 				     const struct backend *be, __u32 vip_id, __u8 flags,
 				     int only_reverse)
 {
@@ -59,46 +59,120 @@ static __always_inline struct vip_ref *ct_vip(struct packet *p, __u32 vip_id)
 	return ref;
 }
 
-/* forward DNATs a packet of VIP vip_id to backend bid and sends it on its way. */
+/* flow_key_eq compares a cached key with packet key b (whose family is a constant in each
+ * inlined copy: IPv4 keys compare one address word, their padding being zero in both). */
+static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
+{
+	if (a->src.w[0] != b->src.w[0] || a->dst.w[0] != b->dst.w[0] || a->sport != b->sport ||
+	    a->dport != b->dport || a->proto != b->proto || a->family != b->family)
+		return 0;
+	return b->family == FAMILY_V4 || (a->src.w[1] == b->src.w[1] && a->src.w[2] == b->src.w[2] &&
+					  a->src.w[3] == b->src.w[3] && a->dst.w[1] == b->dst.w[1] &&
+					  a->dst.w[2] == b->dst.w[2] && a->dst.w[3] == b->dst.w[3]);
+}
+
+/* flow_cache_slot returns this CPU's flow_cache entry for the tuple of fk (NULL on a CPU beyond
+ * the map's size). The slot comes from a cheap seeded multiplicative hash (two multiplications;
+ * the top bits are the well-mixed ones): it only spreads tuples over this CPU's cache, where a
+ * collision costs the full path, never a wrong answer, so it need not match anything in Go. */
+static __always_inline struct flow_cache_entry *flow_cache_slot(const struct flow_key *fk)
+{
+	__u32 x = fk->src.w[0] ^ rotl32(fk->dst.w[0], 16);
+	__u32 slot;
+
+	if (fk->family == FAMILY_V6)
+		x ^= fk->src.w[1] ^ fk->src.w[2] ^ fk->src.w[3] ^ fk->dst.w[3];
+	x = (x ^ cfg_hash_seed) * 0x9e3779b1u;
+	x = (x ^ ((__u32)fk->sport << 16 | fk->dport) ^ fk->proto) * 0x85ebca6bu;
+	slot = bpf_get_smp_processor_id() * FLOW_CACHE_SLOTS + (x >> (32 - FLOW_CACHE_BITS));
+	return bpf_map_lookup_elem(&flow_cache, &slot);
+}
+
+/* record_hop writes into flow_cache entry rec what was done to packet p, which XDP is about to
+ * send by h: its destination went from (from, fport) to p's, and its next hop. The record is
+ * replayed until until (see flow_replay). */
+static __always_inline void record_hop(struct flow_cache_entry *rec, struct packet *p,
+				       const struct addr *from, __be16 fport, struct hop *h,
+				       __u64 until)
+{
+	rec->fast_until = h->expires < until ? h->expires : until;
+	rec->to_addr = p->dst;
+	rec->to_port = p->dport;
+	rec->mtu = h->mtu;
+	rec->ifindex = h->ifindex;
+	__builtin_memcpy(rec->smac, h->smac, ETH_ALEN);
+	__builtin_memcpy(rec->dmac, h->dmac, ETH_ALEN);
+	dnat_diffs(from, fport, &p->dst, p->dport, p->family, &rec->ip_diff, &rec->l4_diff);
+}
+
+/* forward DNATs a packet of VIP vip_id to backend bid and sends it on its way. rec, when not
+ * NULL, is the flow's flow_cache entry (an established flow): when XDP sends the packet, what
+ * was done to it is recorded there for the flow's next packets (flow_replay). */
 static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *data_end,
 				   __u32 vip_id, __u32 bid, struct backend *be, int new_flow,
-				   __u64 now, __u32 gen)
+				   __u64 now, __u32 gen, struct flow_cache_entry *rec,
+				   __u32 vip_flags)
 {
+	struct addr vip = p->dst;
+	__be16 vport = p->dport;
+	struct hop h = {};
+	int hop;
+
 	count_traffic(&vip_stats, vip_id, p->pkt_len, new_flow);
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
 	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
-	return fib_forward(ctx, p, data_end, now, gen);
+	hop = next_hop(ctx, p, data_end, now, gen, &h);
+	if (rec && hop == HOP_SEND && h.expires && p->l4 && !p->is_frag) {
+		rec->vip_flags = vip_flags;
+		record_hop(rec, p, &vip, vport, &h, rec->refreshed + CT_REFRESH_NS);
+	}
+	return send_hop(ctx, p, data_end, hop, &h);
 }
 
-static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
+/* flow_replay is the fast path: a packet whose tuple has a fresh record in this CPU's
+ * flow_cache (what forward did to the flow's previous packet) gets the same counters, rewrite
+ * and next hop, without a VIP, backend, conntrack or next-hop lookup and without computing a
+ * checksum difference. Records live at most CT_REFRESH_NS after the conntrack read and never past
+ * the next hop's expiry; the generation covers every change of VIPs, backends and attachments.
+ * Whatever a record does not cover (a SYN, a flow's first FIN or RST, a VLAN tag, a fragment, a
+ * longer packet, an expiring TTL, an IPv6 UDP datagram without checksum) returns -1: the full
+ * path decides. */
+static __always_inline int flow_replay(struct xdp_md *ctx, struct packet *p, void *data_end,
+				       struct flow_cache_entry *fc, const struct flow_key *fk,
+				       __u64 now, __u32 gen)
 {
-	return addr_eq(&a->src, &b->src) && addr_eq(&a->dst, &b->dst) && a->sport == b->sport &&
-	       a->dport == b->dport && a->proto == b->proto && a->family == b->family;
+	if (!fc || !gen || fc->gen != gen || now >= fc->fast_until || !flow_key_eq(&fc->key, fk))
+		return -1;
+	if (p->vlan || p->is_frag || ip_len(p) > fc->mtu || ttl_expiring(p, data_end))
+		return -1;
+	if (p->proto == PROTO_TCP && ((p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN ||
+				      ((p->tcp_flags & (TH_FIN | TH_RST)) &&
+				       !(fc->flags & CT_F_CLOSING))))
+		return -1;
+	if (p->proto == PROTO_UDP && p->family == FAMILY_V6 &&
+	    ((struct udphdr *)p->l4)->check == 0)
+		return -1;
+	if ((fc->vip_flags & VIP_F_SRC_RANGES) && !src_allowed(p, fc->vip_id))
+		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
+	count_traffic(&vip_stats, fc->vip_id, p->pkt_len, 0);
+	count_traffic(&backend_stats, fc->backend_id, p->pkt_len, 0);
+	count_reason(REASON_NAT_FORWARD);
+	nat_replay(p, data_end, &fc->to_addr, fc->to_port, fc->ip_diff, fc->l4_diff);
+	return send_to(ctx, p, fc->ifindex, fc->smac, fc->dmac);
 }
 
-/* flow_cache_slot returns this CPU's flow_cache entry for flow fk. */
-static __always_inline struct flow_cache_entry *flow_cache_slot(struct flow_key *fk)
+/* lb_forward handles a packet to a VIP address that flow_replay did not take: fk is its flow, fc
+ * this CPU's flow_cache slot for it (NULL for a fragment). An established flow is usually found
+ * in fc, else in conntrack (and then copied to fc); anything else looks up the VIP (through
+ * svc_cache) and picks a backend with its Maglev table. Returns -1 when the packet is for no VIP. */
+static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
+				      const struct flow_key *fk, struct flow_cache_entry *fc,
+				      struct cpu_state *cs, __u64 now, __u32 gen)
 {
-	__u32 slot = flow_hash(fk->dst.w[0] ^ fk->dst.w[3], &fk->src, fk->family, fk->sport,
-			       fk->dport, fk->proto, 0) % FLOW_CACHE_SLOTS;
-
-	return bpf_map_lookup_elem(&flow_cache, &slot);
-}
-
-/* lb_forward handles a packet to a VIP address. An established flow is usually found in this
- * CPU's flow_cache, else in conntrack; anything else looks up the VIP (through svc_cache) and
- * picks a backend with its Maglev table. Returns -1 when the packet is for no VIP. */
-static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end)
-{
-	struct flow_key fk = { .src = p->src, .dst = p->dst, .sport = p->sport,
-			       .dport = p->dport, .proto = p->proto, .family = p->family };
 	int syn = p->proto == PROTO_TCP && (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN;
 	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
-	struct cpu_state *cs = cpu_state_get();
-	__u32 gen;
-	__u64 now = now_gen(cs, &gen);
-	struct flow_cache_entry *fc = NULL;
+	struct flow_cache_entry *rec = NULL;
 	struct ct_entry *ct = NULL;
 	struct hs_entry *hs = NULL;
 	struct backend *be;
@@ -109,18 +183,18 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	/* A SYN never inserts into conntrack (it writes handshakes): a SYN flood cannot evict
 	 * established flows. */
 	if (!syn) {
-		fc = flow_cache_slot(&fk);
-		if (fc && gen && fc->gen == gen && flow_key_eq(&fc->key, &fk) &&
+		if (fc && gen && fc->gen == gen && flow_key_eq(&fc->key, fk) &&
 		    elapsed(now, fc->refreshed) <= CT_REFRESH_NS && !(closing & ~fc->flags)) {
 			ref = ct_vip(p, fc->vip_id);
 			be = ref ? backend_get(fc->backend_id) : NULL;
 			if (be) {
 				vip_id = fc->vip_id;
 				bid = fc->backend_id;
+				rec = fc;
 				goto established;
 			}
 		}
-		ct = bpf_map_lookup_elem(&conntrack, &fk);
+		ct = bpf_map_lookup_elem(&conntrack, fk);
 		if (ct && !(ct->flags & CT_F_REVERSE)) {
 			ref = ct_vip(p, ct->vip_id);
 			be = NULL;
@@ -132,12 +206,14 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				ct->flags |= closing;
 				ct->last_seen = now;
 				if (fc && gen) {
-					fc->key = fk;
+					fc->key = *fk;
 					fc->refreshed = now;
 					fc->backend_id = bid;
 					fc->vip_id = vip_id;
 					fc->flags = ct->flags;
 					fc->gen = gen;
+					fc->fast_until = 0; /* forward records anew */
+					rec = fc;
 				}
 				goto established;
 			}
@@ -159,7 +235,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
 	if (p->proto == PROTO_TCP) {
-		hs = bpf_map_lookup_elem(&handshakes, &fk);
+		hs = bpf_map_lookup_elem(&handshakes, fk);
 		bid = hs_backend(hs, vip_id, now, syn ? HS_MATCH_SYN : HS_MATCH_DATA, p->tcp_seq);
 	}
 	if (bid)
@@ -176,9 +252,9 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * exists the handshake is done: its entry is deleted (so handshakes holds only half-open
 	 * connections, and a flush of the flow is not undone by it). */
 	if ((!syn || (be->flags & BACKEND_F_REVERSE_CT)) && rate_allow(cs, now, 0)) {
-		ct_store(&fk, now, bid, be, vip_id, closing, syn);
+		ct_store(fk, now, bid, be, vip_id, closing, syn);
 		if (hs && !syn)
-			bpf_map_delete_elem(&handshakes, &fk);
+			bpf_map_delete_elem(&handshakes, fk);
 	}
 	if (syn) {
 		/* The SYN records its backend in handshakes for its ACK (and its retransmissions):
@@ -189,13 +265,13 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			struct hs_entry he = { .syn_seen = now, .backend_id = bid, .vip_id = vip_id,
 					       .isn = p->tcp_seq };
 
-			bpf_map_update_elem(&handshakes, &fk, &he, BPF_ANY);
+			bpf_map_update_elem(&handshakes, fk, &he, BPF_ANY);
 		}
 		/* A SYN on a tuple conntrack still holds (client port reuse after a FIN, or a FIN that
 		 * went through another gateway) starts a new connection: the entry takes the SYN's
 		 * backend in place, so the handshake's ACK follows it. Nothing is inserted: a SYN flood
 		 * still cannot evict conntrack entries. */
-		ct = bpf_map_lookup_elem(&conntrack, &fk);
+		ct = bpf_map_lookup_elem(&conntrack, fk);
 		if (ct && !(ct->flags & CT_F_REVERSE) &&
 		    (ct->backend_id != bid || ct->vip_id != vip_id || ct->flags)) {
 			ct->backend_id = bid;
@@ -203,25 +279,25 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			ct->flags = 0;
 			ct->last_seen = now;
 		}
-		fc = flow_cache_slot(&fk);
 		if (fc)
 			fc->gen = 0;
 		ct = NULL;
 	}
 	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now,
-		       gen);
+		       gen, NULL, 0);
 
 established:
 	if ((ref->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
 		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
 	if (ttl_expiring(p, data_end))
 		return verdict(REASON_PASS_TTL, XDP_PASS);
-	return forward(ctx, p, data_end, vip_id, bid, be, 0, now, gen);
+	return forward(ctx, p, data_end, vip_id, bid, be, 0, now, gen, rec, ref->flags);
 }
 
 /* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
  * packet is not a backend reply. */
-static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void *data_end)
+static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void *data_end,
+				      __u64 now, __u32 gen)
 {
 	struct svc_key *vip;
 	struct hop h = {};
@@ -238,9 +314,6 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_PASS_TTL, XDP_PASS);
 	/* The destination does not change: route first, so that a backend's packet to this host
 	 * (a health-check reply) is left alone. */
-	__u32 gen;
-	__u64 now = now_gen(cpu_state_get(), &gen);
-
 	hop = next_hop(ctx, p, data_end, now, gen, &h);
 	if (hop == HOP_LOCAL)
 		return verdict(REASON_PASS_LOCAL, XDP_PASS);
@@ -256,21 +329,46 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *data_end,
 				   const __u8 fam)
 {
-	int to_vip, from_backend, rc;
+	struct flow_cache_entry *fc = NULL;
+	struct flow_key fk = {};
+	int to_vip, from_backend, rc, ports = -1;
+	struct cpu_state *cs;
+	__u64 now;
+	__u32 gen;
 
 	p->family = fam; /* a constant from here on */
 	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP)
 		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 
 	/* The backend bitmap is only asked when the VIP one says no (or lb_forward finds no VIP):
-	 * to_vip alone decides everything in between. */
+	 * to_vip alone decides everything in between. Traffic that is none of ours stops here. */
 	to_vip = filter_has(0, &p->dst, fam);
 	from_backend = to_vip ? 0 : filter_has(1, &p->src, fam);
 	if (!to_vip && !from_backend)
 		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 
+	cs = cpu_state_get();
+	now = now_gen(cs, &gen);
+	if (p->l4)
+		ports = parse_ports(data_end, p);
+	if (ports == 0) {
+		fk.src = p->src;
+		fk.dst = p->dst;
+		fk.sport = p->sport;
+		fk.dport = p->dport;
+		fk.proto = p->proto;
+		fk.family = fam;
+	}
+	/* The fast path: an established flow with a fresh record. */
+	if (to_vip && ports == 0 && !p->is_frag) {
+		fc = flow_cache_slot(&fk);
+		rc = flow_replay(ctx, p, data_end, fc, &fk, now, gen);
+		if (rc >= 0)
+			return rc;
+	}
+
 	if (p->l4) {
-		if (parse_ports(data_end, p) < 0) {
+		if (ports < 0) {
 			if (to_vip && is_vip_addr(&p->dst, fam))
 				return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
 			return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
@@ -303,14 +401,23 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 		p->dport = fp->dport;
 	}
 
+	if (ports != 0) {
+		/* A non-first fragment: its ports are known now. */
+		fk.src = p->src;
+		fk.dst = p->dst;
+		fk.sport = p->sport;
+		fk.dport = p->dport;
+		fk.proto = p->proto;
+		fk.family = fam;
+	}
 	if (to_vip) {
-		rc = lb_forward(ctx, p, data_end);
+		rc = lb_forward(ctx, p, data_end, &fk, fc, cs, now, gen);
 		if (rc >= 0)
 			return rc;
 		from_backend = filter_has(1, &p->src, fam);
 	}
 	if (from_backend) {
-		rc = lb_reverse(ctx, p, data_end);
+		rc = lb_reverse(ctx, p, data_end, now, gen);
 		if (rc >= 0)
 			return rc;
 	}

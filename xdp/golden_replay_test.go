@@ -1,0 +1,268 @@
+package xdp
+
+import (
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/google/gopacket/layers"
+)
+
+// The flow cache's records (flow_replay in bpf/xlb.c): an established flow's third packet is
+// replayed from what the full path did to its second one. These tests check that a replayed
+// packet is byte for byte, and counter for counter, what the full path makes of it, that
+// everything a record does not cover goes back to the full path, and that replies (never
+// recorded: their full path is keyed by endpoint, not by tuple, and stays in the CPU's caches)
+// keep being translated.
+
+// flowKeyOf is the flow_key of p's tuple.
+func flowKeyOf(p pk) xlbFlowKey {
+	var k xlbFlowKey
+	src, fam := toWire(p.Src.Addr())
+	dst, _ := toWire(p.Dst.Addr())
+	k.Src.W, k.Dst.W = src.W, dst.W
+	k.Sport, k.Dport, k.Proto, k.Family = htons(p.Src.Port()), htons(p.Dst.Port()), uint8(p.Proto), fam
+	return k
+}
+
+// record finds the flow_cache entry of p's tuple (on any CPU) and says whether it holds a record
+// that flow_replay may use (made in the datapath's current generation).
+func (g *gw) record(t *testing.T, p pk) (slot uint32, e xlbFlowCacheEntry, ok bool) {
+	t.Helper()
+	want := flowKeyOf(p)
+	var i uint32
+	it := g.dp.objs.FlowCache.Iterate()
+	for it.Next(&i, &e) {
+		if e.Key == want && e.Gen != 0 {
+			must(t, it.Err())
+			return i, e, e.Gen == g.dp.gen && e.FastUntil != 0
+		}
+	}
+	must(t, it.Err())
+	return 0, xlbFlowCacheEntry{}, false
+}
+
+// replayCase is one tuple: its packets in, and what the gateway must make of them.
+type replayCase struct {
+	name    string
+	in      func(ttl uint8, payload []byte) pk // the tuple's packet with this TTL and payload
+	out     func(p pk) pk                      // the packet as it must leave
+	ifindex func(g *gw) int
+	reasons map[Reason]uint64
+	reverse bool
+}
+
+func replayCases() []replayCase {
+	fwdOut := func(be netip.AddrPort, mac string) func(p pk) pk {
+		return func(p pk) pk {
+			p.SrcMAC, p.DstMAC, p.Dst, p.TTL = macInt, mac, be, p.ttl()-1
+			return p
+		}
+	}
+	revOut := func(vip netip.AddrPort) func(p pk) pk {
+		return func(p pk) pk {
+			p.SrcMAC, p.DstMAC, p.Src, p.TTL = macExt, macClient, vip, p.ttl()-1
+			return p
+		}
+	}
+	client := func(src, dst netip.AddrPort, proto layers.IPProtocol) func(uint8, []byte) pk {
+		return func(ttl uint8, payload []byte) pk {
+			return pk{SrcMAC: macClient, DstMAC: macExt, Src: src, Dst: dst, Proto: proto, Flags: "A", TTL: ttl, Payload: payload}
+		}
+	}
+	backend := func(src, dst netip.AddrPort, mac string, proto layers.IPProtocol) func(uint8, []byte) pk {
+		return func(ttl uint8, payload []byte) pk {
+			return pk{SrcMAC: mac, DstMAC: macInt, Src: src, Dst: dst, Proto: proto, Flags: "A", TTL: ttl, Payload: payload}
+		}
+	}
+	ext := func(g *gw) int { return g.ext }
+	in := func(g *gw) int { return g.int }
+	fw := fwd(ReasonFwdRedirect)
+	rev := map[Reason]uint64{ReasonNATReverse: 1, ReasonFwdRedirect: 1}
+	return []replayCase{
+		{"tcp4 to VIP", client(ap(client4, 40100), ap(vip4, 80), layers.IPProtocolTCP), fwdOut(ap(be1v4, 8080), macBE1), ext, fw, false},
+		{"udp4 to VIP", client(ap(client4, 40101), ap(vip4, 53), layers.IPProtocolUDP), fwdOut(ap(be2v4, 5353), macBE2), ext, fw, false},
+		{"tcp6 to VIP", client(ap(client6, 40102), ap(vip6, 80), layers.IPProtocolTCP), fwdOut(ap(be1v6, 8080), macBE1), ext, fw, false},
+		{"udp6 to VIP", client(ap(client6, 40103), ap(vip6, 53), layers.IPProtocolUDP), fwdOut(ap(be2v6, 5353), macBE2), ext, fw, false},
+		{"all-ports VIP", client(ap(client4, 40104), ap(vip4b, 4444), layers.IPProtocolTCP), fwdOut(ap(be3v4, 4444), macBE3), ext, fw, false},
+		{"tcp4 reply", backend(ap(be1v4, 8080), ap(client4, 40105), macBE1, layers.IPProtocolTCP), revOut(ap(vip4, 80)), in, rev, true},
+		{"udp4 reply", backend(ap(be2v4, 5353), ap(client4, 40106), macBE2, layers.IPProtocolUDP), revOut(ap(vip4, 53)), in, rev, true},
+		{"tcp6 reply", backend(ap(be1v6, 8080), ap(client6, 40107), macBE1, layers.IPProtocolTCP), revOut(ap(vip6, 80)), in, rev, true},
+		{"udp6 reply", backend(ap(be2v6, 5353), ap(client6, 40108), macBE2, layers.IPProtocolUDP), revOut(ap(vip6, 53)), in, rev, true},
+	}
+}
+
+// TestGoldenReplayMatchesFullPath: for each kind of flow, the first packets go the full way and
+// leave a record (not replies); then many packets with other TTLs and payloads (so other
+// checksums) are replayed, and each leaves exactly as the full path would have sent it, with the
+// same counters.
+func TestGoldenReplayMatchesFullPath(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, c := range replayCases() {
+		t.Run(c.name, func(t *testing.T) {
+			first := c.in(64, []byte("first"))
+			for range 2 { // the first packet creates the conntrack entry, the second the record
+				g.expect(t, first.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(first).bytes(t), c.reasons})
+			}
+			if _, e, ok := g.record(t, first); ok == c.reverse {
+				t.Fatalf("after two packets: record %v, want %v: %+v", ok, !c.reverse, e)
+			}
+			for range 200 {
+				payload := make([]byte, rng.IntN(64))
+				for i := range payload {
+					payload[i] = byte(rng.Uint32())
+				}
+				p := c.in(uint8(2+rng.IntN(254)), payload)
+				g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+			}
+		})
+	}
+}
+
+// TestGoldenReplayIsUsed proves the packets after the second are replayed (not recomputed):
+// a record changed behind the datapath's back shows in the output. Then a generation bump, as
+// every change Go makes causes, makes the datapath ignore the record again.
+func TestGoldenReplayIsUsed(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	c := replayCases()[0]
+	p := c.in(64, nil)
+	for range 2 {
+		g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+	}
+	slot, e, ok := g.record(t, p)
+	if !ok {
+		t.Fatalf("no record: %+v", e)
+	}
+	// Point the record at another next hop (backend 2's MAC).
+	e.Dmac = [6]uint8{0x02, 0, 0, 0, 0x0b, 0x02}
+	must(t, g.dp.objs.FlowCache.Put(slot, &e))
+	poisoned := c.out(p)
+	poisoned.DstMAC = macBE2
+	g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, poisoned.bytes(t), c.reasons})
+
+	must(t, g.dp.invalidateCaches())
+	g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+}
+
+// TestGoldenReplayFallsBack: what a record does not cover takes the full path, which answers
+// as it always does; a change Go makes is never hidden by a record.
+func TestGoldenReplayFallsBack(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	recorded := func(t *testing.T, c replayCase, p pk) {
+		t.Helper()
+		for range 2 {
+			g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+		}
+		if _, e, ok := g.record(t, p); !ok {
+			t.Fatalf("no record: %+v", e)
+		}
+	}
+	fwdCase, revCase := replayCases()[0], replayCases()[5]
+
+	t.Run("TTL about to expire", func(t *testing.T) {
+		p := fwdCase.in(64, nil)
+		recorded(t, fwdCase, p)
+		p.TTL = 1
+		g.expect(t, p.bytes(t), g.ext, want{xdpPass, nil, map[Reason]uint64{ReasonPassTTL: 1}})
+		r := revCase.in(64, nil)
+		g.expect(t, r.bytes(t), g.int, want{xdpRedirect, revCase.out(r).bytes(t), revCase.reasons})
+		r.TTL = 1
+		g.expect(t, r.bytes(t), g.int, want{xdpPass, nil, map[Reason]uint64{ReasonPassTTL: 1}})
+	})
+
+	t.Run("FIN marks conntrack closing", func(t *testing.T) {
+		p := fwdCase.in(64, nil)
+		p.Src = ap(client4, 40200)
+		recorded(t, fwdCase, p)
+		fin := p
+		fin.Flags = "FA"
+		out := fwdCase.out(fin)
+		out.Dst = ap(be1v4, 8080)
+		g.expect(t, fin.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwdCase.reasons})
+		flows, err := g.dp.Flows()
+		must(t, err)
+		closing := false
+		for _, f := range flows {
+			if f.Src == p.Src && f.Closing {
+				closing = true
+			}
+		}
+		if !closing {
+			t.Fatalf("the FIN of a recorded flow did not mark its conntrack entry closing: %+v", flows)
+		}
+	})
+
+	t.Run("a SYN on a recorded tuple is a new connection", func(t *testing.T) {
+		p := fwdCase.in(64, nil)
+		p.Src = ap(client4, 40201)
+		recorded(t, fwdCase, p)
+		syn := p
+		syn.Flags = "S"
+		g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, fwdCase.out(syn).bytes(t), fwdCase.reasons})
+		if _, e, ok := g.record(t, p); ok {
+			t.Fatalf("the SYN left the record in place: %+v", e)
+		}
+	})
+
+	t.Run("backend marked down", func(t *testing.T) {
+		p := fwdCase.in(64, nil)
+		p.Src = ap(client4, 40202)
+		recorded(t, fwdCase, p)
+		must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080, Down: true}))
+		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080})) })
+		// The only backend of the VIP is down: the flow cannot stay and has nowhere to go.
+		r := map[Reason]uint64{ReasonCTReselect: 1, ReasonDropNoBackend: 1}
+		g.expect(t, p.bytes(t), g.ext, want{xdpDrop, nil, r})
+	})
+
+	t.Run("backend moved", func(t *testing.T) {
+		p := fwdCase.in(64, nil)
+		p.Src = ap(client4, 40203)
+		recorded(t, fwdCase, p)
+		must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8088}))
+		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080})) })
+		out := fwdCase.out(p)
+		out.Dst = ap(be1v4, 8088)
+		g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwdCase.reasons})
+	})
+
+	t.Run("reverse entry changed", func(t *testing.T) {
+		r := revCase.in(64, nil)
+		r.Dst = ap(client4, 40204)
+		g.expect(t, r.bytes(t), g.int, want{xdpRedirect, revCase.out(r).bytes(t), revCase.reasons})
+		ep := Endpoint{Addr: be1v4, Port: 8080, Proto: TCP}
+		must(t, g.dp.SetReverse(ep, ReverseNAT{VIP: 6})) // now it answers for vip4:443
+		t.Cleanup(func() { must(t, g.dp.SetReverse(ep, ReverseNAT{VIP: 1})) })
+		out := revCase.out(r)
+		out.Src = ap(vip4, 443)
+		g.expect(t, r.bytes(t), g.int, want{xdpRedirect, out.bytes(t), revCase.reasons})
+	})
+
+	t.Run("IPv6 UDP without checksum", func(t *testing.T) {
+		c := replayCases()[3]
+		p := c.in(64, nil)
+		p.Src = ap(client6, 40205)
+		recorded(t, c, p)
+		p.UDPZeroCsum = true
+		g.expect(t, p.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropUDP6ZeroCsum: 1}})
+	})
+
+	t.Run("source range removed", func(t *testing.T) {
+		// VIP 6 (vip4:443) admits 198.18.0.8/29, which holds client4.
+		c := replayCase{in: func(ttl uint8, payload []byte) pk {
+			return pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 40206), Dst: ap(vip4, 443), Proto: layers.IPProtocolTCP, Flags: "A", TTL: ttl, Payload: payload}
+		}, out: func(p pk) pk {
+			p.SrcMAC, p.DstMAC, p.Dst, p.TTL = macInt, macBE1, ap(be1v4, 8443), p.ttl()-1
+			return p
+		}, ifindex: func(g *gw) int { return g.ext }, reasons: fwd(ReasonFwdRedirect)}
+		p := c.in(64, nil)
+		recorded(t, c, p)
+		f := Frontend{vip4, 443, TCP}
+		must(t, g.dp.UpsertVIP(f, VIPConfig{ID: 6, SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.16/29")}}))
+		g.expect(t, p.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropSrcRange: 1}})
+	})
+}
