@@ -28,4 +28,17 @@
 #define CLASS_NONIP 3	/* not IP at all (ARP) */
 #define NUM_CLASSES 4
 
+/* The closed loop (gen.c, sink.c): the sink acknowledges delivered frames in steps of
+ * PROGRESS_STEP per class and CPU; the generator waits while a window's worth of frames is
+ * unacknowledged, spinning at most GEN_WAIT_SPINS bpf_loop steps (milliseconds); when the
+ * acknowledgements still do not come, the frames were lost on the way (dropped by the datapath
+ * under test) and it stops waiting for them. */
+#define PROGRESS_STEP 32
+#define GEN_WAIT_SPINS (1u << 20)
+
+/* struct gen_progress: value of map progress (index 0), shared by the generator and the sink. */
+struct gen_progress {
+	__u64 delivered; /* frames of the backend and VIP classes the sink has acknowledged */
+};
+
 #endif

@@ -7,7 +7,15 @@
  * Live-frames mode recycles its pages without refilling them: whatever a program downstream
  * rewrote in place (the gateway's DNAT, MACs) is what the next run finds. So nothing of the
  * previous frame is trusted: all headers are copied from the template on every run, and the
- * per-flow fields and both checksums are written after. */
+ * per-flow fields and both checksums are written after.
+ *
+ * Closed loop (gen_cfg.window > 0): a frame is only sent while fewer than window frames are
+ * unacknowledged by the sink (map progress); otherwise the program waits, spinning in bpf_loop
+ * on the acknowledgement counter, and sends when it moves. An open-loop generator overruns the
+ * gateway's 256-frame ring, and the frames the kernel then fails to transmit are freed into the
+ * page pool's shared ring, whose lock the gateway's CPU takes for every frame the sink frees:
+ * lock contention on the gateway that no real NIC would cause (it drops in hardware). Waiting
+ * inside the program, rather than returning XDP_DROP, frees nothing. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -30,6 +38,7 @@ struct gen_cfg {
 	__u16 sport_base;      /* first source port, host order */
 	__u8 udp;	       /* 1: the template is UDP, 0: TCP */
 	__u8 _pad;
+	__u32 window;	       /* closed loop: most frames unacknowledged by the sink; 0 = open loop */
 };
 
 /* gen_config: index 0 -> gen_cfg. One entry, written by Go. */
@@ -43,9 +52,22 @@ struct {
 /* gen_state: per CPU, index 0 -> {next flow index, frames sent}. Written by the program; Go
  * reads the sent count (summed over CPUs) and may reset both. */
 struct gen_counters {
-	__u64 seq;  /* flow index of the next frame (mod nflows) */
-	__u64 sent; /* frames returned with XDP_TX */
+	__u64 seq;	 /* flow index of the next frame (mod nflows) */
+	__u64 sent;	 /* frames returned with XDP_TX */
+	__u64 throttled; /* closed loop: frames that had to wait for acknowledgements */
+	__u64 wsent;	 /* closed loop: frames sent since Go last reset the loop */
+	__u64 forgiven;	 /* closed loop: frames given up on as lost since that reset */
+	__u64 stalled;	 /* closed loop: waits that ran out (GEN_WAIT_SPINS) */
 };
+
+/* progress: index 0 -> the sink's acknowledgements (struct gen_progress, consts.h). Go hands this
+ * map to the sink and zeroes it before each closed-loop run. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct gen_progress);
+	__uint(max_entries, 1);
+} progress SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -53,6 +75,35 @@ struct {
 	__type(value, struct gen_counters);
 	__uint(max_entries, 1);
 } gen_state SEC(".maps");
+
+/* unacked is how many frames the closed loop has sent and the sink not yet acknowledged. */
+static __always_inline __s64 unacked(struct gen_counters *st)
+{
+	__u32 zero = 0;
+	struct gen_progress *pr = bpf_map_lookup_elem(&progress, &zero);
+	__u64 acked = pr ? *(volatile __u64 *)&pr->delivered : 0;
+
+	return (__s64)(st->wsent - st->forgiven - acked);
+}
+
+/* wait_ctx is what wait_step sees of the frame that waits. */
+struct wait_ctx {
+	struct gen_counters *st;
+	__u32 window;
+	__u32 ok; /* set when the frame may go */
+};
+
+/* wait_step is one bpf_loop step of a frame's wait: it ends the loop once the window has room. */
+static long wait_step(__u64 i, void *arg)
+{
+	struct wait_ctx *w = arg;
+
+	if (unacked(w->st) < (__s64)w->window) {
+		w->ok = 1;
+		return 1;
+	}
+	return 0;
+}
 
 /* fold turns a 32-bit ones' complement sum into the 16-bit checksum field. */
 static __always_inline __u16 fold(__u32 s)
@@ -75,6 +126,21 @@ int bench_gen(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	if (data + GEN_HDR_LEN > data_end)
 		return XDP_ABORTED;
+	if (cfg->window) {
+		__s64 inflight = unacked(st);
+
+		if (inflight >= (__s64)cfg->window) {
+			struct wait_ctx w = { .st = st, .window = cfg->window };
+
+			st->throttled++;
+			bpf_loop(GEN_WAIT_SPINS, wait_step, &w, 0);
+			if (!w.ok) { /* lost on the way: stop waiting for them */
+				st->stalled++;
+				st->forgiven += unacked(st);
+			}
+		}
+		st->wsent++;
+	}
 	__builtin_memcpy(data, cfg->hdr, GEN_HDR_LEN);
 
 	__u32 i = st->seq % cfg->nflows;

@@ -29,6 +29,15 @@ struct sink_count {
 	__u64 bytes;
 };
 
+/* progress: the closed loop's acknowledgements (struct gen_progress, consts.h); the generator's
+ * map, handed to this program by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct gen_progress);
+	__uint(max_entries, 1);
+} progress SEC(".maps");
+
 /* sink_counts: per CPU, class -> {packets, bytes}. Written by the program, read by Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -62,6 +71,12 @@ int bench_sink(struct xdp_md *ctx)
 	if (c) {
 		c->packets++;
 		c->bytes += data_end - data;
+		if (class <= CLASS_VIP && c->packets % PROGRESS_STEP == 0) {
+			struct gen_progress *pr = bpf_map_lookup_elem(&progress, &zero);
+
+			if (pr)
+				__sync_fetch_and_add(&pr->delivered, PROGRESS_STEP);
+		}
 	}
 	return XDP_DROP;
 }

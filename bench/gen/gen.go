@@ -2,4 +2,4 @@ package gen
 
 // The BPF object is compiled by bpf2go and committed (gen_bpfel.go, gen_bpfel.o); `make generate`
 // rebuilds it and `make test` fails when the committed copy is stale.
-//go:generate go tool bpf2go -cc clang-16 -strip llvm-strip-16 -target bpfel -type gen_cfg -type gen_counters gen ../bpf/gen.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Werror
+//go:generate go tool bpf2go -cc clang-16 -strip llvm-strip-16 -target bpfel -type gen_cfg -type gen_counters -type gen_progress gen ../bpf/gen.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Werror

@@ -24,12 +24,22 @@ type genGenCfg struct {
 	SportBase    uint16
 	Udp          uint8
 	Pad          uint8
+	Window       uint32
 }
 
 type genGenCounters struct {
-	_    structs.HostLayout
-	Seq  uint64
-	Sent uint64
+	_         structs.HostLayout
+	Seq       uint64
+	Sent      uint64
+	Throttled uint64
+	Wsent     uint64
+	Forgiven  uint64
+	Stalled   uint64
+}
+
+type genGenProgress struct {
+	_         structs.HostLayout
+	Delivered uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -38,6 +48,7 @@ type genGenCounters struct {
 const (
 	genMapGenConfig = "gen_config"
 	genMapGenState  = "gen_state"
+	genMapProgress  = "progress"
 	genProgBenchGen = "bench_gen"
 )
 
@@ -92,6 +103,7 @@ type genProgramSpecs struct {
 type genMapSpecs struct {
 	GenConfig *ebpf.MapSpec `ebpf:"gen_config"`
 	GenState  *ebpf.MapSpec `ebpf:"gen_state"`
+	Progress  *ebpf.MapSpec `ebpf:"progress"`
 }
 
 // genVariableSpecs contains global variables before they are loaded into the kernel.
@@ -122,12 +134,14 @@ func (o *genObjects) Close() error {
 type genMaps struct {
 	GenConfig *ebpf.Map `ebpf:"gen_config"`
 	GenState  *ebpf.Map `ebpf:"gen_state"`
+	Progress  *ebpf.Map `ebpf:"progress"`
 }
 
 func (m *genMaps) Close() error {
 	return _GenClose(
 		m.GenConfig,
 		m.GenState,
+		m.Progress,
 	)
 }
 

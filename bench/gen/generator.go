@@ -34,6 +34,14 @@ const (
 // DefaultBatch is the default RunOptions.Batch.
 const DefaultBatch = 64
 
+// DefaultWindow is the default closed-loop window (RunOptions.Window): three quarters of a
+// veth's 256-frame ring, so the gateway's ring never overflows, and two polls' worth of frames
+// (64 each), so it never runs dry while acknowledgements are on their way.
+const DefaultWindow = 192
+
+// progressStep is PROGRESS_STEP of bpf/consts.h: the sink acknowledges frames in steps of it.
+const progressStep = 32
+
 // Generator is the loaded generator program and its maps.
 type Generator struct {
 	objs genObjects
@@ -91,17 +99,54 @@ func (g *Generator) resetSeq() error {
 	return nil
 }
 
+// Progress is the closed loop's acknowledgement map, which the sink must be given (see
+// sink.Load): the generator holds back while RunOptions.Window frames are unacknowledged.
+func (g *Generator) Progress() *ebpf.Map { return g.objs.Progress }
+
 // Sent is the number of frames the program has transmitted (XDP_TX) since it was loaded.
 func (g *Generator) Sent() (uint64, error) {
+	c, err := g.totals()
+	return c.Sent, err
+}
+
+// totals sums the per-CPU counters.
+func (g *Generator) totals() (genGenCounters, error) {
+	var per []genGenCounters
+	var sum genGenCounters
+	if err := g.objs.GenState.Lookup(uint32(0), &per); err != nil {
+		return sum, fmt.Errorf("generator: read gen_state: %w", err)
+	}
+	for _, c := range per {
+		sum.Sent += c.Sent
+		sum.Throttled += c.Throttled
+		sum.Forgiven += c.Forgiven
+		sum.Stalled += c.Stalled
+	}
+	return sum, nil
+}
+
+// startLoop writes the run's window into gen_config and restarts the closed loop: nothing sent,
+// nothing acknowledged, nothing given up on.
+func (g *Generator) startLoop(window uint32) error {
+	cfg := g.spec.config()
+	cfg.Window = window
+	if err := g.objs.GenConfig.Put(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("generator: write gen_config: %w", err)
+	}
 	var per []genGenCounters
 	if err := g.objs.GenState.Lookup(uint32(0), &per); err != nil {
-		return 0, fmt.Errorf("generator: read gen_state: %w", err)
+		return fmt.Errorf("generator: read gen_state: %w", err)
 	}
-	var n uint64
-	for _, c := range per {
-		n += c.Sent
+	for i := range per {
+		per[i].Wsent, per[i].Forgiven, per[i].Stalled = 0, 0, 0
 	}
-	return n, nil
+	if err := g.objs.GenState.Put(uint32(0), per); err != nil {
+		return fmt.Errorf("generator: write gen_state: %w", err)
+	}
+	if err := g.objs.Progress.Put(uint32(0), genGenProgress{}); err != nil {
+		return fmt.Errorf("generator: reset progress: %w", err)
+	}
+	return nil
 }
 
 // RunOptions bound and place one run.
@@ -120,12 +165,20 @@ type RunOptions struct {
 	// Batch is how many frames the kernel runs the program on before it flushes them to the
 	// veth (and so wakes the gateway); 0 means DefaultBatch. A veth's ring holds 256 frames.
 	Batch uint32
+	// Window closes the loop: at most this many frames are on their way (sent, not yet
+	// counted by the sink, which must have been given Progress). 0 is an open loop: frames
+	// leave as fast as the CPU goes and what the gateway's ring cannot take is lost there.
+	Window uint32
 }
 
 // Result is what one run sent, as the program counted it, and how long it took.
 type Result struct {
-	Sent    uint64
-	Elapsed time.Duration
+	Sent uint64
+	// Throttled counts the frames the closed loop made wait for acknowledgements; Stalls the
+	// waits that ran out, and Forgiven the frames it then stopped waiting for (lost between
+	// generator and sink).
+	Throttled, Stalls, Forgiven uint64
+	Elapsed                     time.Duration
 }
 
 // Run sends frames as configured until opts' bounds are reached or ctx ends (then it returns
@@ -137,7 +190,14 @@ func (g *Generator) Run(ctx context.Context, opts RunOptions) (Result, error) {
 	if opts.Duration <= 0 && opts.Count == 0 {
 		return Result{}, errors.New("generator run: neither a duration nor a count bounds it")
 	}
-	before, err := g.Sent()
+	if opts.Window > 0 && opts.Window < 2*progressStep {
+		return Result{}, fmt.Errorf("generator run: window %d below %d frames (the sink acknowledges %d at a time)",
+			opts.Window, 2*progressStep, progressStep)
+	}
+	if err := g.startLoop(opts.Window); err != nil {
+		return Result{}, err
+	}
+	before, err := g.totals()
 	if err != nil {
 		return Result{}, err
 	}
@@ -155,8 +215,11 @@ func (g *Generator) Run(ctx context.Context, opts RunOptions) (Result, error) {
 		res, err = g.loop(ctx, opts, ifindex)
 		return err
 	})
-	after, serr := g.Sent()
-	res.Sent = after - before
+	after, serr := g.totals()
+	res.Sent = after.Sent - before.Sent
+	res.Throttled = after.Throttled - before.Throttled
+	res.Stalls = after.Stalled    // startLoop zeroed it
+	res.Forgiven = after.Forgiven // startLoop zeroed it
 	return res, errors.Join(err, serr)
 }
 

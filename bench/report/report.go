@@ -40,6 +40,7 @@ type Method struct {
 	Repeats    int           // measurements per row
 	GenCPU     int           // the generator's CPU
 	GatewayCPU int           // the gateway's NAPI thread (and the sink, in its softirq)
+	Window     uint32        // the generator's closed-loop window; 0 = open loop
 }
 
 // Ratio is Num's median Mpps over Den's.

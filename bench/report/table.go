@@ -12,8 +12,12 @@ import (
 func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "xlb-bench %s  kernel %s  %d CPUs (%s)  load average at start: %s\n",
 		r.Date.Format("2006-01-02 15:04 MST"), r.Host.Kernel, r.Host.CPUs, r.Host.CPU, r.Host.LoadAvg)
-	fmt.Fprintf(w, "each row: median of %d runs of %s; generator on CPU %d, gateway NAPI (and sink) on CPU %d\n\n",
-		r.Method.Repeats, r.Method.Duration, r.Method.GenCPU, r.Method.GatewayCPU)
+	loop := "open loop (the generator overruns the gateway)"
+	if r.Method.Window > 0 {
+		loop = fmt.Sprintf("closed loop (at most %d frames between generator and sink)", r.Method.Window)
+	}
+	fmt.Fprintf(w, "each row: median of %d runs of %s; generator on CPU %d, gateway NAPI (and sink) on CPU %d; %s\n\n",
+		r.Method.Repeats, r.Method.Duration, r.Method.GenCPU, r.Method.GatewayCPU, loop)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "datapath\tmix\tflows\tsize\tMpps\tmin\tmax\tspread\toffered\tloss\tct entries\truns\t")
 	for _, row := range r.Rows {

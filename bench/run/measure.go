@@ -29,6 +29,9 @@ type Options struct {
 	GenCPU, GatewayCPU int
 	// Batch is the generator's batch (gen.RunOptions.Batch).
 	Batch uint32
+	// Window is the generator's closed-loop window for the measurements (gen.RunOptions.Window):
+	// 0 is an open loop. The populating pass is paced instead.
+	Window uint32
 	// Log receives progress.
 	Log *slog.Logger
 }
@@ -73,6 +76,9 @@ type Sample struct {
 	Mpps    float64
 	// OfferedMpps is Sent per second, in millions.
 	OfferedMpps float64
+	// Throttled counts the frames the generator's closed loop made wait; Stalls the waits that
+	// ran out and Forgiven the frames it then stopped waiting for (gen.Result).
+	Throttled, Stalls, Forgiven uint64 `json:",omitempty"`
 }
 
 // LossPct is the share of sent frames that did not reach the sink.
@@ -123,7 +129,7 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 		return res, err
 	}
 	defer func() { err = errors.Join(err, t.Close()) }()
-	s, err := sink.Load(topo.Backend, topo.VIP)
+	s, err := sink.Load(topo.Backend, topo.VIP, r.gen.Progress())
 	if err != nil {
 		return res, err
 	}
@@ -162,7 +168,7 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 	if err := r.placeNAPI(t); err != nil {
 		return res, err
 	}
-	genOpts.Duration, genOpts.Rate = r.opts.Duration, r.opts.Rate
+	genOpts.Duration, genOpts.Rate, genOpts.Window = r.opts.Duration, r.opts.Rate, r.opts.Window
 	var mpps, loss []float64
 	for i := range n {
 		smp, err := r.sample(ctx, t, s, sc.Datapath, genOpts)
@@ -213,10 +219,13 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 		return Sample{}, err
 	}
 	smp := Sample{
-		Sent:     res.Sent,
-		Received: after.received - before.received,
-		Elapsed:  res.Elapsed,
-		Drops:    diff(before.drops, after.drops),
+		Sent:      res.Sent,
+		Received:  after.received - before.received,
+		Elapsed:   res.Elapsed,
+		Drops:     diff(before.drops, after.drops),
+		Throttled: res.Throttled,
+		Stalls:    res.Stalls,
+		Forgiven:  res.Forgiven,
 	}
 	smp.CountedDrops = sumCounted(before.drops, after.drops)
 	if secs := res.Elapsed.Seconds(); secs > 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlb-dev/xlb/bench/gen"
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
@@ -50,6 +51,42 @@ func TestSmoke(t *testing.T) {
 		}
 		if _, ok := sc.Datapath.(*XLB); ok && sc.Mix.populates() && res.ConntrackFlows != sc.Flows {
 			t.Errorf("%s: %d conntrack entries after populating, want %d", res.Name, res.ConntrackFlows, sc.Flows)
+		}
+	}
+}
+
+// TestSmokeClosedLoop runs xlb at full speed with the generator's closed loop: the generator
+// must have waited for the sink (it outruns any datapath), and the counts must still add up.
+func TestSmokeClosedLoop(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the benchmark smoke test needs root (BPF, netns); run it with `make test` as root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := NewRunner(Options{
+		Prefix: netlab.TaggedPrefix("xs"), Duration: 300 * time.Millisecond, Repeats: 1,
+		Window: gen.DefaultWindow, PopulateRate: 200_000, GenCPU: 0, GatewayCPU: 1,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sc := Scenario{Datapath: &XLB{ConntrackSize: 1 << 16}, Mix: MixEstablished, Flows: 1000, Size: 64}
+	res, err := r.Measure(ctx, sc)
+	if err != nil {
+		t.Fatalf("%s: %v", sc.Name(), err)
+	}
+	for i, s := range res.Samples {
+		if s.Sent == 0 || s.Received == 0 {
+			t.Errorf("run %d: sent %d, received %d: nothing flowed", i+1, s.Sent, s.Received)
+		}
+		if s.Throttled == 0 {
+			t.Errorf("run %d: the generator never waited for the sink at full speed (window %d)", i+1, gen.DefaultWindow)
+		}
+		if s.Sent != s.Received+s.CountedDrops {
+			t.Errorf("run %d: sent %d != received %d + counted drops %d (drop counters: %v)",
+				i+1, s.Sent, s.Received, s.CountedDrops, s.Drops)
 		}
 	}
 }

@@ -51,13 +51,19 @@ type Sink struct {
 	link link.Link
 }
 
-// Load loads the sink program, classifying by backend and vip (IPv4).
-func Load(backend, vip netip.Addr) (*Sink, error) {
+// Load loads the sink program, classifying by backend and vip (IPv4). progress is the
+// generator's acknowledgement map (gen.Generator.Progress), which the sink advances as frames
+// arrive.
+func Load(backend, vip netip.Addr, progress *ebpf.Map) (*Sink, error) {
 	if !backend.Is4() || !vip.Is4() {
 		return nil, fmt.Errorf("load sink: backend %s and VIP %s must be IPv4", backend, vip)
 	}
+	if progress == nil {
+		return nil, errors.New("load sink: no progress map (the generator's)")
+	}
 	s := &Sink{}
-	if err := loadSinkObjects(&s.objs, nil); err != nil {
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{"progress": progress}}
+	if err := loadSinkObjects(&s.objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load sink: %+v", verr)

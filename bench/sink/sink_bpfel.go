@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type sinkGenProgress struct {
+	_         structs.HostLayout
+	Delivered uint64
+}
+
 type sinkSinkCfg struct {
 	_       structs.HostLayout
 	Backend uint32
@@ -29,6 +34,7 @@ type sinkSinkCount struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	sinkMapProgress   = "progress"
 	sinkMapSinkConfig = "sink_config"
 	sinkMapSinkCounts = "sink_counts"
 	sinkProgBenchSink = "bench_sink"
@@ -83,6 +89,7 @@ type sinkProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type sinkMapSpecs struct {
+	Progress   *ebpf.MapSpec `ebpf:"progress"`
 	SinkConfig *ebpf.MapSpec `ebpf:"sink_config"`
 	SinkCounts *ebpf.MapSpec `ebpf:"sink_counts"`
 }
@@ -113,12 +120,14 @@ func (o *sinkObjects) Close() error {
 //
 // It can be passed to loadSinkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type sinkMaps struct {
+	Progress   *ebpf.Map `ebpf:"progress"`
 	SinkConfig *ebpf.Map `ebpf:"sink_config"`
 	SinkCounts *ebpf.Map `ebpf:"sink_counts"`
 }
 
 func (m *sinkMaps) Close() error {
 	return _SinkClose(
+		m.Progress,
 		m.SinkConfig,
 		m.SinkCounts,
 	)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -34,14 +35,19 @@ func benchmark(ctx context.Context, log *slog.Logger, cfg config) (err error) {
 	}
 	defer release()
 	r, err := run.NewRunner(run.Options{Prefix: prefix, Duration: cfg.duration, Repeats: cfg.repeats, Rate: cfg.rate,
-		GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU, Batch: uint32(cfg.batch), Log: log})
+		GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU, Batch: uint32(cfg.batch), Window: uint32(cfg.window), Log: log})
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, r.Close()) }()
 	rep := &report.Report{Date: time.Now(), Host: host(),
-		Method: report.Method{Duration: cfg.duration, Repeats: cfg.repeats, GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU}}
+		Method: report.Method{Duration: cfg.duration, Repeats: cfg.repeats, GenCPU: cfg.genCPU, GatewayCPU: cfg.gwCPU,
+			Window: uint32(cfg.window)}}
 	main, sweep := scenarios(cfg)
+	if cfg.only != "" {
+		only := regexp.MustCompile(cfg.only) // validated with the flags
+		main, sweep = filterRows(main, only), filterRows(sweep, only)
+	}
 	// The main comparison is measured in rounds, one sample of every row per round, so that
 	// load from other work on the machine falls on all of them alike.
 	rows := make([]run.Result, len(main))
@@ -67,7 +73,7 @@ func benchmark(ctx context.Context, log *slog.Logger, cfg config) (err error) {
 	ratios(rep, cfg.size)
 	rep.Notes = append(rep.Notes,
 		"afxdp: "+afxdpNote+"; the row stays so that the comparison is complete once it exists",
-		"Mpps is what the sink counted per second the generator ran; loss = 1 - received/sent (an offered load above what the path forwards is lost in the gateway's ring: that is the point of the test)",
+		"Mpps is what the sink counted per second the generator ran; loss = 1 - received/sent (0 in a closed loop, where the generator waits for the sink; in an open loop the excess is lost in the gateway's ring)",
 		"the machine is shared: compare rows of one run, never with another machine's")
 	if !cfg.noCtl {
 		log.Info("control plane benchmarks")
@@ -126,6 +132,17 @@ func scenarios(cfg config) (main, sweep []run.Scenario) {
 		nft1M.Skip = fmt.Sprintf("skipped: nf_conntrack_max is %d (a host-wide sysctl; raise it to 1100000 to run this row)", max)
 	}
 	return rows, append(more, nft1M)
+}
+
+// filterRows keeps the scenarios whose name matches re.
+func filterRows(rows []run.Scenario, re *regexp.Regexp) []run.Scenario {
+	var out []run.Scenario
+	for _, sc := range rows {
+		if re.MatchString(sc.Name()) {
+			out = append(out, sc)
+		}
+	}
+	return out
 }
 
 // ratios adds the comparisons the issue asks for.

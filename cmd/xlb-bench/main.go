@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -41,8 +42,10 @@ func main() {
 	fs.IntVar(&cfg.genCPU, "gen-cpu", 0, "CPU of the generator")
 	fs.IntVar(&cfg.gwCPU, "gw-cpu", 1, "CPU of the gateway's NAPI thread (and the sink)")
 	fs.UintVar(&cfg.batch, "batch", gen.DefaultBatch, "frames per generator batch (the gateway is woken once per batch)")
+	fs.UintVar(&cfg.window, "window", gen.DefaultWindow, "closed loop: most frames on their way from generator to sink (0: open loop, overrun the gateway)")
 	fs.BoolVar(&cfg.quick, "quick", false, "only the main comparison at 1k flows (no flow-count sweep, no conntrack scale)")
 	fs.BoolVar(&cfg.noCtl, "no-control-plane", false, "skip the Maglev and reconcile benchmarks")
+	fs.StringVar(&cfg.only, "only", "", "run only the rows whose name (e.g. xlb/est/1k/64B) matches this regular expression")
 	_ = fs.Parse(os.Args[1:])
 	if err := cfg.validate(); err != nil {
 		log.Error("flags", "error", err)
@@ -68,8 +71,9 @@ type config struct {
 	repeats, size int
 	rate          uint64
 	genCPU, gwCPU int
-	batch         uint
+	batch, window uint
 	quick, noCtl  bool
+	only          string
 }
 
 // Bounds of every load loop: no run of the command can send for longer than this in total.
@@ -84,6 +88,12 @@ func (c config) validate() error {
 	}
 	if c.repeats < 1 || c.repeats > maxRepeats {
 		return fmt.Errorf("repeats %d outside 1..%d", c.repeats, maxRepeats)
+	}
+	if c.window != 0 && (c.window < 64 || c.window > 256) {
+		return fmt.Errorf("window %d outside 64..256 (a veth's ring holds 256 frames; 0 = open loop)", c.window)
+	}
+	if _, err := regexp.Compile(c.only); err != nil {
+		return fmt.Errorf("--only: %w", err)
 	}
 	if c.genCPU == c.gwCPU {
 		return fmt.Errorf("generator and gateway on the same CPU %d: the numbers would measure their sum", c.genCPU)
