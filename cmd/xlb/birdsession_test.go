@@ -1,7 +1,12 @@
 package main
+
 import "testing"
+
 func TestSameBirdSession(t *testing.T) {
-	for _, c := range []struct{ a, b string; want bool }{
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
 		{"a BGP --- up 03:41:07.555 Established", "a BGP --- up 03:41:07.554 Established", true},
 		{"a BGP --- up 03:41:07.555 Established", "a BGP --- up 03:41:09.912 Established", false},
 		{"a BGP --- up 03:41:07.555 Established", "a BGP --- start 03:41:07.555 Passive", false},
