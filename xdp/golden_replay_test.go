@@ -162,6 +162,14 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 		}
 	}
 	fwdCase, revCase := replayCases()[0], replayCases()[5]
+	// recordedFlow is fwdCase's flow from client port cport, recorded.
+	recordedFlow := func(t *testing.T, cport uint16) pk {
+		t.Helper()
+		p := fwdCase.in(64, nil)
+		p.Src = ap(client4, cport)
+		recorded(t, fwdCase, p)
+		return p
+	}
 
 	t.Run("TTL about to expire", func(t *testing.T) {
 		p := fwdCase.in(64, nil)
@@ -175,14 +183,10 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	})
 
 	t.Run("FIN marks conntrack closing", func(t *testing.T) {
-		p := fwdCase.in(64, nil)
-		p.Src = ap(client4, 40200)
-		recorded(t, fwdCase, p)
+		p := recordedFlow(t, 40200)
 		fin := p
 		fin.Flags = "FA"
-		out := fwdCase.out(fin)
-		out.Dst = ap(be1v4, 8080)
-		g.expect(t, fin.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwdCase.reasons})
+		g.expect(t, fin.bytes(t), g.ext, want{xdpRedirect, fwdCase.out(fin).bytes(t), fwdCase.reasons})
 		flows, err := g.dp.Flows()
 		must(t, err)
 		closing := false
@@ -197,9 +201,7 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	})
 
 	t.Run("a SYN on a recorded tuple is a new connection", func(t *testing.T) {
-		p := fwdCase.in(64, nil)
-		p.Src = ap(client4, 40201)
-		recorded(t, fwdCase, p)
+		p := recordedFlow(t, 40201)
 		syn := p
 		syn.Flags = "S"
 		g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, fwdCase.out(syn).bytes(t), fwdCase.reasons})
@@ -209,9 +211,7 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	})
 
 	t.Run("backend marked down", func(t *testing.T) {
-		p := fwdCase.in(64, nil)
-		p.Src = ap(client4, 40202)
-		recorded(t, fwdCase, p)
+		p := recordedFlow(t, 40202)
 		must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080, Down: true}))
 		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080})) })
 		// The only backend of the VIP is down: the flow cannot stay and has nowhere to go.
@@ -220,9 +220,7 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	})
 
 	t.Run("backend moved", func(t *testing.T) {
-		p := fwdCase.in(64, nil)
-		p.Src = ap(client4, 40203)
-		recorded(t, fwdCase, p)
+		p := recordedFlow(t, 40203)
 		must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8088}))
 		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080})) })
 		out := fwdCase.out(p)

@@ -21,6 +21,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "consts.h"
+#include "progress.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -49,8 +50,8 @@ struct {
 	__uint(max_entries, 1);
 } gen_config SEC(".maps");
 
-/* gen_state: per CPU, index 0 -> {next flow index, frames sent}. Written by the program; Go
- * reads the sent count (summed over CPUs) and may reset both. */
+/* gen_state: per CPU, index 0 -> gen_counters. Written by the program; Go reads the counts
+ * (summed over CPUs), restarts the flow sequence and resets the closed loop's fields. */
 struct gen_counters {
 	__u64 seq;	 /* flow index of the next frame (mod nflows) */
 	__u64 sent;	 /* frames returned with XDP_TX */
@@ -59,15 +60,6 @@ struct gen_counters {
 	__u64 forgiven;	 /* closed loop: frames given up on as lost since that reset */
 	__u64 stalled;	 /* closed loop: waits that ran out (GEN_WAIT_SPINS) */
 };
-
-/* progress: index 0 -> the sink's acknowledgements (struct gen_progress, consts.h). Go hands this
- * map to the sink and zeroes it before each closed-loop run. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct gen_progress);
-	__uint(max_entries, 1);
-} progress SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

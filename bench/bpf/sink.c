@@ -7,6 +7,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "consts.h"
+#include "progress.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -29,14 +30,6 @@ struct sink_count {
 	__u64 bytes;
 };
 
-/* progress: the closed loop's acknowledgements (struct gen_progress, consts.h); the generator's
- * map, handed to this program by Go. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct gen_progress);
-	__uint(max_entries, 1);
-} progress SEC(".maps");
 
 /* sink_counts: per CPU, class -> {packets, bytes}. Written by the program, read by Go. */
 struct {

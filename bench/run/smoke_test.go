@@ -20,15 +20,7 @@ func TestSmoke(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := NewRunner(Options{
-		Prefix: netlab.TaggedPrefix("xs"), Duration: 200 * time.Millisecond, Repeats: 1, Rate: 100_000,
-		PopulateRate: 200_000, GenCPU: 0, GatewayCPU: 1,
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := smokeRunner(t, Options{Duration: 200 * time.Millisecond, Rate: 100_000})
 	for _, sc := range []Scenario{
 		{Datapath: &Ceiling{}, Mix: MixEstablished, Flows: 1000, Size: 64},
 		{Datapath: &XLB{ConntrackSize: 1 << 16}, Mix: MixNew, Flows: 1000, Size: 64},
@@ -63,15 +55,7 @@ func TestSmokeClosedLoop(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := NewRunner(Options{
-		Prefix: netlab.TaggedPrefix("xs"), Duration: 300 * time.Millisecond, Repeats: 1,
-		Window: gen.DefaultWindow, PopulateRate: 200_000, GenCPU: 0, GatewayCPU: 1,
-		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := smokeRunner(t, Options{Duration: 300 * time.Millisecond, Window: gen.DefaultWindow})
 	sc := Scenario{Datapath: &XLB{ConntrackSize: 1 << 16}, Mix: MixEstablished, Flows: 1000, Size: 64}
 	res, err := r.Measure(ctx, sc)
 	if err != nil {
@@ -89,6 +73,21 @@ func TestSmokeClosedLoop(t *testing.T) {
 				i+1, s.Sent, s.Received, s.CountedDrops, s.Drops)
 		}
 	}
+}
+
+// smokeRunner is a Runner for the smoke tests: opts' duration, rate and window, one repeat, the
+// generator on CPU 0 and the gateway on CPU 1. It is closed when the test ends.
+func smokeRunner(t *testing.T, opts Options) *Runner {
+	t.Helper()
+	opts.Prefix, opts.Repeats, opts.PopulateRate = netlab.TaggedPrefix("xs"), 1, 200_000
+	opts.GenCPU, opts.GatewayCPU = 0, 1
+	opts.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	r, err := NewRunner(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 // testWriter sends log lines to t.Log.

@@ -59,6 +59,17 @@ static __always_inline struct vip_ref *ct_vip(struct packet *p, __u32 vip_id)
 	return ref;
 }
 
+/* flow_key_of fills the key of p's flow, as conntrack and flow_cache store it. */
+static __always_inline void flow_key_of(struct flow_key *k, const struct packet *p)
+{
+	k->src = p->src;
+	k->dst = p->dst;
+	k->sport = p->sport;
+	k->dport = p->dport;
+	k->proto = p->proto;
+	k->family = p->family;
+}
+
 /* flow_key_eq compares a cached key with packet key b (whose family is a constant in each
  * inlined copy: IPv4 keys compare one address word, their padding being zero in both). */
 static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
@@ -352,12 +363,7 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	if (p->l4)
 		ports = parse_ports(data_end, p);
 	if (ports == 0) {
-		fk.src = p->src;
-		fk.dst = p->dst;
-		fk.sport = p->sport;
-		fk.dport = p->dport;
-		fk.proto = p->proto;
-		fk.family = fam;
+		flow_key_of(&fk, p);
 	}
 	/* The fast path: an established flow with a fresh record. */
 	if (to_vip && ports == 0 && !p->is_frag) {
@@ -403,12 +409,7 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 
 	if (ports != 0) {
 		/* A non-first fragment: its ports are known now. */
-		fk.src = p->src;
-		fk.dst = p->dst;
-		fk.sport = p->sport;
-		fk.dport = p->dport;
-		fk.proto = p->proto;
-		fk.family = fam;
+		flow_key_of(&fk, p);
 	}
 	if (to_vip) {
 		rc = lb_forward(ctx, p, data_end, &fk, fc, cs, now, gen);
