@@ -48,6 +48,10 @@ type Ratio struct {
 	Name     string
 	Num, Den string // row names
 	Value    float64
+	// Paired summarizes the ratios of the two rows' samples taken in the same round (sample i
+	// of each), when the rows were measured in rounds: machine noise that lasts a round falls
+	// on both sides of each of these ratios.
+	Paired *run.Summary `json:",omitempty"`
 }
 
 // Metric is one control-plane number.
@@ -69,11 +73,26 @@ func (r *Report) Row(name string) *run.Result {
 	return nil
 }
 
-// AddRatio appends num/den of the two rows' medians if both were measured.
-func (r *Report) AddRatio(name, num, den string) {
+// AddRatio appends num/den of the two rows' medians if both were measured; with rounds, the rows'
+// samples were taken in rounds (one of each row per round), and the per-round ratios are
+// summarized too.
+func (r *Report) AddRatio(name, num, den string, rounds bool) {
 	n, d := r.Row(num), r.Row(den)
 	if n == nil || d == nil || n.Skip != "" || d.Skip != "" || d.Mpps.Median == 0 {
 		return
 	}
-	r.Ratios = append(r.Ratios, Ratio{Name: name, Num: num, Den: den, Value: n.Mpps.Median / d.Mpps.Median})
+	q := Ratio{Name: name, Num: num, Den: den, Value: n.Mpps.Median / d.Mpps.Median}
+	if rounds && len(n.Samples) == len(d.Samples) {
+		var per []float64
+		for i := range n.Samples {
+			if d.Samples[i].Mpps > 0 {
+				per = append(per, n.Samples[i].Mpps/d.Samples[i].Mpps)
+			}
+		}
+		if len(per) == len(n.Samples) {
+			s := run.Summarize(per)
+			q.Paired = &s
+		}
+	}
+	r.Ratios = append(r.Ratios, q)
 }

@@ -43,7 +43,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if len(r.Ratios) > 0 {
 		fmt.Fprintln(w, "\nratios (medians, same run, same machine):")
 		for _, q := range r.Ratios {
-			fmt.Fprintf(w, "  %-28s %6.2fx   (%s / %s)\n", q.Name, q.Value, q.Num, q.Den)
+			paired := ""
+			if q.Paired != nil {
+				paired = fmt.Sprintf("  per round: median %.2fx, %.2f–%.2fx", q.Paired.Median, q.Paired.Min, q.Paired.Max)
+			}
+			fmt.Fprintf(w, "  %-28s %6.2fx   (%s / %s)%s\n", q.Name, q.Value, q.Num, q.Den, paired)
 		}
 	}
 	if len(r.ControlPlane) > 0 {
