@@ -221,18 +221,28 @@ func TestPinnedAdoption(t *testing.T) {
 }
 
 // TestGoldenNextHopCache: the next-hop cache never sends a packet over the egress MTU (the kernel
-// must send "fragmentation needed"), and a route change is seen within its TTL.
+// must send "fragmentation needed"), and a route change is seen within its TTL, also by a flow
+// whose packets replay a record (flow_replay).
 func TestGoldenNextHopCache(t *testing.T) {
 	g := newGW(t, Options{NextHopCacheTTL: 50 * time.Millisecond})
 	services(t, g)
 	g.ns.MustIP(t, "link set int0 mtu 1000")
 	small, smallOut := clientTCP(1, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
-	g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, smallOut.bytes(t), fwd(ReasonFwdRedirect)})
+	for range 2 { // conntrack entry, then the record
+		g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, smallOut.bytes(t), fwd(ReasonFwdRedirect)})
+	}
+	if _, e, ok := g.record(t, small); !ok {
+		t.Fatalf("no record: %+v", e)
+	}
 	big := small
 	big.Payload = make([]byte, 1200)
 	bigOut := big
 	bigOut.Dst = ap(be1v4, 8080) // TTL given back: the kernel forwards (and sends frag-needed)
 	g.expect(t, big.bytes(t), g.ext, want{xdpPass, bigOut.bytes(t), map[Reason]uint64{ReasonNATForward: 1, ReasonPassFIB: 1}})
+	g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, smallOut.bytes(t), fwd(ReasonFwdRedirect)})
+	if _, e, ok := g.record(t, small); !ok {
+		t.Fatalf("no record before the neighbour changes: %+v", e)
+	}
 	// The backend's neighbour changes MAC: after the TTL the new one is used.
 	g.ns.MustIP(t, "neigh replace 198.18.1.10 lladdr "+macBE3+" dev int0 nud permanent")
 	time.Sleep(60 * time.Millisecond)
