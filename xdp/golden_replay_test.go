@@ -42,6 +42,19 @@ func (g *gw) record(t *testing.T, p pk) (slot uint32, e xlbFlowCacheEntry, ok bo
 	return 0, xlbFlowCacheEntry{}, false
 }
 
+// traffic reads the counters of VIP id and of the backend of the same id.
+func (g *gw) traffic(t *testing.T, id VIPID) (vip, be Traffic) {
+	t.Helper()
+	if id == 0 {
+		return
+	}
+	vip, err := g.dp.VIPTraffic(id)
+	must(t, err)
+	be, err = g.dp.BackendTraffic(BackendID(id))
+	must(t, err)
+	return vip, be
+}
+
 // replayCase is one tuple: its packets in, and what the gateway must make of them.
 type replayCase struct {
 	name    string
@@ -50,6 +63,7 @@ type replayCase struct {
 	ifindex func(g *gw) int
 	reasons map[Reason]uint64
 	reverse bool
+	vip     VIPID // the VIP, and the backend of the same id (services); 0 for replies
 }
 
 func replayCases() []replayCase {
@@ -80,15 +94,15 @@ func replayCases() []replayCase {
 	fw := fwd(ReasonFwdRedirect)
 	rev := map[Reason]uint64{ReasonNATReverse: 1, ReasonFwdRedirect: 1}
 	return []replayCase{
-		{"tcp4 to VIP", client(ap(client4, 40100), ap(vip4, 80), layers.IPProtocolTCP), fwdOut(ap(be1v4, 8080), macBE1), ext, fw, false},
-		{"udp4 to VIP", client(ap(client4, 40101), ap(vip4, 53), layers.IPProtocolUDP), fwdOut(ap(be2v4, 5353), macBE2), ext, fw, false},
-		{"tcp6 to VIP", client(ap(client6, 40102), ap(vip6, 80), layers.IPProtocolTCP), fwdOut(ap(be1v6, 8080), macBE1), ext, fw, false},
-		{"udp6 to VIP", client(ap(client6, 40103), ap(vip6, 53), layers.IPProtocolUDP), fwdOut(ap(be2v6, 5353), macBE2), ext, fw, false},
-		{"all-ports VIP", client(ap(client4, 40104), ap(vip4b, 4444), layers.IPProtocolTCP), fwdOut(ap(be3v4, 4444), macBE3), ext, fw, false},
-		{"tcp4 reply", backend(ap(be1v4, 8080), ap(client4, 40105), macBE1, layers.IPProtocolTCP), revOut(ap(vip4, 80)), in, rev, true},
-		{"udp4 reply", backend(ap(be2v4, 5353), ap(client4, 40106), macBE2, layers.IPProtocolUDP), revOut(ap(vip4, 53)), in, rev, true},
-		{"tcp6 reply", backend(ap(be1v6, 8080), ap(client6, 40107), macBE1, layers.IPProtocolTCP), revOut(ap(vip6, 80)), in, rev, true},
-		{"udp6 reply", backend(ap(be2v6, 5353), ap(client6, 40108), macBE2, layers.IPProtocolUDP), revOut(ap(vip6, 53)), in, rev, true},
+		{"tcp4 to VIP", client(ap(client4, 40100), ap(vip4, 80), layers.IPProtocolTCP), fwdOut(ap(be1v4, 8080), macBE1), ext, fw, false, 1},
+		{"udp4 to VIP", client(ap(client4, 40101), ap(vip4, 53), layers.IPProtocolUDP), fwdOut(ap(be2v4, 5353), macBE2), ext, fw, false, 2},
+		{"tcp6 to VIP", client(ap(client6, 40102), ap(vip6, 80), layers.IPProtocolTCP), fwdOut(ap(be1v6, 8080), macBE1), ext, fw, false, 4},
+		{"udp6 to VIP", client(ap(client6, 40103), ap(vip6, 53), layers.IPProtocolUDP), fwdOut(ap(be2v6, 5353), macBE2), ext, fw, false, 5},
+		{"all-ports VIP", client(ap(client4, 40104), ap(vip4b, 4444), layers.IPProtocolTCP), fwdOut(ap(be3v4, 4444), macBE3), ext, fw, false, 3},
+		{"tcp4 reply", backend(ap(be1v4, 8080), ap(client4, 40105), macBE1, layers.IPProtocolTCP), revOut(ap(vip4, 80)), in, rev, true, 0},
+		{"udp4 reply", backend(ap(be2v4, 5353), ap(client4, 40106), macBE2, layers.IPProtocolUDP), revOut(ap(vip4, 53)), in, rev, true, 0},
+		{"tcp6 reply", backend(ap(be1v6, 8080), ap(client6, 40107), macBE1, layers.IPProtocolTCP), revOut(ap(vip6, 80)), in, rev, true, 0},
+		{"udp6 reply", backend(ap(be2v6, 5353), ap(client6, 40108), macBE2, layers.IPProtocolUDP), revOut(ap(vip6, 53)), in, rev, true, 0},
 	}
 }
 
@@ -109,42 +123,65 @@ func TestGoldenReplayMatchesFullPath(t *testing.T) {
 			if _, e, ok := g.record(t, first); ok == c.reverse {
 				t.Fatalf("after two packets: record %v, want %v: %+v", ok, !c.reverse, e)
 			}
+			vipBefore, beBefore := g.traffic(t, c.vip)
+			var bytes uint64
 			for range 200 {
 				payload := make([]byte, rng.IntN(64))
 				for i := range payload {
 					payload[i] = byte(rng.Uint32())
 				}
 				p := c.in(uint8(2+rng.IntN(254)), payload)
-				g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+				in := p.bytes(t)
+				bytes += uint64(len(in))
+				g.expect(t, in, c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+			}
+			if c.vip == 0 {
+				return // replies count no VIP or backend traffic
+			}
+			vipAfter, beAfter := g.traffic(t, c.vip)
+			wantDelta := Traffic{Packets: 200, Bytes: bytes}
+			for what, d := range map[string]Traffic{
+				"VIP":     {vipAfter.Packets - vipBefore.Packets, vipAfter.Bytes - vipBefore.Bytes, vipAfter.NewFlows - vipBefore.NewFlows},
+				"backend": {beAfter.Packets - beBefore.Packets, beAfter.Bytes - beBefore.Bytes, beAfter.NewFlows - beBefore.NewFlows},
+			} {
+				if d != wantDelta {
+					t.Errorf("%s traffic moved by %+v, want %+v", what, d, wantDelta)
+				}
 			}
 		})
 	}
 }
 
-// TestGoldenReplayIsUsed proves the packets after the second are replayed (not recomputed):
-// a record changed behind the datapath's back shows in the output. Then a generation bump, as
-// every change Go makes causes, makes the datapath ignore the record again.
+// TestGoldenReplayIsUsed proves that the packets after the second are replayed (not recomputed),
+// for every kind of flow: a record changed behind the datapath's back shows in the output. Then a
+// generation bump, as every change Go makes causes, makes the datapath ignore the record again.
 func TestGoldenReplayIsUsed(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
-	c := replayCases()[0]
-	p := c.in(64, nil)
-	for range 2 {
-		g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, c.out(p).bytes(t), c.reasons})
-	}
-	slot, e, ok := g.record(t, p)
-	if !ok {
-		t.Fatalf("no record: %+v", e)
-	}
-	// Point the record at another next hop (backend 2's MAC).
-	e.Dmac = [6]uint8{0x02, 0, 0, 0, 0x0b, 0x02}
-	must(t, g.dp.objs.FlowCache.Put(slot, &e))
-	poisoned := c.out(p)
-	poisoned.DstMAC = macBE2
-	g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, poisoned.bytes(t), c.reasons})
+	for _, c := range replayCases() {
+		if c.reverse {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			p := c.in(64, nil)
+			for range 2 {
+				g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+			}
+			slot, e, ok := g.record(t, p)
+			if !ok {
+				t.Fatalf("no record: %+v", e)
+			}
+			// Point the record at another next hop (backend 2's MAC).
+			e.Dmac = [6]uint8{0x02, 0, 0, 0, 0x0b, 0x02}
+			must(t, g.dp.objs.FlowCache.Put(slot, &e))
+			poisoned := c.out(p)
+			poisoned.DstMAC = macBE2
+			g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, poisoned.bytes(t), c.reasons})
 
-	must(t, g.dp.invalidateCaches())
-	g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+			must(t, g.dp.invalidateCaches())
+			g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+		})
+	}
 }
 
 // TestGoldenReplayFallsBack: what a record does not cover takes the full path, which answers
@@ -249,7 +286,7 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 		g.expect(t, p.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropUDP6ZeroCsum: 1}})
 	})
 
-	t.Run("source range removed", func(t *testing.T) {
+	t.Run("source ranges are checked on every packet", func(t *testing.T) {
 		// VIP 6 (vip4:443) admits 198.18.0.8/29, which holds client4.
 		c := replayCase{in: func(ttl uint8, payload []byte) pk {
 			return pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 40206), Dst: ap(vip4, 443), Proto: layers.IPProtocolTCP, Flags: "A", TTL: ttl, Payload: payload}
@@ -259,8 +296,45 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 		}, ifindex: func(g *gw) int { return g.ext }, reasons: fwd(ReasonFwdRedirect)}
 		p := c.in(64, nil)
 		recorded(t, c, p)
-		f := Frontend{vip4, 443, TCP}
-		must(t, g.dp.UpsertVIP(f, VIPConfig{ID: 6, SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.16/29")}}))
+		g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, c.out(p).bytes(t), c.reasons}) // replayed
+		// The range goes from the map alone, with no generation bump: the record stays valid,
+		// and its replay must still ask src_ranges.
+		k := rangeKey(6, netip.MustParsePrefix("198.18.0.8/29"))
+		must(t, g.dp.objs.SrcRanges.Delete(&k))
+		if _, e, ok := g.record(t, p); !ok {
+			t.Fatalf("the record is gone, so the test would not exercise the replay: %+v", e)
+		}
 		g.expect(t, p.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropSrcRange: 1}})
 	})
+}
+
+// TestGoldenReplayFragmentedSYN: a client reusing its port with a SYN that arrives fragmented
+// starts a new connection like any SYN: when Maglev now picks another backend than the one the
+// old flow was pinned to, conntrack takes the new one, and the record of the old flow must not
+// send the handshake's ACK to the old backend (it would answer with a RST).
+func TestGoldenReplayFragmentedSYN(t *testing.T) {
+	g := newGW(t, Options{})
+	services(t, g)
+	must(t, g.dp.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	ack, toBE1 := clientTCP(41500, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
+	// The table moves to backend 11; the flow stays pinned to backend 1 and is recorded so.
+	must(t, g.dp.SetMaglevTable(1, table(13, 11)))
+	for range 2 {
+		g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
+	}
+	if _, e, ok := g.record(t, ack); !ok {
+		t.Fatalf("no record: %+v", e)
+	}
+	// The same tuple's SYN, in two fragments, goes to backend 11 ...
+	syn, synOut := clientTCP(41500, ap(vip4, 80), "S", ap(be2v4, 8080), macBE2)
+	syn.Payload, synOut.Payload = make([]byte, 64), make([]byte, 64)
+	syn.IPID, synOut.IPID = 0x5151, 0x5151
+	a, b := syn.fragments4(t, 32)
+	wa, wb := synOut.fragments4(t, 32)
+	g.expect(t, a, g.ext, want{xdpRedirect, wa, fwd(ReasonFwdRedirect)})
+	g.expect(t, b, g.ext, want{xdpRedirect, wb, fwd(ReasonFwdRedirect)})
+	// ... and so does the handshake's ACK.
+	_, ackToBE2 := clientTCP(41500, ap(vip4, 80), "A", ap(be2v4, 8080), macBE2)
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToBE2.bytes(t), fwd(ReasonFwdRedirect)})
 }

@@ -4,6 +4,7 @@
 #ifndef XLB_NAT_H
 #define XLB_NAT_H
 
+#include <bpf/bpf_endian.h>
 #include "parse.h"
 #include "csum.h"
 
@@ -110,8 +111,10 @@ static __always_inline void rewrite_endpoint(struct packet *p, void *data_end, i
 }
 
 /* TTL_DEC_DIFF is the checksum difference of decrementing a TTL (or hop limit) of at least 1:
- * the word {ttl, protocol} goes from x to x - 1, and ~x + (x - 1) = 0xfffe, whatever x is. */
-#define TTL_DEC_DIFF 0xfffe
+ * the word {ttl, protocol}, loaded as stored, goes from x to x - d, where d is 0x0100 in network
+ * order, and ~x + (x - d) = 0xffff - d, whatever x is: 0xfeff in network order (0xfffe as a
+ * little-endian load). */
+#define TTL_DEC_DIFF bpf_htons(0xfeff)
 
 /* dnat_diffs computes the checksum differences of rewriting a destination endpoint from
  * (from, fport) to (to, tport) and decrementing the TTL, accumulated exactly as rewrite_endpoint

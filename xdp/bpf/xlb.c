@@ -174,7 +174,7 @@ static __always_inline int flow_replay(struct xdp_md *ctx, struct packet *p, voi
 }
 
 /* lb_forward handles a packet to a VIP address that flow_replay did not take: fk is its flow, fc
- * this CPU's flow_cache slot for it (NULL for a fragment). An established flow is usually found
+ * this CPU's flow_cache slot for it (NULL for a non-first fragment). An established flow is usually found
  * in fc, else in conntrack (and then copied to fc); anything else looks up the VIP (through
  * svc_cache) and picks a backend with its Maglev table. Returns -1 when the packet is for no VIP. */
 static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
@@ -364,10 +364,11 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 		ports = parse_ports(data_end, p);
 	if (ports == 0) {
 		flow_key_of(&fk, p);
+		if (to_vip)
+			fc = flow_cache_slot(&fk);
 	}
 	/* The fast path: an established flow with a fresh record. */
-	if (to_vip && ports == 0 && !p->is_frag) {
-		fc = flow_cache_slot(&fk);
+	if (fc && !p->is_frag) {
 		rc = flow_replay(ctx, p, data_end, fc, &fk, now, gen);
 		if (rc >= 0)
 			return rc;
@@ -385,19 +386,19 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 			return verdict(REASON_DROP_UDP6_ZERO_CSUM, XDP_DROP);
 		if (p->is_frag) {
 			/* First fragment: remember the ports for the rest of the datagram. */
-			struct frag_key fk = {};
+			struct frag_key frk = {};
 			struct frag_ports fp = { .sport = p->sport, .dport = p->dport };
 
-			frag_key_of(&fk, p);
-			bpf_map_update_elem(&frags, &fk, &fp, BPF_ANY);
+			frag_key_of(&frk, p);
+			bpf_map_update_elem(&frags, &frk, &fp, BPF_ANY);
 		}
 	} else {
 		/* Non-first fragment: the ports come from its first fragment. */
-		struct frag_key fk = {};
+		struct frag_key frk = {};
 		struct frag_ports *fp;
 
-		frag_key_of(&fk, p);
-		fp = bpf_map_lookup_elem(&frags, &fk);
+		frag_key_of(&frk, p);
+		fp = bpf_map_lookup_elem(&frags, &frk);
 		if (!fp) {
 			if (to_vip && is_vip_addr(&p->dst, fam))
 				return verdict(REASON_DROP_FRAG_UNKNOWN, XDP_DROP);
@@ -408,7 +409,8 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	}
 
 	if (ports != 0) {
-		/* A non-first fragment: its ports are known now. */
+		/* A non-first fragment: its ports are known now. It skips the flow cache (it carries
+		 * no TCP flags, so it never has to clear a slot as a SYN does): conntrack decides. */
 		flow_key_of(&fk, p);
 	}
 	if (to_vip) {
