@@ -107,7 +107,8 @@ type Result struct {
 	// Mpps summarizes the samples' Mpps; LossPct their loss.
 	Mpps    Summary
 	LossPct Summary
-	// ConntrackFlows is xlb's conntrack entry count after the populating pass (-1: not read).
+	// ConntrackFlows is the datapath's conntrack entry count after the populating pass (-1: not
+	// read).
 	ConntrackFlows int
 }
 
@@ -157,8 +158,8 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 		if err := drain(ctx, s); err != nil {
 			return res, err
 		}
-		if x, ok := sc.Datapath.(*XLB); ok {
-			if res.ConntrackFlows, err = x.Flows(); err != nil {
+		if f, ok := sc.Datapath.(flowCounter); ok {
+			if res.ConntrackFlows, err = f.Flows(); err != nil {
 				return res, err
 			}
 		}
@@ -183,6 +184,11 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 	}
 	res.Mpps, res.LossPct = Summarize(mpps), Summarize(loss)
 	return res, nil
+}
+
+// flowCounter is a datapath that can count its conntrack entries.
+type flowCounter interface {
+	Flows() (int, error)
 }
 
 // Merge appends b's samples to a's (the same scenario measured again) and summarizes them all.

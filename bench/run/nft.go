@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -23,9 +24,41 @@ const nftTable = "xlb_bench"
 // gateway's ingress veth only lets the generator's frames in (a veth drops frames redirected
 // into it unless its peer runs XDP); every packet then takes the kernel's path.
 type NFTables struct {
-	ns   *netlab.NS
-	prog *ebpf.Program
-	link link.Link
+	// ConntrackMax, when above the host's nf_conntrack_max, raises that limit for the row and
+	// puts the old value back in Stop. It is a host-wide sysctl, read-only inside a namespace,
+	// and the 1M-flow row needs room for 1M entries.
+	ConntrackMax int
+
+	ns         *netlab.NS
+	prog       *ebpf.Program
+	link       link.Link
+	restoreMax string // nf_conntrack_max before Start raised it ("" = untouched)
+}
+
+// hostConntrackMax is the host's conntrack limit (the init namespace's: writes from other
+// namespaces are refused).
+const hostConntrackMax = "/proc/sys/net/netfilter/nf_conntrack_max"
+
+// raiseConntrackMax raises the host's nf_conntrack_max to n if it is lower, remembering the old
+// value for Stop.
+func (n *NFTables) raiseConntrackMax() error {
+	b, err := os.ReadFile(hostConntrackMax)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", hostConntrackMax, err)
+	}
+	old := strings.TrimSpace(string(b))
+	cur, err := strconv.Atoi(old)
+	if err != nil {
+		return fmt.Errorf("read %s: %q: %w", hostConntrackMax, old, err)
+	}
+	if cur >= n.ConntrackMax {
+		return nil
+	}
+	if err := os.WriteFile(hostConntrackMax, []byte(strconv.Itoa(n.ConntrackMax)), 0); err != nil {
+		return fmt.Errorf("raise %s from %d to %d: %w", hostConntrackMax, cur, n.ConntrackMax, err)
+	}
+	n.restoreMax = old
+	return nil
 }
 
 // Name implements Datapath.
@@ -39,6 +72,11 @@ func (n *NFTables) Start(_ context.Context, t *topo.Topology) (err error) {
 			err = errors.Join(fmt.Errorf("start nftables: %w", err), n.Stop())
 		}
 	}()
+	if n.ConntrackMax > 0 {
+		if err := n.raiseConntrackMax(); err != nil {
+			return err
+		}
+	}
 	// Conntrack picks up mid-stream ACKs (tcp_loose, the default) and must not judge their
 	// sequence numbers: every generated ACK repeats the same ones.
 	if err := t.Gateway.SetSysctl("net.netfilter.nf_conntrack_tcp_be_liberal", "1"); err != nil {
@@ -85,6 +123,22 @@ func (n *NFTables) Drops() (map[string]uint64, error) {
 		return nil, fmt.Errorf("nftables drops: %w", err)
 	}
 	return out, nil
+}
+
+// Flows is the gateway namespace's conntrack entry count.
+func (n *NFTables) Flows() (int, error) {
+	if n.ns == nil {
+		return 0, nil
+	}
+	out, err := n.ns.Cmd("cat", "/proc/sys/net/netfilter/nf_conntrack_count").Output()
+	if err != nil {
+		return 0, fmt.Errorf("nftables: read nf_conntrack_count in %s: %w", n.ns.Name, err)
+	}
+	c, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return 0, fmt.Errorf("nftables: nf_conntrack_count %q: %w", out, err)
+	}
+	return c, nil
 }
 
 // addHexTable sums the named columns of a /proc/net/stat table (a header line, then one line
@@ -155,6 +209,12 @@ func (n *NFTables) Stop() error {
 		// Fails harmlessly when Start failed before creating the table.
 		_ = n.ns.Cmd("nft", "delete", "table", "ip", nftTable).Run()
 		n.ns = nil
+	}
+	if n.restoreMax != "" {
+		if err := os.WriteFile(hostConntrackMax, []byte(n.restoreMax), 0); err != nil {
+			errs = append(errs, fmt.Errorf("restore %s to %s: %w", hostConntrackMax, n.restoreMax, err))
+		}
+		n.restoreMax = ""
 	}
 	return errors.Join(errs...)
 }
