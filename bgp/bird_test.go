@@ -128,6 +128,73 @@ func TestBIRDGracefulRestart(t *testing.T) {
 		took.Round(time.Millisecond), routeVia(t, r, vip4, 2*time.Second).Round(time.Millisecond))
 }
 
+// TestBIRDGracefulRestartWaitForRoutes: a restarted speaker whose routes come after its
+// session hands BIRD an empty table and an End-of-RIB, and BIRD drops the route it kept; with
+// WaitForRoutes the session waits for the routes, and the route never leaves BIRD's FIB.
+func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
+	requireLab(t, "bird")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	bird(t, r, birdConf("198.18.1.1", true,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
+	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+	// restart kills s and starts a speaker with cfg that sets the route late seconds after
+	// its start; it returns the new speaker and how many 10 ms polls of the router's FIB, from
+	// the kill until 2 s after the new session is up, found no route.
+	restart := func(s *speaker, name string, cfg Config, late time.Duration) (*speaker, int, int) {
+		watch := r.WatchRoute(vip4)
+		s.kill()
+		s = startSpeaker(t, g, name, cfg)
+		time.Sleep(late)
+		s.announce(vip4 + "/32")
+		s.waitUp(20 * time.Second)
+		time.Sleep(2 * time.Second) // End-of-RIB processed
+		missing, polls := watch.Stop()
+		routeVia(t, r, vip4, 5*time.Second, gw[0])
+		return s, missing, polls
+	}
+
+	s := startSpeaker(t, g, "gw1-a", cfg)
+	s.waitUp(20 * time.Second)
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+
+	// The failure WaitForRoutes prevents: the session is up (≈1.3 s) before the routes.
+	s, missing, polls := restart(s, "gw1-b", cfg, 3*time.Second)
+	t.Logf("without WaitForRoutes, routes 3 s after the start: route missing in %d of %d polls", missing, polls)
+	if missing == 0 {
+		t.Errorf("without WaitForRoutes and routes set after the session came up, BIRD kept the route " +
+			"throughout: this test no longer shows what WaitForRoutes is for")
+	}
+
+	wait := cfg
+	wait.WaitForRoutes = true
+	s = startSpeaker(t, g, "gw1-c", wait)
+	s.announce(vip4 + "/32")
+	s.waitUp(20 * time.Second)
+	watch := r.WatchRoute(vip4)
+	s.kill()
+	s = startSpeaker(t, g, "gw1-d", wait)
+	time.Sleep(3 * time.Second)
+	if ps := s.peers(); len(ps) != 1 || ps[0].Up || ps[0].State != "idle" {
+		t.Errorf("WaitForRoutes, no routes set yet: peers %v, want one idle peer", ps)
+	}
+	s.announce(vip4 + "/32")
+	up := s.waitUp(20 * time.Second)
+	time.Sleep(2 * time.Second)
+	missing, polls = watch.Stop()
+	t.Logf("with WaitForRoutes, routes 3 s after the start: session up %v after them; route missing in %d of %d polls",
+		up.Round(time.Millisecond), missing, polls)
+	if missing != 0 {
+		t.Errorf("with WaitForRoutes the route left BIRD's FIB in %d of %d polls across the restart", missing, polls)
+	}
+	if ps := s.peers(); ps[0].Advertised != 1 {
+		t.Errorf("after the restart: %v, want the route advertised", ps[0])
+	}
+}
+
 // TestBIRDPassword: a peer with the wrong TCP MD5 password never comes up and says why; the
 // speaker's other peer, with the right password, is not affected.
 func TestBIRDPassword(t *testing.T) {

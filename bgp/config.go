@@ -38,6 +38,13 @@ type Config struct {
 	// (RFC 4724): how long peers keep this speaker's routes after its sessions drop without a
 	// NOTIFICATION. Whole seconds, at most 4095 s; 0 turns graceful restart off.
 	GracefulRestart time.Duration
+	// WaitForRoutes makes Start open no session: the peers are added by the first SetRoutes
+	// after Start, once the routes are in the RIB, so that the first UPDATE each peer gets
+	// carries them, before the End-of-RIB. Without it a restarted speaker whose routes come
+	// later (from a first reconcile that waits for its inputs) sends an empty table and an
+	// End-of-RIB, which a graceful restart helper takes as the withdrawal of every route it
+	// kept. Until then Peers reports every peer "idle" and SetPeers only records the peers.
+	WaitForRoutes bool
 }
 
 // Peer is one BGP neighbour.

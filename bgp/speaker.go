@@ -38,6 +38,9 @@ type Speaker struct {
 	mu      sync.Mutex
 	started bool
 	stopped bool
+	// peering is set once the peers have been given to GoBGP: at Start, or with
+	// Config.WaitForRoutes at the first SetRoutes after it.
+	peering bool
 	// peers maps a neighbour address → its configuration, as given to GoBGP.
 	peers map[netip.Addr]peerEntry
 	// want maps a prefix → the route SetRoutes asked for.
@@ -80,8 +83,9 @@ func New(cfg Config, log *slog.Logger) (*Speaker, error) {
 	return s, nil
 }
 
-// Start starts the BGP server in the calling process's network namespace, adds the peers and
-// announces the routes already set. ctx bounds the start only.
+// Start starts the BGP server in the calling process's network namespace, puts the routes
+// already set in its RIB and then (unless Config.WaitForRoutes) adds the peers: a session that
+// comes up gets the routes before its End-of-RIB. ctx bounds the start only.
 func (s *Speaker) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,15 +107,25 @@ func (s *Speaker) Start(ctx context.Context) error {
 		return fmt.Errorf("bgp: start as %d router-id %v: %w", s.cfg.ASN, s.cfg.RouterID, err)
 	}
 	s.started = true
+	errs := []error{s.syncRoutes(ctx)}
+	if !s.cfg.WaitForRoutes {
+		errs = append(errs, s.startPeering(ctx))
+	}
+	s.log.Info("bgp speaker started", "asn", s.cfg.ASN, "routerID", s.cfg.RouterID,
+		"peers", len(s.peers), "routes", len(s.have), "sessionsWaitForRoutes", !s.peering)
+	return errors.Join(errs...)
+}
+
+// startPeering gives the configured peers to GoBGP, which then opens their sessions. Called
+// with s.mu held, after Start, once the RIB holds the routes.
+func (s *Speaker) startPeering(ctx context.Context) error {
+	s.peering = true
 	var errs []error
 	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(s.peers[addr])}); err != nil {
 			errs = append(errs, fmt.Errorf("bgp: add peer %v: %w", addr, err))
 		}
 	}
-	errs = append(errs, s.syncRoutes(ctx))
-	s.log.Info("bgp speaker started", "asn", s.cfg.ASN, "routerID", s.cfg.RouterID,
-		"peers", len(s.peers), "routes", len(s.have))
 	return errors.Join(errs...)
 }
 
@@ -195,8 +209,9 @@ func (s *Speaker) waitWithdrawn(ctx context.Context, before map[netip.Addr]uint6
 
 // SetRoutes makes routes the complete set of announced routes: new and changed routes are
 // announced, routes no longer listed are withdrawn, unchanged ones are left alone. Before
-// Start it only records them. Each route must be a host route (see Route.Validate); an
-// invalid list changes nothing.
+// Start it only records them; with Config.WaitForRoutes the first call after Start also opens
+// the sessions. Each route must be a host route (see Route.Validate); an invalid list changes
+// nothing.
 func (s *Speaker) SetRoutes(routes []Route) error {
 	want := make(map[netip.Prefix]Route, len(routes))
 	var errs []error
@@ -223,7 +238,12 @@ func (s *Speaker) SetRoutes(routes []Route) error {
 	if !s.started {
 		return nil
 	}
-	return s.syncRoutes(context.Background())
+	err := s.syncRoutes(context.Background())
+	if !s.peering {
+		s.log.Info("bgp: first routes set, opening sessions", "peers", len(s.peers), "routes", len(s.have))
+		err = errors.Join(err, s.startPeering(context.Background()))
+	}
+	return err
 }
 
 // syncRoutes brings GoBGP's RIB (have) to want. Called with s.mu held, after Start.
@@ -284,7 +304,8 @@ func (s *Speaker) Routes() []Route {
 // SetPeers makes peers the complete set of neighbours: new ones are added, missing ones
 // removed (their sessions closed with a Cease), changed ones (any field, or the content of
 // the password file) re-added. Unchanged sessions are not touched. An invalid list or an
-// unreadable password file changes nothing.
+// unreadable password file changes nothing. Before the sessions are opened (Start, or the
+// first SetRoutes with Config.WaitForRoutes) it only records the peers.
 func (s *Speaker) SetPeers(peers []Peer) error {
 	next := make(map[netip.Addr]peerEntry, len(peers))
 	var errs []error
@@ -316,7 +337,7 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 	if s.stopped {
 		return errors.New("bgp: set peers: speaker stopped")
 	}
-	if !s.started {
+	if !s.peering {
 		s.peers = next
 		return nil
 	}

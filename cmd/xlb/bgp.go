@@ -13,14 +13,17 @@ import (
 	"github.com/xlb-dev/xlb/lb/config"
 )
 
-// bgpConfig converts the file's bgp section to the speaker's configuration.
+// bgpConfig converts the file's bgp section to the speaker's configuration. The sessions wait
+// for the first reconcile's routes (WaitForRoutes): a restarted daemon whose first reconcile
+// waits (for the Kubernetes model, say) would otherwise hand the routers an empty table and an
+// End-of-RIB, and they would drop the routes graceful restart kept for it.
 func bgpConfig(c *config.BGP) bgp.Config {
 	port := int32(c.ListenPort)
 	if port == 0 {
 		port = -1 // dial out only
 	}
 	return bgp.Config{RouterID: c.RouterID, ASN: c.ASN, ListenPort: port, GracefulRestart: c.GracefulRestart,
-		Peers: bgpPeers(c)}
+		Peers: bgpPeers(c), WaitForRoutes: true}
 }
 
 // bgpPeers converts the file's peers to the speaker's.

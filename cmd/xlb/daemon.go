@@ -583,8 +583,9 @@ func (d *daemon) serveHTTP(addr string, reg *prometheus.Registry) (*http.Server,
 	return srv, nil
 }
 
-// startBGP starts the speaker in the daemon's network namespace (the gateway's) with no route:
-// the first successful reconcile announces the VIPs that can be served.
+// startBGP starts the speaker in the daemon's network namespace (the gateway's) with no route
+// and no session: the first successful reconcile sets the VIPs that can be served, and only then
+// are the sessions opened (bgp.Config.WaitForRoutes), so that their first UPDATE carries them.
 func (d *daemon) startBGP(ctx context.Context, c *config.BGP) error {
 	sp, err := bgp.New(bgpConfig(c), d.log)
 	if err != nil {

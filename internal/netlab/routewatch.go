@@ -1,0 +1,49 @@
+package netlab
+
+import (
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// RouteWatch polls a namespace's kernel route to one address every 10 ms in the background,
+// counting the polls that found none: a route that must stay through some event (a graceful
+// restart) is checked at every poll, not just before and after.
+type RouteWatch struct {
+	done chan struct{}
+	res  chan [2]int // missing, polls
+}
+
+// WatchRoute starts polling n's route to addr (`ip route show addr`). Call Stop to end it.
+func (n *NS) WatchRoute(addr string) *RouteWatch {
+	w := &RouteWatch{done: make(chan struct{}), res: make(chan [2]int, 1)}
+	args := []string{"-n", n.Name}
+	if strings.Contains(addr, ":") {
+		args = append(args, "-6")
+	}
+	args = append(args, "route", "show", addr)
+	go func() {
+		var missing, polls int
+		for {
+			out, err := exec.Command("ip", args...).Output()
+			polls++
+			if err != nil || strings.TrimSpace(string(out)) == "" {
+				missing++
+			}
+			select {
+			case <-w.done:
+				w.res <- [2]int{missing, polls}
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// Stop ends the polling and returns how many polls found no route, of how many.
+func (w *RouteWatch) Stop() (missing, polls int) {
+	close(w.done)
+	r := <-w.res
+	return r[0], r[1]
+}
