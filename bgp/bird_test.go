@@ -130,7 +130,8 @@ func TestBIRDGracefulRestart(t *testing.T) {
 
 // TestBIRDGracefulRestartWaitForRoutes: a restarted speaker whose routes come after its
 // session hands BIRD an empty table and an End-of-RIB, and BIRD drops the route it kept; with
-// WaitForRoutes the session waits for the routes, and the route never leaves BIRD's FIB.
+// WaitForRoutes the session waits for the routes, and the route never leaves BIRD's FIB; and
+// Stop(Withdraw) before any route still takes the kept route away.
 func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	requireLab(t, "bird")
 	pfx := netlab.Prefix()
@@ -140,19 +141,24 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
 	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
 		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
-	// restart kills s and starts a speaker with cfg that sets the route late seconds after
-	// its start; it returns the new speaker and how many 10 ms polls of the router's FIB, from
-	// the kill until 2 s after the new session is up, found no route.
-	restart := func(s *speaker, name string, cfg Config, late time.Duration) (*speaker, int, int) {
-		watch := r.WatchRoute(vip4)
+	wait := cfg
+	wait.WaitForRoutes = true
+	// restart kills s (BIRD keeps its route, stale) and starts a speaker with cfg that sets
+	// the route 3 s later (a session without WaitForRoutes is up in ≈1–2 s); it returns the
+	// new speaker, up, and how many 10 ms polls of BIRD's FIB found no route, from the kill
+	// until 2 s after the new session came up (End-of-RIB processed).
+	restart := func(s *speaker, name string, cfg Config) (*speaker, int, int) {
+		watch := r.WatchRoute(t, vip4)
 		s.kill()
 		s = startSpeaker(t, g, name, cfg)
-		time.Sleep(late)
+		time.Sleep(3 * time.Second)
+		if ps := s.peers(); cfg.WaitForRoutes && (len(ps) != 1 || ps[0].State != "idle") {
+			t.Errorf("WaitForRoutes, no routes set yet: peers %v, want one idle peer", ps)
+		}
 		s.announce(vip4 + "/32")
 		s.waitUp(20 * time.Second)
-		time.Sleep(2 * time.Second) // End-of-RIB processed
+		time.Sleep(2 * time.Second)
 		missing, polls := watch.Stop()
-		routeVia(t, r, vip4, 5*time.Second, gw[0])
 		return s, missing, polls
 	}
 
@@ -161,38 +167,39 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	s.announce(vip4 + "/32")
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
 
-	// The failure WaitForRoutes prevents: the session is up (≈1.3 s) before the routes.
-	s, missing, polls := restart(s, "gw1-b", cfg, 3*time.Second)
+	// The failure WaitForRoutes prevents.
+	s, missing, polls := restart(s, "gw1-b", cfg)
 	t.Logf("without WaitForRoutes, routes 3 s after the start: route missing in %d of %d polls", missing, polls)
 	if missing == 0 {
 		t.Errorf("without WaitForRoutes and routes set after the session came up, BIRD kept the route " +
 			"throughout: this test no longer shows what WaitForRoutes is for")
 	}
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
 
-	wait := cfg
-	wait.WaitForRoutes = true
-	s = startSpeaker(t, g, "gw1-c", wait)
-	s.announce(vip4 + "/32")
-	s.waitUp(20 * time.Second)
-	watch := r.WatchRoute(vip4)
-	s.kill()
-	s = startSpeaker(t, g, "gw1-d", wait)
-	time.Sleep(3 * time.Second)
-	if ps := s.peers(); len(ps) != 1 || ps[0].Up || ps[0].State != "idle" {
-		t.Errorf("WaitForRoutes, no routes set yet: peers %v, want one idle peer", ps)
-	}
-	s.announce(vip4 + "/32")
-	up := s.waitUp(20 * time.Second)
-	time.Sleep(2 * time.Second)
-	missing, polls = watch.Stop()
-	t.Logf("with WaitForRoutes, routes 3 s after the start: session up %v after them; route missing in %d of %d polls",
-		up.Round(time.Millisecond), missing, polls)
+	s, missing, polls = restart(s, "gw1-c", wait)
+	t.Logf("with WaitForRoutes, routes 3 s after the start: route missing in %d of %d polls", missing, polls)
 	if missing != 0 {
 		t.Errorf("with WaitForRoutes the route left BIRD's FIB in %d of %d polls across the restart", missing, polls)
 	}
-	if ps := s.peers(); ps[0].Advertised != 1 {
-		t.Errorf("after the restart: %v, want the route advertised", ps[0])
+	if ps := s.peers(); len(ps) != 1 || ps[0].Advertised != 1 {
+		t.Errorf("after the restart: %v, want the route advertised", ps)
 	}
+
+	// A restarted speaker told to withdraw before it has any route: it opens the session with
+	// an empty table, and BIRD drops the route it kept.
+	s.kill()
+	s = startSpeaker(t, g, "gw1-d", wait)
+	time.Sleep(time.Second)
+	if kernelRoute(t, r, vip4) == "" {
+		t.Fatal("route gone 1 s after the kill, despite graceful restart")
+	}
+	start := time.Now()
+	if rep := s.do(command{Op: "stop-withdraw"}); rep.Err != "" {
+		t.Fatalf("Stop(Withdraw): %s", rep.Err)
+	}
+	took := time.Since(start)
+	t.Logf("Stop(Withdraw) before any route returned in %v; the kept route left BIRD's FIB %v after it",
+		took.Round(time.Millisecond), routeVia(t, r, vip4, 3*time.Second).Round(time.Millisecond))
 }
 
 // TestBIRDPassword: a peer with the wrong TCP MD5 password never comes up and says why; the

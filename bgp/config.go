@@ -43,7 +43,11 @@ type Config struct {
 	// carries them, before the End-of-RIB. Without it a restarted speaker whose routes come
 	// later (from a first reconcile that waits for its inputs) sends an empty table and an
 	// End-of-RIB, which a graceful restart helper takes as the withdrawal of every route it
-	// kept. Until then Peers reports every peer "idle" and SetPeers only records the peers.
+	// kept. Until then Peers reports every peer "idle" and SetPeers only records the peers;
+	// routes set before Start count (Start opens the sessions then). The helpers keep the routes
+	// only for their restart time: a speaker that gets no routes within it loses them anyway.
+	// Stop(Withdraw) before the first routes opens the sessions with an empty table so that
+	// they drop what they kept (see Speaker.Stop).
 	WaitForRoutes bool
 }
 

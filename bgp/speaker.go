@@ -39,8 +39,10 @@ type Speaker struct {
 	started bool
 	stopped bool
 	// peering is set once the peers have been given to GoBGP: at Start, or with
-	// Config.WaitForRoutes at the first SetRoutes after it.
+	// Config.WaitForRoutes at the first SetRoutes (Start, if SetRoutes came first).
 	peering bool
+	// routesSet is set by the first SetRoutes.
+	routesSet bool
 	// peers maps a neighbour address → its configuration, as given to GoBGP.
 	peers map[netip.Addr]peerEntry
 	// want maps a prefix → the route SetRoutes asked for.
@@ -108,7 +110,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	}
 	s.started = true
 	errs := []error{s.syncRoutes(ctx)}
-	if !s.cfg.WaitForRoutes {
+	if !s.cfg.WaitForRoutes || s.routesSet {
 		errs = append(errs, s.startPeering(ctx))
 	}
 	s.log.Info("bgp speaker started", "asn", s.cfg.ASN, "routerID", s.cfg.RouterID,
@@ -117,13 +119,17 @@ func (s *Speaker) Start(ctx context.Context) error {
 }
 
 // startPeering gives the configured peers to GoBGP, which then opens their sessions. Called
-// with s.mu held, after Start, once the RIB holds the routes.
+// with s.mu held, after Start, once the RIB holds the routes (as far as GoBGP took them: a route
+// it refuses would be refused at every later call too, so that does not hold the sessions back).
+// A peer GoBGP refuses is left out, as SetPeers leaves out one it cannot add, until a SetPeers
+// lists it again.
 func (s *Speaker) startPeering(ctx context.Context) error {
 	s.peering = true
 	var errs []error
 	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(s.peers[addr])}); err != nil {
-			errs = append(errs, fmt.Errorf("bgp: add peer %v: %w", addr, err))
+			errs = append(errs, fmt.Errorf("bgp: add peer %v (left out until it is set again): %w", addr, err))
+			delete(s.peers, addr)
 		}
 	}
 	return errors.Join(errs...)
@@ -131,6 +137,9 @@ func (s *Speaker) startPeering(ctx context.Context) error {
 
 // Stop closes every session and stops the server; mode says whether the routes are withdrawn
 // first or left at the peers for graceful restart. The speaker cannot be started again.
+// Withdraw before the sessions were opened (Config.WaitForRoutes) with graceful restart on opens
+// them with no route, for up to 4 s, so that the peers drop the routes a previous speaker left
+// them.
 func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,6 +154,10 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 		s.log.Info("bgp: closed sessions without notification, peers keep the routes",
 			"sessions", n, "gracefulRestart", s.cfg.GracefulRestart)
 	default:
+		if !s.peering && s.cfg.GracefulRestart > 0 && len(s.peers) > 0 {
+			s.flushStale(ctx)
+			break
+		}
 		before := s.withdrawWatch(ctx)
 		s.want = map[netip.Prefix]Route{}
 		if err := s.syncRoutes(ctx); err != nil {
@@ -159,6 +172,42 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 	s.log.Info("bgp speaker stopped", "withdrawn", mode == Withdraw)
 	return nil
 }
+
+// flushStale is Stop(Withdraw) before the sessions were opened (Config.WaitForRoutes, no
+// routes yet): the peers may still hold the routes of a previous speaker under graceful
+// restart, and only a session can take them away. It opens the sessions with an empty RIB and
+// waits, at most flushWait or until ctx ends, until each has sent its first UPDATE (the
+// End-of-RIB, which makes a helper drop every stale route). Called with s.mu held.
+func (s *Speaker) flushStale(ctx context.Context) {
+	s.want = map[netip.Prefix]Route{}
+	err := errors.Join(s.syncRoutes(ctx), s.startPeering(ctx))
+	if err != nil {
+		s.log.Warn("bgp: open sessions to withdraw stale routes", "err", err)
+	}
+	pending := map[netip.Addr]bool{}
+	for addr := range s.peers {
+		pending[addr] = true
+	}
+	deadline := time.Now().Add(flushWait)
+	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+			a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
+			if err == nil && p.GetState().GetSessionState() == api.PeerState_ESTABLISHED &&
+				p.GetState().GetMessages().GetSent().GetUpdate() > 0 {
+				delete(pending, a.Unmap())
+			}
+		})
+		if len(pending) > 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	s.log.Info("bgp: opened sessions to withdraw the routes peers may keep from before the restart",
+		"peers", len(s.peers), "notReached", len(pending))
+}
+
+// flushWait bounds flushStale: GoBGP makes its first connection attempt 1–2 s after a peer is
+// added, and the session needs a few round trips more.
+const flushWait = 4 * time.Second
 
 // withdrawWatch returns, for every established peer that has routes of its family to
 // withdraw, the UPDATE messages sent to it so far: waitWithdrawn waits for that count to grow.
@@ -238,6 +287,7 @@ func (s *Speaker) SetRoutes(routes []Route) error {
 	if !s.started {
 		return nil
 	}
+	s.routesSet = true
 	err := s.syncRoutes(context.Background())
 	if !s.peering {
 		s.log.Info("bgp: first routes set, opening sessions", "peers", len(s.peers), "routes", len(s.have))

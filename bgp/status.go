@@ -40,7 +40,8 @@ type PeerStatus struct {
 }
 
 // Peers returns the status of every configured peer, sorted by address. Before Start (or
-// after Stop) every peer is reported in state "idle".
+// after Stop), and with Config.WaitForRoutes until the first routes are set, every peer is
+// reported in state "idle".
 func (s *Speaker) Peers() []PeerStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()

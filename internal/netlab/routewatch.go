@@ -3,6 +3,8 @@ package netlab
 import (
 	"os/exec"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -12,11 +14,15 @@ import (
 type RouteWatch struct {
 	done chan struct{}
 	res  chan [2]int // missing, polls
+	once sync.Once
+	last [2]int
 }
 
-// WatchRoute starts polling n's route to addr (`ip route show addr`). Call Stop to end it.
-func (n *NS) WatchRoute(addr string) *RouteWatch {
+// WatchRoute starts polling n's route to addr (`ip route show addr`) until Stop, or until the
+// test ends.
+func (n *NS) WatchRoute(t testing.TB, addr string) *RouteWatch {
 	w := &RouteWatch{done: make(chan struct{}), res: make(chan [2]int, 1)}
+	t.Cleanup(func() { w.Stop() })
 	args := []string{"-n", n.Name}
 	if strings.Contains(addr, ":") {
 		args = append(args, "-6")
@@ -41,9 +47,12 @@ func (n *NS) WatchRoute(addr string) *RouteWatch {
 	return w
 }
 
-// Stop ends the polling and returns how many polls found no route, of how many.
+// Stop ends the polling and returns how many polls found no route, of how many. Later calls
+// return the same.
 func (w *RouteWatch) Stop() (missing, polls int) {
-	close(w.done)
-	r := <-w.res
-	return r[0], r[1]
+	w.once.Do(func() {
+		close(w.done)
+		w.last = <-w.res
+	})
+	return w.last[0], w.last[1]
 }
