@@ -226,6 +226,27 @@ func (c *Controller) Leading() bool {
 	return c.leading
 }
 
+// informerStopWait bounds how long Run waits for its informers to stop. client-go's reflector
+// backs off between failed watch-list attempts without watching for cancellation (up to 30 s
+// with an unreachable apiserver), and a gateway told to stop must not wait that long: its BGP
+// withdrawal comes after Run returns.
+const informerStopWait = time.Second
+
+// stopInformers shuts the informer factory down, waiting at most informerStopWait.
+func (c *Controller) stopInformers() {
+	done := make(chan struct{})
+	go func() {
+		c.factory.Shutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(informerStopWait):
+		c.log.Warn("informers still stopping (backing off from a failed watch); not waiting for them",
+			"waited", informerStopWait)
+	}
+}
+
 // Run runs the controller until ctx ends: informers, the work queue, node health targets and
 // the leader election. It returns once the caches could not sync or ctx has ended.
 func (c *Controller) Run(ctx context.Context) error {
@@ -239,7 +260,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
+	defer c.stopInformers()
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			if ctx.Err() != nil {
