@@ -125,6 +125,8 @@ func scenarios(cfg config) (main, sweep []run.Scenario) {
 		sc(xlb(), run.MixEstablished, 1_000_000),
 		sc(xlb(), run.MixNew, 1_000_000),
 		sc(&run.NFTables{}, run.MixEstablished, 100_000),
+		sc(xlb(), run.MixUDP, 1000),
+		sc(&run.NFTables{}, run.MixUDP, 1000),
 	}
 	// The host's conntrack limit is raised for this row only (and put back after it).
 	nft1M := sc(&run.NFTables{ConntrackMax: 1_100_000}, run.MixEstablished, 1_000_000)
@@ -154,6 +156,7 @@ func ratios(rep *report.Report, size int) {
 	rep.AddRatio("xlb est 1M/1k flows", name("xlb", run.MixEstablished, "1M"), name("xlb", run.MixEstablished, "1k"), false)
 	rep.AddRatio("xlb/nftables (est, 100k)", name("xlb", run.MixEstablished, "100k"), name("nftables", run.MixEstablished, "100k"), false)
 	rep.AddRatio("xlb/nftables (est, 1M)", name("xlb", run.MixEstablished, "1M"), name("nftables", run.MixEstablished, "1M"), false)
+	rep.AddRatio("xlb/nftables (udp, 1k)", name("xlb", run.MixUDP, "1k"), name("nftables", run.MixUDP, "1k"), false)
 	rep.AddRatio("nftables est 1M/1k flows", name("nftables", run.MixEstablished, "1M"), name("nftables", run.MixEstablished, "1k"), false)
 }
 
