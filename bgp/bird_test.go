@@ -200,6 +200,11 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("Stop(Withdraw) before any route returned in %v; the kept route left BIRD's FIB %v after it",
 		took.Round(time.Millisecond), routeVia(t, r, vip4, 3*time.Second).Round(time.Millisecond))
+	// The wait ends at the End-of-RIB (≈1 s: GoBGP's first connection attempt), not at its 4 s
+	// bound, after which the Cease of StopBgp alone would make BIRD drop the route too.
+	if took > 3*time.Second {
+		t.Errorf("Stop(Withdraw) before any route took %v: it did not see the End-of-RIB go out", took)
+	}
 }
 
 // TestBIRDPassword: a peer with the wrong TCP MD5 password never comes up and says why; the

@@ -43,6 +43,8 @@ type Speaker struct {
 	peering bool
 	// routesSet is set by the first SetRoutes.
 	routesSet bool
+	// peeredAt is when the peers were given to GoBGP.
+	peeredAt time.Time
 	// peers maps a neighbour address → its configuration, as given to GoBGP.
 	peers map[netip.Addr]peerEntry
 	// want maps a prefix → the route SetRoutes asked for.
@@ -124,7 +126,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 // A peer GoBGP refuses is left out, as SetPeers leaves out one it cannot add, until a SetPeers
 // lists it again.
 func (s *Speaker) startPeering(ctx context.Context) error {
-	s.peering = true
+	s.peering, s.peeredAt = true, time.Now()
 	var errs []error
 	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(s.peers[addr])}); err != nil {
@@ -164,6 +166,12 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 			s.log.Warn("bgp: withdraw before stop", "err", err)
 		}
 		s.waitWithdrawn(ctx, before)
+		if s.cfg.GracefulRestart > 0 && time.Since(s.peeredAt) < justPeered {
+			// Sessions opened moments ago and not up yet: their peers may still hold a
+			// previous speaker's routes, which only their End-of-RIB takes away. (A session
+			// that is down later is not waited for: its End-of-RIB went out when it was up.)
+			s.waitEndOfRIB(ctx, s.unestablished(ctx))
+		}
 	}
 	if err := s.srv.StopBgp(ctx, &api.StopBgpRequest{}); err != nil {
 		return fmt.Errorf("bgp: stop: %w", err)
@@ -176,8 +184,7 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 // flushStale is Stop(Withdraw) before the sessions were opened (Config.WaitForRoutes, no
 // routes yet): the peers may still hold the routes of a previous speaker under graceful
 // restart, and only a session can take them away. It opens the sessions with an empty RIB and
-// waits, at most flushWait or until ctx ends, until each has sent its first UPDATE (the
-// End-of-RIB, which makes a helper drop every stale route). Called with s.mu held.
+// waits for their End-of-RIB (waitEndOfRIB). Called with s.mu held.
 func (s *Speaker) flushStale(ctx context.Context) {
 	s.want = map[netip.Prefix]Route{}
 	err := errors.Join(s.syncRoutes(ctx), s.startPeering(ctx))
@@ -185,15 +192,46 @@ func (s *Speaker) flushStale(ctx context.Context) {
 		s.log.Warn("bgp: open sessions to withdraw stale routes", "err", err)
 	}
 	pending := map[netip.Addr]bool{}
-	for addr := range s.peers {
-		pending[addr] = true
+	for addr, p := range s.peers {
+		if !p.Passive { // GoBGP never dials a passive peer: no session within the wait
+			pending[addr] = true
+		}
 	}
+	missed := s.waitEndOfRIB(ctx, pending)
+	s.log.Info("bgp: opened sessions to withdraw the routes peers may keep from before the restart",
+		"peers", len(s.peers), "notReached", missed)
+}
+
+// unestablished returns the configured peers, passive ones aside, whose sessions are not
+// established. Called with s.mu held.
+func (s *Speaker) unestablished(ctx context.Context) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for addr, p := range s.peers {
+		if !p.Passive {
+			out[addr] = true
+		}
+	}
+	_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
+		if a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress()); err == nil &&
+			p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			delete(out, a.Unmap())
+		}
+	})
+	return out
+}
+
+// waitEndOfRIB waits, at most flushWait or until ctx ends, until every peer in pending has an
+// established session that has sent its first UPDATE (with graceful restart negotiated GoBGP
+// sends an End-of-RIB per family at once, even with nothing to announce: a helper then drops
+// every stale route), or whose peer did not offer graceful restart (it kept nothing). It
+// returns how many it gave up on. Called with s.mu held.
+func (s *Speaker) waitEndOfRIB(ctx context.Context, pending map[netip.Addr]bool) int {
 	deadline := time.Now().Add(flushWait)
 	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 			a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
 			if err == nil && p.GetState().GetSessionState() == api.PeerState_ESTABLISHED &&
-				p.GetState().GetMessages().GetSent().GetUpdate() > 0 {
+				(p.GetState().GetMessages().GetSent().GetUpdate() > 0 || !remoteGR(p)) {
 				delete(pending, a.Unmap())
 			}
 		})
@@ -201,12 +239,15 @@ func (s *Speaker) flushStale(ctx context.Context) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	s.log.Info("bgp: opened sessions to withdraw the routes peers may keep from before the restart",
-		"peers", len(s.peers), "notReached", len(pending))
+	return len(pending)
 }
 
-// flushWait bounds flushStale: GoBGP makes its first connection attempt 1–2 s after a peer is
-// added, and the session needs a few round trips more.
+// justPeered is how long after the sessions were opened Stop(Withdraw) still waits for those
+// not yet up (waitEndOfRIB): their first attempt comes 1–2 s after, a retry connectRetry later.
+const justPeered = 10 * time.Second
+
+// flushWait bounds waitEndOfRIB: GoBGP makes its first connection attempt 1–2 s after a peer
+// is added, and the session needs a few round trips more.
 const flushWait = 4 * time.Second
 
 // withdrawWatch returns, for every established peer that has routes of its family to
@@ -284,10 +325,10 @@ func (s *Speaker) SetRoutes(routes []Route) error {
 		return errors.New("bgp: set routes: speaker stopped")
 	}
 	s.want = want
+	s.routesSet = true
 	if !s.started {
 		return nil
 	}
-	s.routesSet = true
 	err := s.syncRoutes(context.Background())
 	if !s.peering {
 		s.log.Info("bgp: first routes set, opening sessions", "peers", len(s.peers), "routes", len(s.have))

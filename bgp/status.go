@@ -79,12 +79,8 @@ func fillStatus(st *PeerStatus, p *api.Peer, gr bool) {
 	// GoBGP adds an End-of-RIB per family to its advertised count when graceful restart is
 	// negotiated: on here and in the peer's OPEN.
 	eor := uint64(0)
-	if gr {
-		for _, c := range p.GetState().GetRemoteCap() {
-			if c.MessageIs(&api.GracefulRestartCapability{}) {
-				eor = 1
-			}
-		}
+	if gr && remoteGR(p) {
+		eor = 1
 	}
 	for _, af := range p.GetAfiSafis() {
 		st.Received += af.GetState().GetReceived()
@@ -92,6 +88,16 @@ func fillStatus(st *PeerStatus, p *api.Peer, gr bool) {
 		st.Advertised += af.GetState().GetAdvertised() - min(eor, af.GetState().GetAdvertised())
 	}
 	st.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
+}
+
+// remoteGR reports whether peer p's OPEN offered graceful restart.
+func remoteGR(p *api.Peer) bool {
+	for _, c := range p.GetState().GetRemoteCap() {
+		if c.MessageIs(&api.GracefulRestartCapability{}) {
+			return true
+		}
+	}
+	return false
 }
 
 // String is a one-line summary for logs and test failures.

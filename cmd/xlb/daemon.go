@@ -64,6 +64,8 @@ type daemon struct {
 
 	// speaker announces the VIPs over BGP; nil when the config has no bgp section.
 	speaker *bgp.Speaker
+	// running is set (under mu) once the start has succeeded, just before the main loop.
+	running bool
 	// bgpCfg is the bgp section the speaker serves (under mu): its peers and route attributes
 	// follow reloads, its routerID, asn, listenPort and gracefulRestart are the start's.
 	bgpCfg *config.BGP
@@ -157,6 +159,9 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 		go func() { defer wg.Done(); watchSessions(ctx, d.speaker, log) }()
 	}
 
+	d.mu.Lock()
+	d.running = true
+	d.mu.Unlock()
 	log.Info("xlb running", "config", cfgPath, "services", len(cfg.Services), "listen", cfg.Listen)
 	d.trigger()
 	for {
@@ -605,7 +610,9 @@ func (d *daemon) startBGP(ctx context.Context, c *config.BGP) error {
 // datapath is about to go), else leaving them at the routers for graceful restart.
 func (d *daemon) stopBGP(cleanup bool) {
 	d.mu.Lock()
-	withdraw := cleanup || d.bgpCfg.WithdrawOnExit
+	// A start that failed leaves the routers what an earlier run left them (graceful restart),
+	// unless the datapath goes too: withdrawing before the first reconcile opens sessions.
+	withdraw := cleanup || (d.bgpCfg.WithdrawOnExit && d.running)
 	d.mu.Unlock()
 	mode, what := bgp.KeepRoutes, "routes kept at the peers for graceful restart"
 	if withdraw {
