@@ -61,6 +61,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("NewService", func(t *testing.T) { testNewService(t, s) })
 	t.Run("Scale", func(t *testing.T) { testScale(t, s) })
 	t.Run("LocalHealth", func(t *testing.T) { testLocalHealth(t, s) })
+	t.Run("LeaderKilled", func(t *testing.T) { testLeaderKilled(t, s) })
 }
 
 // newLBService returns a LoadBalancer Service of xlb's class in KubeNamespace: HTTP port 80 to
@@ -459,4 +460,107 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// testLeaderKilled: the leading gateway's xlb dies (SIGKILL) under a steady load on an existing
+// Service. The other gateway takes the Lease (lab timings: leaseDuration 4 s, retryPeriod
+// 0.5 s) and allocates the address of a Service created after the kill, which becomes
+// reachable; not one request of the load fails (the dead xlb's pinned datapath keeps
+// forwarding, graceful restart keeps its routes); the restarted xlb rejoins, as a follower, and
+// announces the new VIP too.
+func testLeaderKilled(t *testing.T, s *Site) {
+	ctx := t.Context()
+	holder := func() string {
+		l, err := s.Kube.Client.CoordinationV1().Leases("xlb-system").Get(ctx, "xlb-controller", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	var leader, other *Gateway
+	for _, g := range s.Gateways {
+		if g.GatewayName() == holder() {
+			leader = g
+		} else {
+			other = g
+		}
+	}
+	if leader == nil || other == nil {
+		t.Fatalf("lease holder %q is not one of two gateways %v", holder(), gatewayNames(s.Gateways))
+	}
+	web, err := s.Kube.WaitServiceAddrs(KubeNamespace, "web", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Clients[0]
+	l := startLoad(c, web[0])
+	defer l.end()
+	time.Sleep(500 * time.Millisecond)
+
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := leader.Start(); err != nil {
+				t.Errorf("restart %s: %v", leader.Name, err)
+			}
+		}
+	})
+	svc := newLBService("after-leader", DefaultApp, TargetHTTP+5, false)
+	if _, err := s.Kube.Client.CoreV1().Services(KubeNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteService(t, s, svc.Name)
+	var vip netip.Addr
+	var last error
+	var addrAfter time.Duration
+	ok := waitFor(20*time.Second, func() bool {
+		if !vip.IsValid() {
+			a, err := s.Kube.ServiceAddrs(ctx, KubeNamespace, svc.Name)
+			if err != nil || len(a) == 0 {
+				return false
+			}
+			vip, addrAfter = a[0], time.Since(killed)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, _, last = c.Get(rctx, vip)
+		return last == nil
+	})
+	if !ok {
+		t.Fatalf("service %s created after %s's xlb was killed: address %v, not reachable within 20 s: %v",
+			svc.Name, leader.Name, vip, last)
+	}
+	reached := time.Since(killed)
+	if h := holder(); h != other.GatewayName() {
+		t.Errorf("lease holder after the kill: %q, want %s", h, other.GatewayName())
+	}
+
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	var rejoined time.Duration
+	if s.Opts.Routing.BGP() {
+		if rejoined, err = s.WaitRouterRoute(vip, 20*time.Second, s.Gateways...); err != nil {
+			t.Error(err)
+		}
+	}
+	hits := l.end()
+	n, first := failures(hits)
+	t.Logf("%s (leader) killed: %s holds the lease; service %s got %s %v after the kill, reachable %v after; %s restarted: the router routes the new VIP via both gateways %v later; load on web: %d requests, %d failed, slowest %v",
+		leader.Name, other.Name, svc.Name, vip, addrAfter.Round(time.Millisecond), reached.Round(time.Millisecond),
+		leader.Name, rejoined.Round(time.Millisecond), len(hits), n, slowest(hits).Round(time.Millisecond))
+	if n > 0 {
+		t.Errorf("%d of %d requests to web failed across the leader's death; first: %v", n, len(hits), first)
+	}
+	if len(hits) < 100 {
+		t.Errorf("only %d requests in the load: the test proves little", len(hits))
+	}
+	if h := holder(); h != other.GatewayName() {
+		t.Errorf("lease holder after %s came back: %q, want %s to keep it", leader.Name, h, other.GatewayName())
+	}
 }
