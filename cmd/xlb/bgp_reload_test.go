@@ -170,9 +170,9 @@ protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; graceful resta
 	missing, polls := watch.Stop()
 	t.Logf("xlb exited %v after SIGTERM (routes kept); new session up %v after the SIGTERM; route present in %d of %d polls of the FIB (every 10 ms) until 2 s later",
 		exited.Round(time.Millisecond), upAfter.Round(time.Millisecond), polls-missing, polls)
-	// One missed poll (≤ 10 ms) was seen in 1 of 3 CI runs, around the new session: BIRD
-	// re-installing the refreshed route, not a withdrawal (open question, docs/bgp.md). A
-	// withdrawal (an End-of-RIB before the routes) shows as hundreds of polls.
+	// One missed poll (≤ 10 ms) is seen in about 1 run in 3, around the new session: BIRD
+	// replaces the stale route in the kernel by a delete and an add ≈0.2 ms apart (docs/bgp.md).
+	// A withdrawal (an End-of-RIB before the routes) shows as hundreds of polls.
 	if missing > 1 {
 		t.Errorf("the route left the router's FIB in %d of %d polls across the restart", missing, polls)
 	}
