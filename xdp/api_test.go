@@ -50,8 +50,8 @@ func TestConstantsMatchBPF(t *testing.T) {
 			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)
 		}
 	}
-	if got := spec.Maps[xlbMapAddrFilter].MaxEntries; got != 2*addrFilterWords {
-		t.Errorf("addr_filter has %d words, Go expects %d", got, 2*addrFilterWords)
+	if got := spec.Maps[xlbMapAddrBitmap].MaxEntries; got != 2*addrFilterWords {
+		t.Errorf("addr_bitmap has %d words, Go expects %d", got, 2*addrFilterWords)
 	}
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)
@@ -168,7 +168,7 @@ func TestAPIRoundTrip(t *testing.T) {
 		t.Errorf("vips still holds %v -> %+v (the address marker should be gone)", frontendOf(k), vi)
 	}
 	var word uint64
-	must(t, d.objs.AddrFilter.Lookup(filterBit(v4)/64, &word))
+	must(t, d.objs.AddrBitmap.Lookup(filterBit(v4)/64, &word))
 	if word&(1<<(filterBit(v4)%64)) != 0 {
 		t.Error("address filter still has the deleted VIP's bit")
 	}

@@ -6,7 +6,8 @@ const (
 	maxBackends     = 262144
 	maxMaglevM      = 1048573
 	progICMP        = 0
-	addrFilterBits  = 65536
+	addrFilterLog2  = 16
+	addrFilterBits  = 1 << addrFilterLog2
 	addrFilterWords = addrFilterBits / 64
 
 	familyV4 = 4

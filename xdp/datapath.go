@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,6 +189,9 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		collOpts.Maps.PinPath = opts.PinPath
 		if err := replaceDisposablePins(spec, opts.PinPath, opts.Logger); err != nil {
+			return nil, fmt.Errorf("load datapath: %w", err)
+		}
+		if err := removeRetiredPins(opts.PinPath, opts.Logger); err != nil {
 			return nil, fmt.Errorf("load datapath: %w", err)
 		}
 		if oldReverse, err = unpinOldReverse(spec, opts.PinPath, opts.Logger); err != nil {
@@ -404,7 +408,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
-	return []*ebpf.Map{m.AddrFilter, m.BackendStats, m.Backends, m.Clock, m.Conntrack,
+	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack,
 		m.Frags, m.Handshakes, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }
@@ -414,6 +418,29 @@ func (d *Datapath) maps() []*ebpf.Map {
 // Maglev). A pinned one that does not match this build (a new reason, a new HandshakeSize) is
 // replaced rather than refused.
 var disposableMaps = []string{xlbMapReasons, xlbMapHandshakes}
+
+// retiredMaps are maps earlier builds pinned that this one no longer uses, each with what took
+// its place. Their pins are removed at Load; a program of an earlier build still attached keeps
+// its map until Attach replaces the program.
+var retiredMaps = map[string]string{
+	"addr_filter": xlbMapAddrBitmap, // the address filter with a murmur hash
+}
+
+// removeRetiredPins removes the pins of retiredMaps under dir.
+func removeRetiredPins(dir string, log *slog.Logger) error {
+	for _, name := range slices.Sorted(maps.Keys(retiredMaps)) {
+		path := filepath.Join(dir, name)
+		err := os.Remove(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("remove the pin of retired map %s: %w", path, err)
+		}
+		log.Info("removed the pinned map of an earlier build", "map", name, "replacedBy", retiredMaps[name])
+	}
+	return nil
+}
 
 // replaceDisposablePins unpins those of disposableMaps pinned under dir that the maps of spec are
 // not compatible with, so that loading creates them afresh. A program still attached keeps using

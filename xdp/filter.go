@@ -5,7 +5,7 @@ import (
 	"net/netip"
 )
 
-// addrFilter keeps the address filter bitmaps (map addr_filter) in step with the VIP and
+// addrFilter keeps the address filter bitmaps (map addr_bitmap) in step with the VIP and
 // backend address sets. It holds only what can be rebuilt from the maps: VIP addresses come
 // from the marker entries of vips, backend addresses from the keys of reverse.
 type addrFilter struct {
@@ -63,8 +63,8 @@ func (f *addrFilter) write(objs *xlbObjects) error {
 			f.words[addrFilterWords+i/64] |= 1 << (i % 64)
 		}
 	}
-	if _, err := objs.AddrFilter.BatchUpdate(keys, f.words[:], nil); err != nil {
-		return fmt.Errorf("write addr_filter: %w", err)
+	if _, err := objs.AddrBitmap.BatchUpdate(keys, f.words[:], nil); err != nil {
+		return fmt.Errorf("write addr_bitmap: %w", err)
 	}
 	return nil
 }
@@ -80,8 +80,8 @@ func (f *addrFilter) setBit(objs *xlbObjects, backend bool, bit uint32, on bool)
 	} else {
 		f.words[w] &^= 1 << (bit % 64)
 	}
-	if err := objs.AddrFilter.Put(w, f.words[w]); err != nil {
-		return fmt.Errorf("write addr_filter word %d: %w", w, err)
+	if err := objs.AddrBitmap.Put(w, f.words[w]); err != nil {
+		return fmt.Errorf("write addr_bitmap word %d: %w", w, err)
 	}
 	return nil
 }

@@ -62,8 +62,22 @@ func FlowHash(seed uint32, src netip.Addr, sport, dport uint16, proto uint8, add
 	return murmurFinal(h, n)
 }
 
-// filterBit is the address filter's bit for a (bpf/hash.h filter_bit).
+// addrFilterMul is bpf/hash.h's ADDR_FILTER_MUL.
+const addrFilterMul = 0x9e3779b1
+
+// filterBit is the address filter's bit for a (bpf/hash.h filter_bit): the address's words
+// folded into one, times addrFilterMul, the product's top addrFilterLog2 bits.
 func filterBit(a netip.Addr) uint32 {
-	h, n := hashAddr(0, a.Unmap())
-	return murmurFinal(h, n) & (addrFilterBits - 1)
+	a = a.Unmap()
+	var x uint32
+	if a.Is4() {
+		b := a.As4()
+		x = binary.LittleEndian.Uint32(b[:])
+	} else {
+		b := a.As16()
+		x = binary.LittleEndian.Uint32(b[0:]) ^ bits.RotateLeft32(binary.LittleEndian.Uint32(b[4:]), 8) ^
+			bits.RotateLeft32(binary.LittleEndian.Uint32(b[8:]), 16) ^
+			bits.RotateLeft32(binary.LittleEndian.Uint32(b[12:]), 24)
+	}
+	return (x * addrFilterMul) >> (32 - addrFilterLog2)
 }

@@ -61,3 +61,39 @@ func TestLoadCarriesOldReverseOver(t *testing.T) {
 		t.Fatalf("carried-over value %+v, want vip_port 80 (network order), no candidates", v)
 	}
 }
+
+// TestLoadRemovesRetiredPins: the address filter pinned by a build with the murmur filter hash
+// (addr_filter) is unpinned at load; this build's bitmap is addr_bitmap, rebuilt from the maps.
+func TestLoadRemovesRetiredPins(t *testing.T) {
+	dir := "/sys/fs/bpf/" + netlab.Prefix() + "r"
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+		os.RemoveAll(dir)
+	})
+	d1, err := Load(opts)
+	must(t, err)
+	must(t, d1.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
+	must(t, d1.Close())
+
+	// What the earlier build pinned: addr_filter, 2048 words.
+	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "addr_filter", Type: ebpf.Array, KeySize: 4, ValueSize: 8,
+		MaxEntries: 2 * addrFilterWords})
+	must(t, err)
+	defer old.Close()
+	must(t, old.Pin(filepath.Join(dir, "addr_filter")))
+
+	d2, err := Load(opts)
+	must(t, err)
+	defer d2.Close()
+	if _, err := os.Stat(filepath.Join(dir, "addr_filter")); !os.IsNotExist(err) {
+		t.Errorf("the retired addr_filter pin is still there after Load: %v", err)
+	}
+	var word uint64
+	must(t, d2.objs.AddrBitmap.Lookup(filterBit(vip4)/64, &word))
+	if word&(1<<(filterBit(vip4)%64)) == 0 {
+		t.Errorf("addr_bitmap has no bit for the pinned VIP %v after Load", vip4)
+	}
+}

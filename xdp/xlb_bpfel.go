@@ -252,7 +252,7 @@ type xlbVipRef struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	xlbMapAddrFilter          = "addr_filter"
+	xlbMapAddrBitmap          = "addr_bitmap"
 	xlbMapBackendStats        = "backend_stats"
 	xlbMapBackends            = "backends"
 	xlbMapClock               = "clock"
@@ -333,7 +333,7 @@ type xlbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbMapSpecs struct {
-	AddrFilter   *ebpf.MapSpec `ebpf:"addr_filter"`
+	AddrBitmap   *ebpf.MapSpec `ebpf:"addr_bitmap"`
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	Clock        *ebpf.MapSpec `ebpf:"clock"`
@@ -388,7 +388,7 @@ func (o *xlbObjects) Close() error {
 //
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbMaps struct {
-	AddrFilter   *ebpf.Map `ebpf:"addr_filter"`
+	AddrBitmap   *ebpf.Map `ebpf:"addr_bitmap"`
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
 	Clock        *ebpf.Map `ebpf:"clock"`
@@ -413,7 +413,7 @@ type xlbMaps struct {
 
 func (m *xlbMaps) Close() error {
 	return _XlbClose(
-		m.AddrFilter,
+		m.AddrBitmap,
 		m.BackendStats,
 		m.Backends,
 		m.Clock,

@@ -53,7 +53,8 @@
 /* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
  * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array
  * access instead of hash-map lookups. A set bit may be a collision; the exact map decides. */
-#define ADDR_FILTER_BITS  65536
+#define ADDR_FILTER_LOG2  16
+#define ADDR_FILTER_BITS  (1u << ADDR_FILTER_LOG2)
 #define ADDR_FILTER_WORDS (ADDR_FILTER_BITS / 64)
 
 /* vip_info.flags */

@@ -23,7 +23,7 @@ static __always_inline int filter_has(int backend, const struct addr *a, __u8 fa
 {
 	__u32 bit = filter_bit(a, family);
 	__u32 word = bit / 64 + (backend ? ADDR_FILTER_WORDS : 0);
-	__u64 *w = bpf_map_lookup_elem(&addr_filter, &word);
+	__u64 *w = bpf_map_lookup_elem(&addr_bitmap, &word);
 
 	if (!w)
 		return 1;

@@ -124,16 +124,19 @@ struct {
 	PIN;
 } tx_ports SEC(".maps");
 
-/* addr_filter: the VIP address bitmap (words 0..ADDR_FILTER_WORDS-1) and the backend address
- * bitmap (the next ADDR_FILTER_WORDS words), 64 bits a word (see consts.h). Written by Go one
- * word at a time whenever the set of VIP or backend addresses changes. */
+/* addr_bitmap: the address filter: the VIP address bitmap (words 0..ADDR_FILTER_WORDS-1) and
+ * the backend address bitmap (the next ADDR_FILTER_WORDS words), 64 bits a word, bit filter_bit
+ * (hash.h; see consts.h). Rebuilt by Go from vips and reverse at every load, then written one
+ * word at a time whenever the set of VIP or backend addresses changes. Builds whose filter hash
+ * was murmur called it addr_filter: a new name, so that a program still attached during an
+ * upgrade keeps the bitmap its hash needs (Load removes the old pin). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(max_entries, 2 * ADDR_FILTER_WORDS);
 	PIN;
-} addr_filter SEC(".maps");
+} addr_bitmap SEC(".maps");
 
 /* vip_stats, backend_stats: per-CPU traffic per VIP id / backend id. Written by the datapath,
  * summed by Go. */
