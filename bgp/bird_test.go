@@ -76,14 +76,7 @@ func TestBIRDIPv6(t *testing.T) {
 // leaves its route at the router for the restart time, and a new speaker takes it over. Then
 // Stop(KeepRoutes) does the same without killing the process.
 func TestBIRDGracefulRestart(t *testing.T) {
-	requireLab(t, "bird")
-	pfx := netlab.Prefix()
-	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
-	rt, gw := link(t, pfx, r, g, 1)
-	bird(t, r, birdConf("198.18.1.1", true,
-		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
-	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
-		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+	r, g, gw, cfg := grSite(t)
 
 	s := startSpeaker(t, g, "gw1-a", cfg)
 	s.waitUp(20 * time.Second)
@@ -119,11 +112,7 @@ func TestBIRDGracefulRestart(t *testing.T) {
 	s.announce(vip4 + "/32")
 	s.waitUp(20 * time.Second)
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
-	start := time.Now()
-	if rep := s.do(command{Op: "stop-withdraw"}); rep.Err != "" {
-		t.Fatalf("Stop(Withdraw): %s", rep.Err)
-	}
-	took := time.Since(start)
+	took := s.stopWithdraw()
 	t.Logf("Stop(Withdraw) with graceful restart returned in %v; route gone from the kernel %v after it",
 		took.Round(time.Millisecond), routeVia(t, r, vip4, 2*time.Second).Round(time.Millisecond))
 }
@@ -133,14 +122,7 @@ func TestBIRDGracefulRestart(t *testing.T) {
 // WaitForRoutes the session waits for the routes, and the route never leaves BIRD's FIB; and
 // Stop(Withdraw) before any route still takes the kept route away.
 func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
-	requireLab(t, "bird")
-	pfx := netlab.Prefix()
-	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
-	rt, gw := link(t, pfx, r, g, 1)
-	bird(t, r, birdConf("198.18.1.1", true,
-		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
-	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
-		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+	r, g, gw, cfg := grSite(t)
 	wait := cfg
 	wait.WaitForRoutes = true
 	// restart kills s (BIRD keeps its route, stale) and starts a speaker with cfg that sets
@@ -193,11 +175,7 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	if kernelRoute(t, r, vip4) == "" {
 		t.Fatal("route gone 1 s after the kill, despite graceful restart")
 	}
-	start := time.Now()
-	if rep := s.do(command{Op: "stop-withdraw"}); rep.Err != "" {
-		t.Fatalf("Stop(Withdraw): %s", rep.Err)
-	}
-	took := time.Since(start)
+	took := s.stopWithdraw()
 	t.Logf("Stop(Withdraw) before any route returned in %v; the kept route left BIRD's FIB %v after it",
 		took.Round(time.Millisecond), routeVia(t, r, vip4, 3*time.Second).Round(time.Millisecond))
 	// The wait ends at the End-of-RIB (≈1 s: GoBGP's first connection attempt), not at its 4 s
@@ -205,6 +183,20 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("Stop(Withdraw) before any route took %v: it did not see the End-of-RIB go out", took)
 	}
+}
+
+// grSite is a router running BIRD (graceful restart on as a helper) linked to a gateway
+// namespace, and the config of a speaker there with graceful restart (30 s) peering with it.
+func grSite(t *testing.T) (r, g *netlab.NS, gw [2]netip.Addr, cfg Config) {
+	requireLab(t, "bird")
+	pfx := netlab.Prefix()
+	r, g = netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	bird(t, r, birdConf("198.18.1.1", true,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
+	cfg = Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+	return r, g, gw, cfg
 }
 
 // TestBIRDPassword: a peer with the wrong TCP MD5 password never comes up and says why; the

@@ -323,6 +323,16 @@ func (s *speaker) waitUp(within time.Duration) time.Duration {
 	return time.Since(start)
 }
 
+// stopWithdraw has the speaker Stop(Withdraw) and returns how long the call took.
+func (s *speaker) stopWithdraw() time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	if rep := s.do(command{Op: "stop-withdraw"}); rep.Err != "" {
+		s.t.Fatalf("Stop(Withdraw): %s", rep.Err)
+	}
+	return time.Since(start)
+}
+
 // kill sends SIGKILL to the speaker process and reaps it.
 func (s *speaker) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)

@@ -50,6 +50,9 @@ func TestConstantsMatchBPF(t *testing.T) {
 			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)
 		}
 	}
+	if got := spec.Maps[xlbMapNhCache].MaxEntries; got != 1<<nhCacheLog2 {
+		t.Errorf("nh_cache has %d slots, Go expects %d", got, 1<<nhCacheLog2)
+	}
 	if got := spec.Maps[xlbMapAddrBitmap].MaxEntries; got != 2*addrFilterWords {
 		t.Errorf("addr_bitmap has %d words, Go expects %d", got, 2*addrFilterWords)
 	}

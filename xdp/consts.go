@@ -9,6 +9,7 @@ const (
 	addrFilterLog2  = 16
 	addrFilterBits  = 1 << addrFilterLog2
 	addrFilterWords = addrFilterBits / 64
+	nhCacheLog2     = 10
 
 	familyV4 = 4
 	familyV6 = 6

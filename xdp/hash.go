@@ -65,8 +65,9 @@ func FlowHash(seed uint32, src netip.Addr, sport, dport uint16, proto uint8, add
 // addrFilterMul is bpf/hash.h's ADDR_FILTER_MUL.
 const addrFilterMul = 0x9e3779b1
 
-// filterBit is the address filter's bit for a (bpf/hash.h filter_bit): the address's words
-// folded into one, times addrFilterMul, the product's top addrFilterLog2 bits.
+// filterBit is the address filter's bit for a (bpf/hash.h filter_bit): the address's word
+// times addrFilterMul (an IPv6 address's words chained: each product xored with the next
+// word), the product's top addrFilterLog2 bits.
 func filterBit(a netip.Addr) uint32 {
 	a = a.Unmap()
 	var x uint32
@@ -75,9 +76,10 @@ func filterBit(a netip.Addr) uint32 {
 		x = binary.LittleEndian.Uint32(b[:])
 	} else {
 		b := a.As16()
-		x = binary.LittleEndian.Uint32(b[0:]) ^ bits.RotateLeft32(binary.LittleEndian.Uint32(b[4:]), 8) ^
-			bits.RotateLeft32(binary.LittleEndian.Uint32(b[8:]), 16) ^
-			bits.RotateLeft32(binary.LittleEndian.Uint32(b[12:]), 24)
+		x = binary.LittleEndian.Uint32(b[0:])
+		for i := 4; i < 16; i += 4 {
+			x = x*addrFilterMul ^ binary.LittleEndian.Uint32(b[i:])
+		}
 	}
 	return (x * addrFilterMul) >> (32 - addrFilterLog2)
 }

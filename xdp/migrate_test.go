@@ -15,14 +15,7 @@ import (
 // candidates (8 bytes) is replaced at load with its entries kept, so a loader upgrade does not
 // stop the replies of running services from being translated.
 func TestLoadCarriesOldReverseOver(t *testing.T) {
-	dir := "/sys/fs/bpf/" + netlab.Prefix() + "m"
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
-	t.Cleanup(func() {
-		if d, err := Load(opts); err == nil {
-			d.Remove()
-		}
-		os.RemoveAll(dir)
-	})
+	dir, opts := pinnedOptions(t, "m")
 	d1, err := Load(opts)
 	must(t, err)
 	must(t, d1.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
@@ -65,20 +58,15 @@ func TestLoadCarriesOldReverseOver(t *testing.T) {
 // TestLoadRemovesRetiredPins: the address filter pinned by a build with the murmur filter hash
 // (addr_filter) is unpinned at load; this build's bitmap is addr_bitmap, rebuilt from the maps.
 func TestLoadRemovesRetiredPins(t *testing.T) {
-	dir := "/sys/fs/bpf/" + netlab.Prefix() + "r"
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
-	t.Cleanup(func() {
-		if d, err := Load(opts); err == nil {
-			d.Remove()
-		}
-		os.RemoveAll(dir)
-	})
+	dir, opts := pinnedOptions(t, "r")
 	d1, err := Load(opts)
 	must(t, err)
 	must(t, d1.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
 	must(t, d1.Close())
 
-	// What the earlier build pinned: addr_filter, 2048 words.
+	// What the earlier build pinned: addr_filter, 2048 words, and no addr_bitmap (Load must
+	// create it and rebuild it from vips).
+	must(t, os.Remove(filepath.Join(dir, xlbMapAddrBitmap)))
 	old, err := ebpf.NewMap(&ebpf.MapSpec{Name: "addr_filter", Type: ebpf.Array, KeySize: 4, ValueSize: 8,
 		MaxEntries: 2 * addrFilterWords})
 	must(t, err)
@@ -96,4 +84,18 @@ func TestLoadRemovesRetiredPins(t *testing.T) {
 	if word&(1<<(filterBit(vip4)%64)) == 0 {
 		t.Errorf("addr_bitmap has no bit for the pinned VIP %v after Load", vip4)
 	}
+}
+
+// pinnedOptions returns a pin directory of its own (tag: a suffix for its name) and small
+// Options pinning there; the pins and the directory are removed when the test ends.
+func pinnedOptions(t *testing.T, tag string) (string, Options) {
+	dir := "/sys/fs/bpf/" + netlab.Prefix() + tag
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+		os.RemoveAll(dir)
+	})
+	return dir, opts
 }

@@ -151,14 +151,21 @@ protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; graceful resta
 
 	step("withdrawOnExit false: SIGTERM, start again; the route never leaves the FIB")
 	watch := r.WatchRoute(t, vip)
-	termed := time.Now()
-	d.signal(t, syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(pollTimeout):
-		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
+	// stopDaemon: SIGTERM, and the daemon is gone within pollTimeout, also in Kubernetes mode
+	// with an unreachable apiserver (client-go's backoff does not delay the exit).
+	stopDaemon := func(d *daemonProc) time.Duration {
+		t.Helper()
+		start := time.Now()
+		d.signal(t, syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(pollTimeout):
+			t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
+		}
+		return time.Since(start)
 	}
-	exited := time.Since(termed)
+	termed := time.Now()
+	exited := stopDaemon(d)
 	if !strings.Contains(d.out.String(), "routes kept at the peers for graceful restart") {
 		t.Errorf("the daemon did not log that it kept the routes")
 	}
@@ -202,19 +209,6 @@ current-context: c
 		t.Fatal(err)
 	}
 	watch = r.WatchRoute(t, vip)
-	// stopDaemon: SIGTERM, and the daemon is gone within pollTimeout, also in Kubernetes mode
-	// with an unreachable apiserver (client-go's backoff does not delay the exit).
-	stopDaemon := func(d *daemonProc) time.Duration {
-		t.Helper()
-		start := time.Now()
-		d.signal(t, syscall.SIGTERM)
-		select {
-		case <-d.exited:
-		case <-time.After(pollTimeout):
-			t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
-		}
-		return time.Since(start)
-	}
 	stopDaemon(d2)
 	l.extra += "pools:\n  - {name: p, addresses: [198.18.103.0/24]}\nkubernetes:\n  kubeconfig: " + kubeconfig + "\n  gatewayName: gw\n"
 	l.writeConfig(t, labBackends[:2])

@@ -30,9 +30,11 @@
 #define DEFAULT_MAGLEV_SLOTS (1u << 24)
 #define MAX_MAGLEV_M         1048573 /* largest prime table of one VIP */
 
-/* The next-hop cache: per-CPU, direct-mapped by a hash of the destination address. An entry is
- * trusted for cfg_nh_cache_ns; bpf_fib_lookup is the slow path that fills it. */
-#define NH_CACHE_SLOTS 1024
+/* The next-hop cache: per-CPU, direct-mapped by the top NH_CACHE_LOG2 bits of the destination's
+ * filter_bit (hash.h). An entry is trusted for cfg_nh_cache_ns; bpf_fib_lookup is the slow path
+ * that fills it. */
+#define NH_CACHE_LOG2  10
+#define NH_CACHE_SLOTS (1u << NH_CACHE_LOG2)
 
 /* Per-CPU caches in front of the hash maps, so the common packet makes no map-lookup call:
  * svc_cache holds recent vips/reverse lookups (found or not), flow_cache recent conntrack entries.

@@ -73,7 +73,9 @@ static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *
 				    __u64 now, __u32 gen, struct hop *h)
 {
 	struct bpf_fib_lookup fib;
-	__u32 slot = filter_bit(&p->dst, p->family) % NH_CACHE_SLOTS;
+	/* The top bits: the low bits of filter_bit hardly depend on an IPv4 address's last octet,
+	 * so a /24 of backends or clients would share a handful of slots. */
+	__u32 slot = filter_bit(&p->dst, p->family) >> (ADDR_FILTER_LOG2 - NH_CACHE_LOG2);
 	struct nexthop *nh = bpf_map_lookup_elem(&nh_cache, &slot);
 	long rc;
 

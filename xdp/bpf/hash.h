@@ -72,16 +72,19 @@ static __always_inline __u32 flow_hash(__u32 seed, const struct addr *src, __u8 
  * addresses that differ in any bit land far apart in the product's top bits). */
 #define ADDR_FILTER_MUL 0x9e3779b1u
 
-/* filter_bit: the address filter's bit index for an address: its words folded into one (an
- * IPv6 address's four xored, rotated by one, two and three bytes so that equal words do not
- * cancel), times ADDR_FILTER_MUL, the product's top ADDR_FILTER_LOG2 bits. Every packet pays it
- * first, so it is one multiply where a murmur hash takes five. */
+/* filter_bit: the address filter's bit index for an address: its word times ADDR_FILTER_MUL,
+ * the product's top ADDR_FILTER_LOG2 bits (an IPv6 address's four words are chained, each
+ * product xored with the next word, so that no two words can cancel out). Every packet pays it
+ * first: one multiply for IPv4, four for IPv6, where a murmur hash takes five (eight). */
 static __always_inline __u32 filter_bit(const struct addr *a, __u8 family)
 {
 	__u32 x = a->w[0];
 
-	if (family == FAMILY_V6)
-		x ^= rotl32(a->w[1], 8) ^ rotl32(a->w[2], 16) ^ rotl32(a->w[3], 24);
+	if (family == FAMILY_V6) {
+		x = (x * ADDR_FILTER_MUL) ^ a->w[1];
+		x = (x * ADDR_FILTER_MUL) ^ a->w[2];
+		x = (x * ADDR_FILTER_MUL) ^ a->w[3];
+	}
 	return (x * ADDR_FILTER_MUL) >> (32 - ADDR_FILTER_LOG2);
 }
 
