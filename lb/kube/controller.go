@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,9 @@ type Controller struct {
 	// models: Service key (namespace/name) → its lb model, for every Service of ours that has
 	// at least one address.
 	models map[string]lb.Service
+	// endpoints indexes the models' backend endpoints, to tell the Services that share Pod
+	// ports (ReasonSharedEndpoints).
+	endpoints *lb.EndpointIndex
 	// reported: Service key → topic ("alloc", or "problem:" + a Problem's reason) → the message
 	// last reported as an Event, so that each is reported once, until it changes.
 	reported map[string]map[string]string
@@ -172,13 +176,14 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		client:   client,
-		opts:     opts,
-		log:      opts.Log,
-		models:   map[string]lb.Service{},
-		reported: map[string]map[string]string{},
-		pending:  map[string]bool{},
-		targets:  make(chan struct{}, 1),
+		client:    client,
+		opts:      opts,
+		log:       opts.Log,
+		models:    map[string]lb.Service{},
+		endpoints: lb.NewEndpointIndex(),
+		reported:  map[string]map[string]string{},
+		pending:   map[string]bool{},
+		targets:   make(chan struct{}, 1),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "xlb-services"}),
@@ -464,9 +469,26 @@ func (c *Controller) setModel(key string, s lb.Service, ok bool) {
 		delete(c.models, key)
 	}
 	c.synced = time.Now()
+	changed := had != ok || (ok && !sameModel(old, s))
+	var touched []string
+	if changed {
+		if ok {
+			touched = c.endpoints.Set(s)
+		} else {
+			touched = c.endpoints.Delete(key)
+		}
+	}
+	leading := c.leading
 	c.mu.Unlock()
-	if had == ok && (!ok || sameModel(old, s)) {
+	if !changed {
 		return
+	}
+	// The Services this one shares Pod ports with, before or now: their SharedEndpoints
+	// Events may have to change (only the leader records Events).
+	if leading {
+		for _, k := range touched {
+			c.queue.Add(k)
+		}
 	}
 	if c.opts.Changed != nil {
 		c.opts.Changed()
@@ -564,15 +586,38 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	model, more := ServiceModel(Input{Service: svc, Slices: slices_, VIPs: vips, Route: c.route(vips)}, c.nodeView())
 	problems = append(problems, more...)
+	if len(vips) == 0 {
+		model = lb.Service{}
+	}
+	c.setModel(key, model, len(vips) > 0)
 	if leading {
+		c.mu.Lock()
+		sh, shared := c.endpoints.Sharing(key)
+		c.mu.Unlock()
+		if shared {
+			problems = append(problems, sharedProblem(sh))
+		}
 		c.report(svc, problems)
 	}
-	if len(vips) == 0 {
-		c.setModel(key, lb.Service{}, false)
-		return werr
-	}
-	c.setModel(key, model, true)
 	return werr
+}
+
+// sharedProblem is the Warning a Service gets while it sends to Pod ports other Services send
+// to (their replies name no Service: see lb.Sharing).
+func sharedProblem(sh lb.Sharing) Problem {
+	others := strings.Join(sh.Others, ", ")
+	why := "a reply that returns through a gateway that did not see its connection's first packet " +
+		"gets its VIP from a Maglev re-derivation, which fails for about 1 in N such replies " +
+		"(N: the backends both Services share), and the client waits for a retransmission"
+	if len(sh.SamePort) > 0 {
+		others = strings.Join(sh.SamePort, ", ")
+		why = "on the same service port: a reply that returns through a gateway that did not see " +
+			"its connection's first packet cannot be translated, and the client waits for a retransmission"
+	}
+	return Problem{Type: corev1.EventTypeWarning, Reason: ReasonSharedEndpoints, Message: fmt.Sprintf(
+		"shares Pod ports with %s (%d, e.g. %s), %s; give the Services distinct target ports, or "+
+			"route the Pods' replies back through the gateway that forwarded the connection",
+		others, sh.Endpoints, sh.Example, why)}
 }
 
 // ownedBefore reports whether svc, no longer ours, still carries addresses of our pools or our

@@ -603,3 +603,33 @@ func TestPoolChangedUnderService(t *testing.T) {
 		t.Error("overlapping pools accepted")
 	}
 }
+
+// TestSharedEndpointsEvent: two Services sending to the same Pod ports each get a Warning
+// SharedEndpoints naming the other (the one created first too, when the second appears); one on
+// another service port is told about the Maglev re-derivation instead.
+func TestSharedEndpointsEvent(t *testing.T) {
+	e := newEnv(t)
+	c := e.controller("gw-1", Options{})
+	pods := []endpoint{ready("198.18.54.1", "n1"), ready("198.18.54.2", "n1")}
+	mk := func(name string, port int32, eps ...endpoint) {
+		e.create(e.service(name, func(s *corev1.Service) { s.Spec.Ports[0].Port = port }))
+		e.ingress(name, 1)
+		if _, err := e.admin.DiscoveryV1().EndpointSlices(e.ns).Create(e.ctx,
+			e.slice(name, name+"-1", discoveryv1.AddressTypeIPv4, 8080, eps...), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("sa", 80, pods...)
+	e.eventually(5*time.Second, "sa modelled with 2 backends", func() bool {
+		m, ok := c.model(e.ns, "sa")
+		return ok && len(m.Backends) == 2
+	})
+	if evs := e.events("sa"); slices.ContainsFunc(evs, func(s string) bool { return strings.Contains(s, ReasonSharedEndpoints) }) {
+		t.Errorf("sa alone got a %s event: %v", ReasonSharedEndpoints, evs)
+	}
+	mk("sb", 80, pods...)
+	t.Log(e.waitEvent("sb", "Warning "+ReasonSharedEndpoints+": shares Pod ports with "+e.ns+"/sa (2, e.g. 198.18.54.1:8080), on the same service port"))
+	t.Log(e.waitEvent("sa", "Warning "+ReasonSharedEndpoints+": shares Pod ports with "+e.ns+"/sb (2, e.g. 198.18.54.1:8080), on the same service port"))
+	mk("sc", 81, pods[1])
+	t.Log(e.waitEvent("sc", "Warning "+ReasonSharedEndpoints+": shares Pod ports with "+e.ns+"/sa, "+e.ns+"/sb (1, e.g. 198.18.54.2:8080), a reply"))
+}

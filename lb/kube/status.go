@@ -22,6 +22,9 @@ const (
 	// ReasonAllocationFailed: an address the Service needs could not be allocated; the message
 	// says why (the same text as the Allocated condition's).
 	ReasonAllocationFailed = "AllocationFailed"
+	// ReasonSharedEndpoints: the Service sends to Pod ports other Services send to, whose
+	// replies only the gateway that saw the connection's first packet can always translate.
+	ReasonSharedEndpoints = "SharedEndpoints"
 )
 
 // mutate re-reads Service svc from the apiserver, applies change to it and writes it back with
