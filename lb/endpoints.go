@@ -11,14 +11,12 @@ import (
 // re-derives it with Maglev, which cannot separate services on one service port with the same
 // backends (docs/datapath.md, Reverse NAT).
 type Sharing struct {
-	// Others are the other services, sorted.
-	Others []string
-	// SamePort are those of Others that share an endpoint on the same service port, sorted.
+	// SamePort are the other services that share an endpoint with it on the same service port,
+	// sorted.
 	SamePort []string
-	// Example is one shared endpoint (the lowest: Pod address and target port).
-	Example netip.AddrPort
-	// Endpoints is how many of the service's endpoints are shared.
-	Endpoints int
+	// OtherPort are the other services that share endpoints with it only on other service
+	// ports, sorted.
+	OtherPort []string
 }
 
 // endpointKey is a backend endpoint as the datapath's reverse NAT keys it.
@@ -48,31 +46,72 @@ func NewEndpointIndex() *EndpointIndex {
 }
 
 // Set records s's endpoints in place of those recorded for s.Name before, and returns the
-// services that shared an endpoint with s before or share one now (their Sharing may have
-// changed), sorted.
+// services that shared an endpoint with s before or share one now, sorted; none when s's
+// endpoint uses did not change (a backend's state or weight is no concern of the index). Only
+// backends of a family s has a VIP of count: the others get no frontend. All-ports service
+// ports (0, which Kubernetes never makes) are keyed as they are, not matched with fixed ports.
 func (x *EndpointIndex) Set(s Service) []string {
-	touched := x.remove(s.Name)
+	uses := map[endpointKey][]uint16{} // s's endpoints → its service ports sending to them
 	var keys []endpointKey
 	for _, b := range s.Backends {
+		a := b.Addr.Unmap()
+		if !slices.ContainsFunc(s.VIPs, func(v netip.Addr) bool { return v.Unmap().Is4() == a.Is4() }) {
+			continue
+		}
 		for _, p := range s.Ports {
-			k := endpointKey{netip.AddrPortFrom(b.Addr.Unmap(), b.targetPort(p)), p.Protocol}
-			u := endpointUse{s.Name, p.Port}
-			if slices.Contains(x.byEndpoint[k], u) {
-				continue
-			}
-			for _, o := range x.byEndpoint[k] {
-				touched = append(touched, o.service)
-			}
-			if !slices.Contains(keys, k) {
+			k := endpointKey{netip.AddrPortFrom(a, b.targetPort(p)), p.Protocol}
+			ports, ok := uses[k]
+			if !ok {
 				keys = append(keys, k)
 			}
-			x.byEndpoint[k] = append(x.byEndpoint[k], u)
+			if !slices.Contains(ports, p.Port) {
+				uses[k] = append(ports, p.Port)
+			}
+		}
+	}
+	if x.unchanged(s.Name, uses) {
+		return nil
+	}
+	touched := x.remove(s.Name)
+	for _, k := range keys {
+		for _, o := range x.byEndpoint[k] {
+			touched = append(touched, o.service)
+		}
+		for _, port := range uses[k] {
+			x.byEndpoint[k] = append(x.byEndpoint[k], endpointUse{s.Name, port})
 		}
 	}
 	if len(keys) > 0 {
 		x.byService[s.Name] = keys
 	}
 	return compactNames(touched, s.Name)
+}
+
+// unchanged reports whether the uses recorded for service name are exactly uses.
+func (x *EndpointIndex) unchanged(name string, uses map[endpointKey][]uint16) bool {
+	old := x.byService[name]
+	if len(old) != len(uses) {
+		return false
+	}
+	for _, k := range old {
+		want, ok := uses[k]
+		if !ok {
+			return false
+		}
+		n := 0
+		for _, u := range x.byEndpoint[k] {
+			if u.service == name {
+				if !slices.Contains(want, u.port) {
+					return false
+				}
+				n++
+			}
+		}
+		if n != len(want) {
+			return false
+		}
+	}
+	return true
 }
 
 // Delete forgets service name and returns the services that shared an endpoint with it, sorted.
@@ -100,7 +139,7 @@ func (x *EndpointIndex) remove(name string) []string {
 
 // Sharing returns what service name shares, and false when it shares no endpoint.
 func (x *EndpointIndex) Sharing(name string) (Sharing, bool) {
-	var sh Sharing
+	same, other := map[string]bool{}, map[string]bool{}
 	for _, k := range x.byService[name] {
 		us := x.byEndpoint[k]
 		var own []uint16
@@ -109,30 +148,28 @@ func (x *EndpointIndex) Sharing(name string) (Sharing, bool) {
 				own = append(own, u.port)
 			}
 		}
-		shared := false
 		for _, o := range us {
-			if o.service == name {
-				continue
+			switch {
+			case o.service == name:
+			case slices.Contains(own, o.port):
+				same[o.service] = true
+			default:
+				other[o.service] = true
 			}
-			shared = true
-			if !slices.Contains(sh.Others, o.service) {
-				sh.Others = append(sh.Others, o.service)
-			}
-			if slices.Contains(own, o.port) && !slices.Contains(sh.SamePort, o.service) {
-				sh.SamePort = append(sh.SamePort, o.service)
-			}
-		}
-		if !shared {
-			continue
-		}
-		sh.Endpoints++
-		if !sh.Example.IsValid() || k.addr.Compare(sh.Example) < 0 {
-			sh.Example = k.addr
 		}
 	}
-	slices.Sort(sh.Others)
+	var sh Sharing
+	for n := range same {
+		sh.SamePort = append(sh.SamePort, n)
+	}
+	for n := range other {
+		if !same[n] {
+			sh.OtherPort = append(sh.OtherPort, n)
+		}
+	}
 	slices.Sort(sh.SamePort)
-	return sh, sh.Endpoints > 0
+	slices.Sort(sh.OtherPort)
+	return sh, len(sh.SamePort)+len(sh.OtherPort) > 0
 }
 
 // compactNames sorts names, drops duplicates and self.

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"testing"
@@ -8,19 +9,23 @@ import (
 
 func TestEndpointIndex(t *testing.T) {
 	svc := func(name string, port, target uint16, proto Protocol, pods ...string) Service {
-		s := Service{Name: name, Ports: []Port{{Name: "p", Port: port, TargetPort: target, Protocol: proto}}}
+		s := Service{Name: name, VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.1")},
+			Ports: []Port{{Name: "p", Port: port, TargetPort: target, Protocol: proto}}}
 		for _, p := range pods {
 			s.Backends = append(s.Backends, Backend{Addr: netip.MustParseAddr(p)})
 		}
 		return s
 	}
 	x := NewEndpointIndex()
+	v6only := svc("g", 80, 8080, TCP, "198.18.3.1")
+	v6only.VIPs = []netip.Addr{netip.MustParseAddr("2001:db8:100::1")} // its IPv4 backend gets no frontend
 	for _, s := range []Service{
 		svc("a", 80, 8080, TCP, "198.18.3.1", "198.18.3.2"),
 		svc("c", 81, 8080, TCP, "198.18.3.1"), // shares .1:8080 with a, on another port
 		svc("d", 80, 8080, UDP, "198.18.3.1"), // UDP: shares nothing with the TCP ones
 		svc("e", 80, 9090, TCP, "198.18.3.1"), // another target port: nothing
 		svc("f", 443, 0, TCP, "198.18.3.9"),   // target port = port: nothing
+		v6only,
 	} {
 		x.Set(s)
 	}
@@ -28,23 +33,26 @@ func TestEndpointIndex(t *testing.T) {
 	if got := x.Set(svc("b", 80, 8080, TCP, "198.18.3.2", "198.18.3.3")); !reflect.DeepEqual(got, []string{"a"}) {
 		t.Errorf("Set(b) touched %v, want [a]", got)
 	}
-	ap := netip.MustParseAddrPort
 	want := map[string]Sharing{
-		"a": {Others: []string{"b", "c"}, SamePort: []string{"b"}, Example: ap("198.18.3.1:8080"), Endpoints: 2},
-		"b": {Others: []string{"a"}, SamePort: []string{"a"}, Example: ap("198.18.3.2:8080"), Endpoints: 1},
-		"c": {Others: []string{"a"}, Example: ap("198.18.3.1:8080"), Endpoints: 1},
+		"a": {SamePort: []string{"b"}, OtherPort: []string{"c"}},
+		"b": {SamePort: []string{"a"}},
+		"c": {OtherPort: []string{"a"}},
 	}
-	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+	for _, name := range []string{"a", "b", "c", "d", "e", "f", "g"} {
 		got, ok := x.Sharing(name)
-		if w, shared := want[name]; ok != shared || !reflect.DeepEqual(got, w) && shared {
+		if w, shared := want[name]; ok != shared || (shared && !reflect.DeepEqual(got, w)) {
 			t.Errorf("Sharing(%s) = %+v, %v; want %+v, %v", name, got, ok, w, shared)
 		}
 	}
+	// The same endpoints again (say a backend's state changed): nothing touched.
+	if got := x.Set(svc("b", 80, 8080, TCP, "198.18.3.3", "198.18.3.2")); len(got) != 0 {
+		t.Errorf("Set(b) with the same endpoints touched %v", got)
+	}
 	// b moves to other Pods: a no longer shares with b (a was touched).
 	if got := x.Set(svc("b", 80, 8080, TCP, "198.18.3.7")); !reflect.DeepEqual(got, []string{"a"}) {
-		t.Errorf("Set(b) again touched %v, want [a]", got)
+		t.Errorf("Set(b) on other pods touched %v, want [a]", got)
 	}
-	if got, _ := x.Sharing("a"); !reflect.DeepEqual(got.Others, []string{"c"}) || got.SamePort != nil {
+	if got, _ := x.Sharing("a"); !reflect.DeepEqual(got, Sharing{OtherPort: []string{"c"}}) {
 		t.Errorf("a after b moved: %+v", got)
 	}
 	if got := x.Delete("a"); !reflect.DeepEqual(got, []string{"c"}) {
@@ -53,7 +61,25 @@ func TestEndpointIndex(t *testing.T) {
 	if _, ok := x.Sharing("c"); ok {
 		t.Errorf("c still shares after a left")
 	}
-	if got := x.Set(svc("b", 80, 8080, TCP, "198.18.3.7")); len(got) != 0 {
-		t.Errorf("Set(b) unchanged touched %v", got)
+}
+
+// TestEndpointIndexLarge: a service with 100,000 endpoints (it must stay linear: the
+// controller's one worker waits on it) shares all of them with another.
+func TestEndpointIndexLarge(t *testing.T) {
+	big := func(name string) Service {
+		s := Service{Name: name, VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.1")},
+			Ports: []Port{{Name: "p", Port: 80, TargetPort: 8080, Protocol: TCP}}}
+		for i := range 100_000 {
+			s.Backends = append(s.Backends, Backend{Addr: netip.MustParseAddr(fmt.Sprintf("10.%d.%d.%d", i>>16, i>>8&255, i&255))})
+		}
+		return s
+	}
+	x := NewEndpointIndex()
+	x.Set(big("a"))
+	if got := x.Set(big("b")); !reflect.DeepEqual(got, []string{"a"}) {
+		t.Errorf("Set(b) touched %v", got)
+	}
+	if sh, _ := x.Sharing("a"); !reflect.DeepEqual(sh.SamePort, []string{"b"}) {
+		t.Errorf("Sharing(a) = %+v", sh)
 	}
 }

@@ -603,21 +603,24 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 }
 
 // sharedProblem is the Warning a Service gets while it sends to Pod ports other Services send
-// to (their replies name no Service: see lb.Sharing).
+// to (their replies name no Service: see lb.Sharing). The message names Services only, so that
+// it changes (and is reported again) when the set of sharers does, not at every Pod's change.
 func sharedProblem(sh lb.Sharing) Problem {
-	others := strings.Join(sh.Others, ", ")
-	why := "a reply that returns through a gateway that did not see its connection's first packet " +
-		"gets its VIP from a Maglev re-derivation, which fails for about 1 in N such replies " +
-		"(N: the backends both Services share), and the client waits for a retransmission"
+	const crossing = "a reply that returns through a gateway that did not see its connection's first packet"
+	var parts []string
 	if len(sh.SamePort) > 0 {
-		others = strings.Join(sh.SamePort, ", ")
-		why = "on the same service port: a reply that returns through a gateway that did not see " +
-			"its connection's first packet cannot be translated, and the client waits for a retransmission"
+		parts = append(parts, fmt.Sprintf("with %s on the same service port (%s usually cannot be "+
+			"translated: the client waits for a retransmission)", strings.Join(sh.SamePort, ", "), crossing))
 	}
-	return Problem{Type: corev1.EventTypeWarning, Reason: ReasonSharedEndpoints, Message: fmt.Sprintf(
-		"shares Pod ports with %s (%d, e.g. %s), %s; give the Services distinct target ports, or "+
-			"route the Pods' replies back through the gateway that forwarded the connection",
-		others, sh.Endpoints, sh.Example, why)}
+	if len(sh.OtherPort) > 0 {
+		parts = append(parts, fmt.Sprintf("with %s on other service ports (%s gets its VIP from a Maglev "+
+			"re-derivation, which fails for about 1 in n of them, n the other Service's backends, and "+
+			"always with sessionAffinity ClientIP or more than 4 Services on one Pod port)",
+			strings.Join(sh.OtherPort, ", "), crossing))
+	}
+	return Problem{Type: corev1.EventTypeWarning, Reason: ReasonSharedEndpoints, Message: "shares Pod ports " +
+		strings.Join(parts, " and ") + "; give the Services distinct target ports, or route the Pods' " +
+		"replies back through the gateway that forwarded the connection"}
 }
 
 // ownedBefore reports whether svc, no longer ours, still carries addresses of our pools or our
