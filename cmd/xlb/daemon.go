@@ -99,6 +99,7 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 	}
 	d := &daemon{log: log, cfgPath: cfgPath, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), known: map[netip.AddrPort]bool{},
 		wake: make(chan struct{}, 1)}
+	warnSharedEndpoints(log, cfg.Services)
 	defer func() {
 		if cleanupOnExit {
 			if err := dp.Remove(); err != nil {
@@ -521,6 +522,7 @@ func (d *daemon) reload() {
 	d.mu.Unlock()
 	d.configReloads.WithLabelValues("applied").Inc()
 	d.log.Info("config reloaded", "services", len(cfg.Services))
+	warnSharedEndpoints(d.log, cfg.Services)
 	d.trigger()
 }
 

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// TestWarnSharedEndpoints: file services on the same backend port are each warned about,
+// naming the others by kind; a service with its own backend port is not.
+func TestWarnSharedEndpoints(t *testing.T) {
+	svc := func(name string, port uint16, target uint16) lb.Service {
+		return lb.Service{Name: name, VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.1")},
+			Ports:    []lb.Port{{Port: port, TargetPort: target, Protocol: lb.TCP}},
+			Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1}}}
+	}
+	var b bytes.Buffer
+	warnSharedEndpoints(slog.New(slog.NewTextHandler(&b, nil)), []lb.Service{
+		svc("web", 80, 8080), svc("web-alt", 80, 8080), svc("admin", 81, 8080), svc("own", 82, 9090)})
+	out := b.String()
+	for _, want := range []string{
+		"service=web samePort=web-alt otherPorts=admin",
+		"service=web-alt samePort=web otherPorts=admin",
+		`service=admin samePort="" otherPorts=web,web-alt`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "service=own") {
+		t.Errorf("a service with its own backend port was warned about:\n%s", out)
+	}
+}
