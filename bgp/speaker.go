@@ -191,19 +191,13 @@ func (s *Speaker) flushStale(ctx context.Context) {
 	if err != nil {
 		s.log.Warn("bgp: open sessions to withdraw stale routes", "err", err)
 	}
-	pending := map[netip.Addr]bool{}
-	for addr, p := range s.peers {
-		if !p.Passive { // GoBGP never dials a passive peer: no session within the wait
-			pending[addr] = true
-		}
-	}
-	missed := s.waitEndOfRIB(ctx, pending)
+	missed := s.waitEndOfRIB(ctx, s.unestablished(ctx))
 	s.log.Info("bgp: opened sessions to withdraw the routes peers may keep from before the restart",
 		"peers", len(s.peers), "notReached", missed)
 }
 
-// unestablished returns the configured peers, passive ones aside, whose sessions are not
-// established. Called with s.mu held.
+// unestablished returns the configured peers whose sessions are not established, passive ones
+// aside (GoBGP never dials them: no session would come within a wait). Called with s.mu held.
 func (s *Speaker) unestablished(ctx context.Context) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	for addr, p := range s.peers {
