@@ -37,8 +37,9 @@ vet:
 check-generated: generate
 	@git diff --exit-code --stat -- xdp/xlb_bpfel.go xdp/xlb_bpfel.o \
 		bench/gen/gen_bpfel.go bench/gen/gen_bpfel.o bench/sink/sink_bpfel.go bench/sink/sink_bpfel.o \
-		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o || \
-		{ echo "xdp/xlb_bpfel.* are stale: run 'make generate' and commit them" >&2; exit 1; }
+		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o \
+		xdp/afxdp/steer_bpfel.go xdp/afxdp/steer_bpfel.o || \
+		{ echo "the committed bpf2go output is stale: run 'make generate' and commit it" >&2; exit 1; }
 
 ## kube-bins: build kube-apiserver and etcd from the Go module proxy into a version-keyed cache
 ## (XLB_KUBE_BIN_DIR, default /var/cache/xlb/kube-v1.37.2) for internal/kubetest: ~8 min and

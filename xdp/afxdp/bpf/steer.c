@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* steer.c: the kernel half of xlb's AF_XDP datapath. Attached to every interface the datapath
+ * serves, it hands the frames the userspace engine balances to its AF_XDP socket on the frame's
+ * receive queue, and everything else to the kernel untouched:
+ *   - to a VIP: IPv4/IPv6 TCP or UDP whose {dst, dport, proto} or {dst, 0, proto} is in steer
+ *     with STEER_TO_VIP;
+ *   - from a backend: {src, sport, proto} or {src, 0, proto} in steer with STEER_FROM_BACKEND,
+ *     unless the kernel delivers it locally (a health-check reply to this host).
+ * Frames of ours that the engine leaves to the kernel are passed here, as the XDP datapath passes
+ * them: IPv4 fragments and an expiring TTL (the kernel answers with ICMP). VLAN-tagged frames,
+ * IPv6 extension headers and anything but TCP/UDP are never steered. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <linux/tcp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Directions of a steer key. */
+#define STEER_TO_VIP 1       /* match the destination: a VIP frontend */
+#define STEER_FROM_BACKEND 2 /* match the source: a backend endpoint */
+
+/* Address families in a steer key, so that an IPv4 address never equals an IPv6 one. */
+#define FAMILY_V4 4
+#define FAMILY_V6 6
+
+/* MAX_QUEUES bounds the receive queues of one interface the datapath serves. */
+#define MAX_QUEUES 256
+
+/* The IPv4 fragment bits: MF and the offset. */
+#define IP_FRAG_MASK 0x3fff
+
+/* A steer key: an address (IPv4 in addr[0], the rest zero), a port in network order (0: every
+ * port), the IP protocol, the direction and the family. */
+struct steer_key {
+	__u32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 dir;
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* steer: the frontends and backend endpoints the engine serves -> 1. Written by Go (the engine's
+ * only writer), shared by the program of every interface. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct steer_key);
+	__type(value, __u8);
+	__uint(max_entries, 1 << 18);
+} steer SEC(".maps");
+
+/* xsks: receive queue -> the AF_XDP socket serving it on this interface (one map per
+ * interface). A queue without a socket passes its frames to the kernel. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, MAX_QUEUES);
+} xsks SEC(".maps");
+
+/* steered: per CPU, index 0 -> frames handed to a socket, 1 -> frames of ours passed to the
+ * kernel because they were fragments, carried extension headers or had an expiring TTL. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 2);
+} steered SEC(".maps");
+
+static __always_inline void count(__u32 i)
+{
+	__u64 *n = bpf_map_lookup_elem(&steered, &i);
+
+	if (n)
+		(*n)++;
+}
+
+static __always_inline int hit(struct steer_key *k, __be16 port)
+{
+	k->port = port;
+	if (bpf_map_lookup_elem(&steer, k))
+		return 1;
+	k->port = 0;
+	return bpf_map_lookup_elem(&steer, k) != NULL;
+}
+
+/* local reports whether the kernel would deliver a packet to dst on this host. */
+static __always_inline int local(struct xdp_md *ctx, struct steer_key *src, struct steer_key *dst)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.ifindex = ctx->ingress_ifindex;
+	if (dst->family == FAMILY_V4) {
+		fib.family = 2; /* AF_INET */
+		fib.ipv4_src = src->addr[0];
+		fib.ipv4_dst = dst->addr[0];
+	} else {
+		fib.family = 10; /* AF_INET6 */
+		__builtin_memcpy(fib.ipv6_src, src->addr, 16);
+		__builtin_memcpy(fib.ipv6_dst, dst->addr, 16);
+	}
+	return bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
+SEC("xdp")
+int xlb_steer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct steer_key to = {}, from = {};
+	__be16 *ports;
+	int expiring, frag;
+	__u8 proto;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *iph = (void *)(eth + 1);
+
+		if ((void *)(iph + 1) > data_end || iph->version != 4 || iph->ihl < 5)
+			return XDP_PASS;
+		proto = iph->protocol;
+		ports = (void *)iph + iph->ihl * 4;
+		to.addr[0] = iph->daddr;
+		from.addr[0] = iph->saddr;
+		to.family = from.family = FAMILY_V4;
+		expiring = iph->ttl <= 1;
+		frag = (iph->frag_off & bpf_htons(IP_FRAG_MASK)) != 0;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return XDP_PASS;
+		proto = ip6->nexthdr; /* an extension header is no TCP/UDP: passed below */
+		ports = (void *)(ip6 + 1);
+		__builtin_memcpy(to.addr, &ip6->daddr, 16);
+		__builtin_memcpy(from.addr, &ip6->saddr, 16);
+		to.family = from.family = FAMILY_V6;
+		expiring = ip6->hop_limit <= 1;
+		frag = 0;
+	} else {
+		return XDP_PASS;
+	}
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return XDP_PASS;
+	if ((void *)(ports + 2) > data_end)
+		return XDP_PASS;
+	to.proto = from.proto = proto;
+	to.dir = STEER_TO_VIP;
+	from.dir = STEER_FROM_BACKEND;
+	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || local(ctx, &from, &to)))
+		return XDP_PASS;
+	if (expiring || frag) {
+		count(1);
+		return XDP_PASS;
+	}
+	count(0);
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}

@@ -1,0 +1,121 @@
+package afxdp
+
+import (
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+// fakeHops sends everything out of interface 2 with fixed MACs.
+type fakeHops struct{}
+
+func (fakeHops) Lookup(netip.Addr) (Hop, HopKind) {
+	return Hop{Ifindex: 2, Src: net.HardwareAddr{2, 0, 0, 0, 0, 1}, Dst: net.HardwareAddr{2, 0, 0, 0, 0, 2}, MTU: 1500}, HopSend
+}
+
+func testEngine(t testing.TB) *Engine {
+	t.Helper()
+	e, err := NewEngine(Options{Seed: 1}, fakeHops{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.setPort(2, true)
+	fe := xdp.Frontend{Addr: pVIP, Port: 80, Proto: xdp.TCP}
+	for _, err := range []error{
+		e.UpsertVIP(fe, xdp.VIPConfig{ID: 1}),
+		e.UpsertBackend(1, xdp.Backend{Addr: pBE[0], Port: 8080}),
+		e.SetMaglevTable(1, []xdp.BackendID{1, 1, 1}),
+		e.SetReverse(xdp.Endpoint{Addr: pBE[0], Port: 8080, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 1}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// Hostile frames: every truncation of a valid frame, and random bytes behind a valid Ethernet
+// and IP version, are dropped without a panic; only whole frames are sent.
+func TestEngineHostileFrames(t *testing.T) {
+	e := testEngine(t)
+	good := frameSpec{src: netip.MustParseAddrPort("198.18.128.1:1234"), dst: netip.AddrPortFrom(pVIP, 80),
+		proto: protoTCP, flags: tcpSYN, payload: []byte("hello")}.bytes()
+	for n := range len(good) {
+		f := append([]byte(nil), good[:n]...)
+		if v := e.Process(f, 1, time.Second); v.Send {
+			t.Errorf("a frame truncated to %d of %d bytes was sent", n, len(good))
+		}
+	}
+	if v := e.Process(append([]byte(nil), good...), 1, time.Second); !v.Send {
+		t.Fatalf("the whole frame was not sent: %v", e.Reasons())
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		f := append([]byte(nil), good...)
+		// Corrupt a few header bytes (lengths, IHL, version, protocol, ports).
+		for range 1 + r.IntN(4) {
+			f[14+r.IntN(40)] = byte(r.Uint32())
+		}
+		f = f[:r.IntN(len(f)+1)]
+		e.Process(f, 1, time.Second)
+	}
+	if e.Reasons()[ReasonDropMalformed] == 0 {
+		t.Errorf("no frame counted malformed: %v", e.Reasons())
+	}
+}
+
+// A bad configuration is refused with an error naming it, and what is configured keeps working.
+func TestEngineRefusesBadConfig(t *testing.T) {
+	e := testEngine(t)
+	for name, err := range map[string]error{
+		"VIP id 0":        e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: xdp.TCP}, xdp.VIPConfig{}),
+		"SCTP":            e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: 132}, xdp.VIPConfig{ID: 2}),
+		"id in use":       e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: xdp.TCP}, xdp.VIPConfig{ID: 1}),
+		"IPv6 range":      e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: xdp.TCP}, xdp.VIPConfig{ID: 3, SourceRanges: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}),
+		"empty table":     e.SetMaglevTable(1, nil),
+		"table of no VIP": e.SetMaglevTable(9, []xdp.BackendID{1}),
+		"backend id 0":    e.UpsertBackend(0, xdp.Backend{Addr: pBE[0]}),
+		"reverse to none": e.SetReverse(xdp.Endpoint{Addr: pBE[1], Port: 1, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 9}),
+		"candidate gap":   e.SetReverse(xdp.Endpoint{Addr: pBE[1], Port: 1, Proto: xdp.TCP}, xdp.ReverseNAT{Ambiguous: true, Candidates: [xdp.MaxReverseCandidates]xdp.VIPID{0, 1}}),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	f := frameSpec{src: netip.MustParseAddrPort("198.18.128.1:1234"), dst: netip.AddrPortFrom(pVIP, 80),
+		proto: protoTCP, flags: tcpSYN}.bytes()
+	if v := e.Process(f, 1, time.Second); !v.Send {
+		t.Errorf("the configured VIP stopped forwarding after refused changes: %v", e.Reasons())
+	}
+}
+
+// Conntrack holds at most ConntrackSize flows, and idle ones are swept.
+func TestEngineConntrackBounds(t *testing.T) {
+	e, err := NewEngine(Options{Seed: 1, ConntrackSize: 100, NewFlowRate: -1, UDPTimeout: time.Second}, fakeHops{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.setPort(2, true)
+	fe := xdp.Frontend{Addr: pVIP, Port: 53, Proto: xdp.UDP}
+	if err := e.UpsertVIP(fe, xdp.VIPConfig{ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.UpsertBackend(1, xdp.Backend{Addr: pBE[0], Port: 5353})
+	_ = e.SetMaglevTable(1, []xdp.BackendID{1})
+	for i := range 1000 {
+		f := frameSpec{src: netip.AddrPortFrom(pClients.Addr(), uint16(1000+i)), dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}.bytes()
+		if v := e.Process(f, 1, time.Second); !v.Send {
+			t.Fatalf("flow %d not forwarded: %v", i, e.Reasons())
+		}
+	}
+	if n := e.FlowCount(); n != 100 {
+		t.Errorf("%d flows after 1000 new ones, want the cap 100", n)
+	}
+	if n := e.Sweep(3*time.Second, 1000); n != 100 || e.FlowCount() != 0 {
+		t.Errorf("sweep 2 s later removed %d, %d left; want all 100 idle flows gone", n, e.FlowCount())
+	}
+}

@@ -1,0 +1,138 @@
+package afxdp
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Resolver caps.
+const (
+	// negativeTTL is how long a destination whose neighbour is unknown stays so before the
+	// kernel is asked again (its resolution was started on the first miss).
+	negativeTTL = 20 * time.Millisecond
+	// maxCachedHops bounds the per-destination cache; a full cache starts afresh.
+	maxCachedHops = 1 << 16
+)
+
+// Resolver answers next-hop lookups from the kernel's routing and neighbour tables over
+// netlink, as bpf_fib_lookup answers the XDP datapath, and caches each destination's answer for
+// a TTL (the XDP datapath's NextHopCacheTTL): route and neighbour changes take effect within it.
+// A destination whose neighbour is unknown gets its resolution started (a neighbour entry
+// "used", NTF_USE, as a packet to it would) and is dropped meanwhile. Its methods are safe for
+// concurrent use.
+type Resolver struct {
+	h   *netlink.Handle
+	ttl time.Duration
+
+	mu    sync.Mutex
+	cache map[netip.Addr]cachedHop
+	links map[int]cachedLink
+}
+
+type cachedHop struct {
+	hop     Hop
+	kind    HopKind
+	expires time.Time
+}
+
+type cachedLink struct {
+	mac     net.HardwareAddr
+	mtu     int
+	expires time.Time
+}
+
+// NewResolver returns a resolver asking the network namespace h was opened in; ttl <= 0 means
+// 500 ms.
+func NewResolver(h *netlink.Handle, ttl time.Duration) *Resolver {
+	if ttl <= 0 {
+		ttl = 500 * time.Millisecond
+	}
+	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{}}
+}
+
+// Lookup implements NextHops.
+func (r *Resolver) Lookup(dst netip.Addr) (Hop, HopKind) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.cache[dst]; ok && now.Before(c.expires) {
+		return c.hop, c.kind
+	}
+	hop, kind := r.resolve(dst, now)
+	ttl := r.ttl
+	if kind != HopSend {
+		ttl = min(ttl, negativeTTL)
+	}
+	if len(r.cache) >= maxCachedHops {
+		clear(r.cache)
+	}
+	r.cache[dst] = cachedHop{hop: hop, kind: kind, expires: now.Add(ttl)}
+	return hop, kind
+}
+
+func (r *Resolver) resolve(dst netip.Addr, now time.Time) (Hop, HopKind) {
+	routes, err := r.h.RouteGet(dst.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return Hop{}, HopUnreachable
+	}
+	rt := routes[0]
+	switch rt.Type {
+	case unix.RTN_LOCAL, unix.RTN_BROADCAST:
+		return Hop{}, HopLocal
+	case unix.RTN_UNICAST:
+	default:
+		return Hop{}, HopUnreachable
+	}
+	l, err := r.link(rt.LinkIndex, now)
+	if err != nil {
+		return Hop{}, HopUnreachable
+	}
+	gw := dst
+	if a, ok := netip.AddrFromSlice(rt.Gw); ok && rt.Gw != nil {
+		gw = a.Unmap()
+	}
+	family := netlink.FAMILY_V4
+	if gw.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	neighs, err := r.h.NeighList(rt.LinkIndex, family)
+	if err != nil {
+		return Hop{}, HopUnreachable
+	}
+	const usable = netlink.NUD_REACHABLE | netlink.NUD_PERMANENT | netlink.NUD_STALE |
+		netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_NOARP
+	for _, n := range neighs {
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok || a.Unmap() != gw || n.State&usable == 0 || len(n.HardwareAddr) != 6 {
+			continue
+		}
+		return Hop{Ifindex: rt.LinkIndex, Src: l.mac, Dst: n.HardwareAddr, MTU: l.mtu}, HopSend
+	}
+	// Start resolution as a packet to gw would: the next lookup after negativeTTL finds it.
+	_ = r.h.NeighSet(&netlink.Neigh{LinkIndex: rt.LinkIndex, Family: family, IP: gw.AsSlice(),
+		Flags: unix.NTF_USE})
+	return Hop{}, HopNoNeigh
+}
+
+func (r *Resolver) link(index int, now time.Time) (cachedLink, error) {
+	if l, ok := r.links[index]; ok && now.Before(l.expires) {
+		return l, nil
+	}
+	link, err := r.h.LinkByIndex(index)
+	if err != nil {
+		return cachedLink{}, err
+	}
+	a := link.Attrs()
+	if len(a.HardwareAddr) != 6 {
+		return cachedLink{}, errors.New("not an Ethernet interface")
+	}
+	l := cachedLink{mac: a.HardwareAddr, mtu: a.MTU, expires: now.Add(r.ttl)}
+	r.links[index] = l
+	return l, nil
+}

@@ -1,0 +1,239 @@
+package afxdp
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// Frame layout constants.
+const (
+	ethLen     = 14 // Ethernet header (untagged: tagged frames are never steered)
+	ipv4MinLen = 20
+	ipv6Len    = 40
+	tcpMinLen  = 20
+	udpLen     = 8
+
+	etherTypeIPv4 = 0x0800
+	etherTypeIPv6 = 0x86dd
+
+	protoTCP = 6
+	protoUDP = 17
+
+	// ipv4FragMask selects the MF bit and the fragment offset of an IPv4 header's flags word.
+	ipv4FragMask = 0x3fff
+
+	// TCP flags.
+	tcpFIN = 0x01
+	tcpSYN = 0x02
+	tcpRST = 0x04
+	tcpACK = 0x10
+)
+
+// flowKey is a flow's 5-tuple as conntrack and the handshake table key it. IPv4 addresses sit in
+// the first 4 bytes; v6 keeps the families apart.
+type flowKey struct {
+	src, dst     [16]byte
+	sport, dport uint16
+	proto        uint8
+	v6           bool
+}
+
+// packet is a parsed frame: offsets into it and the fields the engine needs. Ports are in host
+// order.
+type packet struct {
+	v6       bool
+	l4       int // offset of the TCP/UDP header
+	ipLen    int // the IP length (header included), as the header says
+	proto    uint8
+	ttl      uint8
+	src, dst [16]byte
+	sport    uint16
+	dport    uint16
+	tcpFlags uint8
+	seq      uint32
+}
+
+// parseResult says what parse made of a frame.
+type parseResult uint8
+
+const (
+	parsedOK        parseResult = iota
+	parsedNotOurs               // not untagged IPv4/IPv6 TCP/UDP, or an IPv4 fragment
+	parsedMalformed             // truncated or inconsistent headers
+)
+
+// parse reads frame's headers into p. Nothing is written.
+func parse(frame []byte, p *packet) parseResult {
+	if len(frame) < ethLen {
+		return parsedMalformed
+	}
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case etherTypeIPv4:
+		ip := frame[ethLen:]
+		if len(ip) < ipv4MinLen || ip[0]>>4 != 4 {
+			return parsedMalformed
+		}
+		ihl := int(ip[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(ip[2:]))
+		if ihl < ipv4MinLen || total < ihl || total > len(ip) {
+			return parsedMalformed
+		}
+		if binary.BigEndian.Uint16(ip[6:])&ipv4FragMask != 0 {
+			return parsedNotOurs
+		}
+		*p = packet{l4: ethLen + ihl, ipLen: total, proto: ip[9], ttl: ip[8]}
+		copy(p.src[:4], ip[12:16])
+		copy(p.dst[:4], ip[16:20])
+	case etherTypeIPv6:
+		ip := frame[ethLen:]
+		if len(ip) < ipv6Len || ip[0]>>4 != 6 {
+			return parsedMalformed
+		}
+		total := ipv6Len + int(binary.BigEndian.Uint16(ip[4:]))
+		if total > len(ip) {
+			return parsedMalformed
+		}
+		*p = packet{v6: true, l4: ethLen + ipv6Len, ipLen: total, proto: ip[6], ttl: ip[7]}
+		copy(p.src[:], ip[8:24])
+		copy(p.dst[:], ip[24:40])
+	default:
+		return parsedNotOurs
+	}
+	end := ethLen + p.ipLen
+	switch p.proto {
+	case protoTCP:
+		if p.l4+tcpMinLen > end {
+			return parsedMalformed
+		}
+		p.tcpFlags = frame[p.l4+13]
+		p.seq = binary.BigEndian.Uint32(frame[p.l4+4:])
+	case protoUDP:
+		if p.l4+udpLen > end {
+			return parsedMalformed
+		}
+	default:
+		return parsedNotOurs
+	}
+	p.sport = binary.BigEndian.Uint16(frame[p.l4:])
+	p.dport = binary.BigEndian.Uint16(frame[p.l4+2:])
+	return parsedOK
+}
+
+func (p *packet) key() flowKey {
+	return flowKey{src: p.src, dst: p.dst, sport: p.sport, dport: p.dport, proto: p.proto, v6: p.v6}
+}
+
+func (p *packet) srcAddr() netip.Addr { return addrOf(p.src, p.v6) }
+func (p *packet) dstAddr() netip.Addr { return addrOf(p.dst, p.v6) }
+
+// addrOf is the address in a key's 16 bytes.
+func addrOf(b [16]byte, v6 bool) netip.Addr {
+	if v6 {
+		return netip.AddrFrom16(b)
+	}
+	return netip.AddrFrom4([4]byte(b[:4]))
+}
+
+// keyAddr is a's 16-byte key form (IPv4 in the first 4 bytes).
+func keyAddr(a netip.Addr) (b [16]byte) {
+	if a.Is4() {
+		copy(b[:4], a.AsSlice())
+		return b
+	}
+	return a.As16()
+}
+
+// The incremental checksum arithmetic of RFC 1624, exactly as xdp/bpf/csum.h does it: a diff
+// accumulates ~old + new of every changed word, loaded in memory order (native byte order, as
+// the BPF program loads them), and is folded into the field at the end. Byte-for-byte the same
+// result as the XDP datapath, including which of 0x0000/0xffff a sum ends as.
+
+func csumAdd(csum, addend uint32) uint32 {
+	csum += addend
+	if csum < addend {
+		csum++
+	}
+	return csum
+}
+
+func csumFold(csum uint32) uint16 {
+	csum = csum&0xffff + csum>>16
+	csum = csum&0xffff + csum>>16
+	return uint16(csum)
+}
+
+func diff32(diff, from, to uint32) uint32 { return csumAdd(csumAdd(diff, ^from), to) }
+
+func diff16(diff uint32, from, to uint16) uint32 {
+	return csumAdd(diff, uint32(^from)+uint32(to))
+}
+
+func csumApply(sum uint16, diff uint32) uint16 { return ^csumFold(csumAdd(uint32(^sum), diff)) }
+
+// csumApplyUDP keeps an IPv4 UDP checksum of 0 ("none") and sends a computed 0 as 0xffff.
+func csumApplyUDP(sum uint16, diff uint32) uint16 {
+	if sum == 0 {
+		return 0
+	}
+	if r := csumApply(sum, diff); r != 0 {
+		return r
+	}
+	return 0xffff
+}
+
+var ne = binary.NativeEndian
+
+// rewrite sets the source (src) or destination address and port of p's frame to a and port
+// (port 0 keeps the port), decrements the TTL or hop limit and fixes every checksum.
+func rewrite(frame []byte, p *packet, src bool, a [16]byte, port uint16) {
+	ip := frame[ethLen:]
+	var diff uint32
+	if !p.v6 {
+		off := 16
+		if src {
+			off = 12
+		}
+		diff = diff32(0, ne.Uint32(ip[off:]), ne.Uint32(a[:4]))
+		copy(ip[off:off+4], a[:4])
+		oldTTL := ne.Uint16(ip[8:])
+		ip[8]--
+		ne.PutUint16(ip[10:], csumApply(ne.Uint16(ip[10:]), diff16(diff, oldTTL, ne.Uint16(ip[8:]))))
+	} else {
+		off := 24
+		if src {
+			off = 8
+		}
+		for i := 0; i < 16; i += 4 {
+			diff = diff32(diff, ne.Uint32(ip[off+i:]), ne.Uint32(a[i:]))
+		}
+		copy(ip[off:off+16], a[:])
+		ip[7]--
+	}
+	if src {
+		p.src = a
+	} else {
+		p.dst = a
+	}
+	l4 := frame[p.l4:]
+	pf := 2
+	if src {
+		pf = 0
+	}
+	if port == 0 {
+		port = binary.BigEndian.Uint16(l4[pf:])
+	}
+	var wire [2]byte
+	binary.BigEndian.PutUint16(wire[:], port)
+	diff = diff16(diff, ne.Uint16(l4[pf:]), ne.Uint16(wire[:]))
+	copy(l4[pf:pf+2], wire[:])
+	if p.proto == protoTCP {
+		ne.PutUint16(l4[16:], csumApply(ne.Uint16(l4[16:]), diff))
+	} else {
+		ne.PutUint16(l4[6:], csumApplyUDP(ne.Uint16(l4[6:]), diff))
+	}
+	if src {
+		p.sport = port
+	} else {
+		p.dport = port
+	}
+}

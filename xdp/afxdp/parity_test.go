@@ -1,0 +1,403 @@
+package afxdp
+
+// Parity with the XDP datapath: the same configuration in both, the same frames through the XDP
+// program (BPF_PROG_TEST_RUN) and through the Engine, byte-for-byte the same output. This checks
+// the engine's Maglev pick, conntrack and handshake rules, reverse NAT (ambiguous endpoints and
+// their Maglev re-derivation included), rewrites and checksums against the datapath the golden
+// tests in xdp/ pin down.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/internal/progrun"
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+// XDP verdicts.
+const (
+	xdpTX       = 3
+	xdpRedirect = 4
+)
+
+const (
+	macExt    = "02:00:00:00:01:01"
+	macInt    = "02:00:00:00:01:02"
+	macRouter = "02:00:00:00:0c:02"
+	macBE     = "02:00:00:00:0b:01"
+)
+
+// parity is a gateway namespace with both datapaths configured alike.
+type parity struct {
+	ns       *netlab.NS
+	dp       *xdp.Datapath
+	eng      *Engine
+	ext, int int
+	now      time.Duration
+}
+
+// configurer is what both datapaths offer to be configured by.
+type configurer interface {
+	UpsertVIP(xdp.Frontend, xdp.VIPConfig) error
+	UpsertBackend(xdp.BackendID, xdp.Backend) error
+	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
+	SetReverse(xdp.Endpoint, xdp.ReverseNAT) error
+}
+
+var (
+	pVIP     = netip.MustParseAddr("198.18.100.1")
+	pVIPAll  = netip.MustParseAddr("198.18.100.2")
+	pVIPAmb  = netip.MustParseAddr("198.18.100.3")
+	pVIP6    = netip.MustParseAddr("2001:db8:100::1")
+	pBE      = []netip.Addr{netip.MustParseAddr("198.18.1.10"), netip.MustParseAddr("198.18.1.11"), netip.MustParseAddr("198.18.1.12")}
+	pBE6     = netip.MustParseAddr("2001:db8:1::10")
+	pClients = netip.MustParsePrefix("198.18.128.0/17")
+)
+
+func newParity(t *testing.T) *parity {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the parity tests need root (BPF, netns); run them with `make test` as root")
+	}
+	p := netlab.Prefix()
+	ns := netlab.New(t, p+"g")
+	peer := netlab.New(t, p+"p")
+	peer.Sysctl(t, "net.ipv6.conf.all.disable_ipv6", "1")
+	peer.Sysctl(t, "net.ipv6.conf.default.disable_ipv6", "1")
+	netlab.Veth(t, ns, "ext0", macExt, peer, "extp", "02:00:00:00:0c:01")
+	netlab.Veth(t, ns, "int0", macInt, peer, "intp", "02:00:00:00:0b:09")
+	for _, c := range []string{
+		"addr add 198.18.0.1/24 dev ext0",
+		"addr add 2001:db8::1/64 dev ext0 nodad",
+		"addr add 198.18.1.1/24 dev int0",
+		"addr add 2001:db8:1::1/64 dev int0 nodad",
+		"route add 198.18.128.0/17 via 198.18.0.2",
+		"-6 route add 2001:db8:80::/48 via 2001:db8::2",
+		"neigh replace 198.18.0.2 lladdr " + macRouter + " dev ext0 nud permanent",
+		"neigh replace 2001:db8::2 lladdr " + macRouter + " dev ext0 nud permanent",
+		"neigh replace 198.18.1.10 lladdr " + macBE + " dev int0 nud permanent",
+		"neigh replace 198.18.1.11 lladdr " + macBE + " dev int0 nud permanent",
+		"neigh replace 198.18.1.12 lladdr " + macBE + " dev int0 nud permanent",
+		"neigh replace 2001:db8:1::10 lladdr " + macBE + " dev int0 nud permanent",
+	} {
+		ns.MustIP(t, c)
+	}
+	ns.Forwarding(t)
+	px := &parity{ns: ns}
+	dp, err := xdp.Load(xdp.Options{NoPin: true, Seed: 7, NewFlowRate: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dp.Close() })
+	px.dp = dp
+	var h *netlink.Handle
+	err = ns.Do(func() (err error) {
+		for _, ifname := range []string{"ext0", "int0"} {
+			if err := dp.Attach(ifname, xdp.AttachNative); err != nil {
+				return err
+			}
+		}
+		if px.ext, err = ifindex("ext0"); err != nil {
+			return err
+		}
+		if px.int, err = ifindex("int0"); err != nil {
+			return err
+		}
+		h, err = netlink.NewHandle()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	px.eng, err = NewEngine(Options{Seed: 7, NewFlowRate: -1}, NewResolver(h, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.eng.setPort(px.ext, true)
+	px.eng.setPort(px.int, true)
+	for _, c := range []configurer{dp, px.eng} {
+		configureParity(t, c)
+	}
+	return px
+}
+
+func ifindex(name string) (int, error) {
+	i, err := net.InterfaceByName(name)
+	if err != nil {
+		return 0, err
+	}
+	return i.Index, nil
+}
+
+// configureParity sets up, in c: VIP 1 pVIP:80/TCP and VIP 2 pVIP:53/UDP over the three IPv4
+// backends, VIP 3 [pVIP6]:443/TCP to pBE6, VIP 4 pVIPAll (all ports)/TCP to pBE[2], and VIPs 5
+// and 6 pVIPAmb:80 and :8000/TCP to one endpoint pBE[0]:9090 (ambiguous).
+func configureParity(t *testing.T, c configurer) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const m = 251
+	fill := func(id xdp.VIPID, bids ...xdp.BackendID) {
+		table := make([]xdp.BackendID, m)
+		for i := range table {
+			table[i] = bids[(i*7+int(id))%len(bids)]
+		}
+		must(c.SetMaglevTable(id, table))
+	}
+	must(c.UpsertVIP(xdp.Frontend{Addr: pVIP, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 1}))
+	must(c.UpsertVIP(xdp.Frontend{Addr: pVIP, Port: 53, Proto: xdp.UDP}, xdp.VIPConfig{ID: 2}))
+	must(c.UpsertVIP(xdp.Frontend{Addr: pVIP6, Port: 443, Proto: xdp.TCP}, xdp.VIPConfig{ID: 3}))
+	must(c.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 0, Proto: xdp.TCP}, xdp.VIPConfig{ID: 4}))
+	must(c.UpsertVIP(xdp.Frontend{Addr: pVIPAmb, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 5}))
+	must(c.UpsertVIP(xdp.Frontend{Addr: pVIPAmb, Port: 8000, Proto: xdp.TCP}, xdp.VIPConfig{ID: 6}))
+	for i, a := range pBE {
+		must(c.UpsertBackend(xdp.BackendID(1+i), xdp.Backend{Addr: a, Port: 8080}))
+		must(c.UpsertBackend(xdp.BackendID(4+i), xdp.Backend{Addr: a, Port: 5353}))
+		must(c.SetReverse(xdp.Endpoint{Addr: a, Port: 8080, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 1}))
+		must(c.SetReverse(xdp.Endpoint{Addr: a, Port: 5353, Proto: xdp.UDP}, xdp.ReverseNAT{VIP: 2}))
+	}
+	must(c.UpsertBackend(7, xdp.Backend{Addr: pBE6, Port: 8443}))
+	must(c.SetReverse(xdp.Endpoint{Addr: pBE6, Port: 8443, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 3}))
+	must(c.UpsertBackend(8, xdp.Backend{Addr: pBE[2], Port: 0}))
+	must(c.SetReverse(xdp.Endpoint{Addr: pBE[2], Port: 0, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 4}))
+	must(c.UpsertBackend(9, xdp.Backend{Addr: pBE[0], Port: 9090}))
+	must(c.UpsertBackend(10, xdp.Backend{Addr: pBE[1], Port: 9090}))
+	must(c.SetReverse(xdp.Endpoint{Addr: pBE[0], Port: 9090, Proto: xdp.TCP},
+		xdp.ReverseNAT{Ambiguous: true, Candidates: [xdp.MaxReverseCandidates]xdp.VIPID{5, 6}}))
+	must(c.SetReverse(xdp.Endpoint{Addr: pBE[1], Port: 9090, Proto: xdp.TCP},
+		xdp.ReverseNAT{Ambiguous: true, Candidates: [xdp.MaxReverseCandidates]xdp.VIPID{5, 6}}))
+	fill(1, 1, 2, 3)
+	fill(2, 4, 5, 6)
+	fill(3, 7)
+	fill(4, 8)
+	fill(5, 9, 10)
+	fill(6, 9, 10)
+}
+
+// check runs frame through both datapaths, arriving on ifindex: both must send it, byte for
+// byte the same, or neither (the XDP program passing or dropping it, the engine dropping it).
+// It returns whether it was sent.
+func (px *parity) check(t *testing.T, name string, frame []byte, ifindex int) bool {
+	t.Helper()
+	var res progrun.Result
+	err := px.ns.Do(func() (err error) {
+		res, err = progrun.XDP(px.dp.Program(), frame, ifindex, 0)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s: test run: %v", name, err)
+	}
+	px.now += time.Millisecond
+	got := append([]byte(nil), frame...)
+	v := px.eng.Process(got, ifindex, px.now)
+	sent := res.Verdict == xdpTX || res.Verdict == xdpRedirect
+	if sent != v.Send {
+		t.Errorf("%s: XDP verdict %d, engine send=%v (reasons %v)", name, res.Verdict, v.Send, px.eng.Reasons())
+		return false
+	}
+	if sent && !bytes.Equal(res.Data, got) {
+		t.Errorf("%s: outputs differ\nxdp    %x\nengine %x", name, res.Data, got)
+	}
+	if sent && (res.Verdict == xdpTX) != (v.Ifindex == ifindex) {
+		t.Errorf("%s: XDP verdict %d, engine egress %d (ingress %d)", name, res.Verdict, v.Ifindex, ifindex)
+	}
+	return sent
+}
+
+// frameSpec is a test frame, built here independently of both datapaths (full checksums).
+type frameSpec struct {
+	src, dst netip.AddrPort
+	proto    uint8
+	flags    uint8 // TCP flags
+	seq      uint32
+	ttl      uint8
+	payload  []byte
+	noCsum   bool // a UDP checksum of 0
+}
+
+func (f frameSpec) bytes() []byte {
+	v4 := f.src.Addr().Is4()
+	var l4 []byte
+	if f.proto == protoTCP {
+		l4 = make([]byte, tcpMinLen)
+		binary.BigEndian.PutUint32(l4[4:], f.seq)
+		l4[12] = 5 << 4
+		l4[13] = f.flags
+		binary.BigEndian.PutUint16(l4[14:], 65535)
+	} else {
+		l4 = make([]byte, udpLen)
+	}
+	binary.BigEndian.PutUint16(l4[0:], f.src.Port())
+	binary.BigEndian.PutUint16(l4[2:], f.dst.Port())
+	l4 = append(l4, f.payload...)
+	if f.proto == protoUDP {
+		binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
+	}
+	// The pseudo-header.
+	var ph []byte
+	ph = append(ph, f.src.Addr().AsSlice()...)
+	ph = append(ph, f.dst.Addr().AsSlice()...)
+	ph = append(ph, 0, f.proto)
+	ph = binary.BigEndian.AppendUint16(ph, uint16(len(l4)))
+	sum := onesSum(append(ph, l4...))
+	if f.proto == protoUDP && sum == 0 {
+		sum = 0xffff
+	}
+	if f.proto == protoUDP && f.noCsum {
+		sum = 0
+	}
+	ck := 16
+	if f.proto == protoUDP {
+		ck = 6
+	}
+	binary.BigEndian.PutUint16(l4[ck:], sum)
+	ttl := f.ttl
+	if ttl == 0 {
+		ttl = 64
+	}
+	var ip []byte
+	et := uint16(etherTypeIPv4)
+	if v4 {
+		ip = make([]byte, ipv4MinLen)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4MinLen+len(l4)))
+		ip[8], ip[9] = ttl, f.proto
+		copy(ip[12:], f.src.Addr().AsSlice())
+		copy(ip[16:], f.dst.Addr().AsSlice())
+		binary.BigEndian.PutUint16(ip[10:], onesSum(ip))
+	} else {
+		et = etherTypeIPv6
+		ip = make([]byte, ipv6Len)
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)))
+		ip[6], ip[7] = f.proto, ttl
+		copy(ip[8:], f.src.Addr().AsSlice())
+		copy(ip[24:], f.dst.Addr().AsSlice())
+	}
+	eth := make([]byte, ethLen)
+	dst, _ := net.ParseMAC(macExt)
+	copy(eth[0:], dst)
+	copy(eth[6:], []byte{2, 0, 0, 0, 0x0c, 2})
+	binary.BigEndian.PutUint16(eth[12:], et)
+	return append(append(eth, ip...), l4...)
+}
+
+// onesSum is the Internet checksum of b (RFC 1071), computed from scratch.
+func onesSum(b []byte) uint16 {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s>>16 != 0 {
+		s = s&0xffff + s>>16
+	}
+	return ^uint16(s)
+}
+
+func randClient(r *rand.Rand) netip.AddrPort {
+	b := pClients.Addr().As4()
+	n := r.Uint32N(1 << 15)
+	b[2] |= byte(n >> 8)
+	b[3] = byte(n)
+	return netip.AddrPortFrom(netip.AddrFrom4(b), uint16(1024+r.IntN(60000)))
+}
+
+func TestParityWithXDP(t *testing.T) {
+	px := newParity(t)
+	r := rand.New(rand.NewPCG(1, 2))
+	payload := func() []byte {
+		b := make([]byte, r.IntN(64))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	sent := 0
+	ok := func(name string, f frameSpec, ifindex int) {
+		t.Helper()
+		if px.check(t, name, f.bytes(), ifindex) {
+			sent++
+		}
+	}
+	vipTCP := netip.AddrPortFrom(pVIP, 80)
+	for i := range 100 {
+		c := randClient(r)
+		seq := r.Uint32()
+		// A handshake, a data packet and a FIN to VIP 1, and the backend's answers.
+		ok(fmt.Sprintf("SYN %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, seq: seq}, px.ext)
+		ok(fmt.Sprintf("ACK %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpACK, seq: seq + 1}, px.ext)
+		ok(fmt.Sprintf("data %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpACK | 0x08,
+			seq: seq + 1, payload: payload(), ttl: uint8(2 + r.IntN(250))}, px.ext)
+		be := px.backendOf(t, c, vipTCP)
+		ok(fmt.Sprintf("SYN-ACK %d", i), frameSpec{src: be, dst: c, proto: protoTCP, flags: tcpSYN | tcpACK}, px.int)
+		ok(fmt.Sprintf("FIN %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpFIN | tcpACK, seq: seq + 9}, px.ext)
+		// UDP to VIP 2, with and without checksum.
+		ok(fmt.Sprintf("UDP %d", i), frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP,
+			payload: payload(), noCsum: i%4 == 0}, px.ext)
+		// The all-ports VIP keeps the client's destination port.
+		ok(fmt.Sprintf("all-ports %d", i), frameSpec{src: c, dst: netip.AddrPortFrom(pVIPAll, uint16(1+r.IntN(65535))),
+			proto: protoTCP, flags: tcpACK}, px.ext)
+		// The ambiguous endpoint: a flow through VIP 5 or 6 records its reverse entry; a reply of
+		// a flow never seen is re-derived by Maglev (or dropped/passed by both).
+		amb := netip.AddrPortFrom(pVIPAmb, []uint16{80, 8000}[i%2])
+		ok(fmt.Sprintf("ambiguous SYN %d", i), frameSpec{src: c, dst: amb, proto: protoTCP, flags: tcpSYN, seq: seq}, px.ext)
+		ambBE := netip.AddrPortFrom(pBE[0], 9090)
+		ok(fmt.Sprintf("ambiguous reply %d", i), frameSpec{src: ambBE, dst: c, proto: protoTCP, flags: tcpSYN | tcpACK}, px.int)
+		ok(fmt.Sprintf("unseen ambiguous reply %d", i), frameSpec{src: ambBE, dst: randClient(r), proto: protoTCP, flags: tcpACK}, px.int)
+		// IPv6.
+		c6 := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("2001:db8:80::%x", 1+r.IntN(0xfffe))), c.Port())
+		vip6 := netip.AddrPortFrom(pVIP6, 443)
+		ok(fmt.Sprintf("IPv6 SYN %d", i), frameSpec{src: c6, dst: vip6, proto: protoTCP, flags: tcpSYN, seq: seq}, px.ext)
+		ok(fmt.Sprintf("IPv6 ACK %d", i), frameSpec{src: c6, dst: vip6, proto: protoTCP, flags: tcpACK, seq: seq + 1,
+			payload: payload()}, px.ext)
+		ok(fmt.Sprintf("IPv6 reply %d", i), frameSpec{src: netip.AddrPortFrom(pBE6, 8443), dst: c6, proto: protoTCP,
+			flags: tcpACK, payload: payload()}, px.int)
+	}
+	// Neither sends: an expiring TTL, a VIP port nothing serves.
+	c := randClient(r)
+	ok("TTL 1", frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, ttl: 1}, px.ext)
+	ok("no such port", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoTCP, flags: tcpSYN}, px.ext)
+	rs := px.eng.Reasons()
+	for _, r := range []Reason{ReasonNATForward, ReasonNATReverse, ReasonNATReverseMaglev,
+		ReasonFwdRedirect, ReasonHandshakeHit, ReasonDropReverseNoCT, ReasonDropTTL} {
+		if rs[r] == 0 {
+			t.Errorf("no %s among the engine's verdicts %v: a path the comparison did not cover", r, rs)
+		}
+	}
+	t.Logf("engine verdicts: %v", rs)
+	if sent < 100*12 {
+		t.Errorf("%d frames sent by both, want at least %d: the comparison is mostly of drops", sent, 100*12)
+	}
+}
+
+// backendOf returns the backend endpoint the engine's conntrack gives client c's flow to vip.
+func (px *parity) backendOf(t *testing.T, c, vip netip.AddrPort) netip.AddrPort {
+	t.Helper()
+	for _, f := range px.eng.Flows(px.now) {
+		if f.Src == c && f.Dst == vip && !f.Reverse {
+			bs, _ := px.eng.Backends()
+			b := bs[f.Backend]
+			return netip.AddrPortFrom(b.Addr, b.Port)
+		}
+	}
+	t.Fatalf("no conntrack entry for %s -> %s", c, vip)
+	return netip.AddrPort{}
+}
