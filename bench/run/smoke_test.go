@@ -27,6 +27,8 @@ func TestSmoke(t *testing.T) {
 		{Datapath: &XLB{ConntrackSize: 1 << 16}, Mix: MixEstablished, Flows: 1000, Size: 64},
 		{Datapath: &XLB{ConntrackSize: 1 << 16}, Mix: MixUDP, Flows: 100, Size: 128},
 		{Datapath: &NFTables{}, Mix: MixEstablished, Flows: 1000, Size: 64},
+		{Datapath: &AFXDP{CPU: 1}, Mix: MixEstablished, Flows: 1000, Size: 64},
+		{Datapath: &AFXDP{CPU: 1}, Mix: MixUDP, Flows: 100, Size: 128},
 	} {
 		res, err := r.Measure(ctx, sc)
 		if err != nil {
@@ -41,7 +43,9 @@ func TestSmoke(t *testing.T) {
 					res.Name, i+1, s.Sent, s.Received, s.CountedDrops, s.Drops)
 			}
 		}
-		if _, ok := sc.Datapath.(*XLB); ok && sc.Mix.populates() && res.ConntrackFlows != sc.Flows {
+		_, isXLB := sc.Datapath.(*XLB)
+		_, isAFXDP := sc.Datapath.(*AFXDP)
+		if (isXLB || isAFXDP) && sc.Mix.populates() && res.ConntrackFlows != sc.Flows {
 			t.Errorf("%s: %d conntrack entries after populating, want %d", res.Name, res.ConntrackFlows, sc.Flows)
 		}
 	}

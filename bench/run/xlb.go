@@ -36,7 +36,7 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 	if err != nil {
 		return fmt.Errorf("start xlb: %w", err)
 	}
-	if err := x.configure(d); err != nil {
+	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
 	err = t.Gateway.Do(func() error {
@@ -54,7 +54,16 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 	return nil
 }
 
-func (x *XLB) configure(d *xdp.Datapath) error {
+// configurer is what XLB and AFXDP configure their datapath through.
+type configurer interface {
+	UpsertVIP(xdp.Frontend, xdp.VIPConfig) error
+	UpsertBackend(xdp.BackendID, xdp.Backend) error
+	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
+}
+
+// configure gives d one VIP per protocol (TCP and UDP on VIPPort) with one backend (the sink,
+// BackendPort) filling its Maglev table.
+func configure(d configurer) error {
 	for i, proto := range []xdp.Protocol{xdp.TCP, xdp.UDP} {
 		id, bid := xdp.VIPID(i+1), xdp.BackendID(i+1)
 		fe := xdp.Frontend{Addr: topo.VIP, Port: VIPPort, Proto: proto}
