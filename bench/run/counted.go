@@ -18,6 +18,10 @@ func countedDrop(name string) bool {
 		return true // an skb the veth could not queue
 	case role == "xlb":
 		return strings.HasPrefix(stat, "pass_") // drop_* verdicts are the veth's xdp_drops
+	case role == "afxdp":
+		// The engine's drop_* verdicts are its own (the frame left the kernel's path); the
+		// sockets' xsk_* counters repeat the veth's rx_queue drops.
+		return strings.HasPrefix(stat, "drop_")
 	case role == "conntrack":
 		return stat == "drop" || stat == "early_drop" || stat == "insert_failed"
 	case role == "ip":
