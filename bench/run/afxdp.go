@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/xlb-dev/xlb/bench/topo"
+	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/afxdp"
 )
 
@@ -37,7 +38,7 @@ func (x *AFXDP) Start(_ context.Context, t *topo.Topology) error {
 	}
 	err = t.Gateway.Do(func() error {
 		for _, ifname := range []string{t.GwIn, t.GwOut} {
-			if err := d.Attach(ifname); err != nil {
+			if err := d.Attach(ifname, xdp.AttachAuto); err != nil {
 				return err
 			}
 		}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlb-dev/xlb/xdp"
 )
 
 // Worker timing.
@@ -34,7 +38,7 @@ type Config struct {
 	// Engine configures the flow state and hashing.
 	Engine Options
 	// NextHopCacheTTL is how long a destination's next hop is trusted (Resolver); 0 means
-	// 500 ms, as the XDP datapath's default.
+	// 500 ms, as the XDP datapath's default, and a negative value no cache.
 	NextHopCacheTTL time.Duration
 	// Frames is the number of UMEM frames of each socket, a power of two of at least 64; 0
 	// means DefaultFrames.
@@ -175,10 +179,10 @@ func (d *Datapath) lookup(dst netip.Addr) (Hop, HopKind) {
 	return r.Lookup(dst)
 }
 
-// Attach attaches the steer program to ifname and opens a socket on each of its receive queues.
-// It must be called in the interface's network namespace; every interface of a datapath must
-// be in the same one.
-func (d *Datapath) Attach(ifname string) (err error) {
+// Attach attaches the steer program to ifname in mode (xdp.AttachAuto: native, else generic
+// with a warning) and opens a socket on each of its receive queues. It must be called in the
+// interface's network namespace; every interface of a datapath must be in the same one.
+func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.ports[ifname]; ok {
@@ -227,19 +231,33 @@ func (d *Datapath) Attach(ifname string) (err error) {
 			return fmt.Errorf("register the socket of queue %d: %w", q, err)
 		}
 	}
-	a.link, err = link.AttachXDP(link.XDPOptions{Program: a.objs.XlbSteer, Interface: a.ifindex, Flags: link.XDPDriverMode})
-	if err != nil {
-		d.log.Warn("native XDP refused; the AF_XDP datapath's steer program falls back to generic mode",
-			"interface", ifname, "error", err)
+	if mode != xdp.AttachGeneric {
+		a.link, err = link.AttachXDP(link.XDPOptions{Program: a.objs.XlbSteer, Interface: a.ifindex, Flags: link.XDPDriverMode})
+		if err != nil && mode == xdp.AttachNative {
+			return fmt.Errorf("attach the steer program in native mode: %w", err)
+		}
+		if err != nil {
+			d.log.Warn("native XDP refused; the AF_XDP datapath's steer program falls back to generic mode",
+				"interface", ifname, "error", err)
+		}
+	}
+	if a.link == nil {
 		a.link, err = link.AttachXDP(link.XDPOptions{Program: a.objs.XlbSteer, Interface: a.ifindex, Flags: link.XDPGenericMode})
 		if err != nil {
-			return fmt.Errorf("attach the steer program: %w", err)
+			return fmt.Errorf("attach the steer program in generic mode: %w", err)
 		}
 	}
 	d.ports[ifname] = a
 	d.Engine.setPort(a.ifindex, true)
 	d.publish()
 	return nil
+}
+
+// Interfaces returns the names of the interfaces the datapath is attached to, sorted.
+func (d *Datapath) Interfaces() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.ports))
 }
 
 // maxQueues is steer.c's MAX_QUEUES.

@@ -86,7 +86,7 @@ func newSite(t *testing.T) *site {
 	})
 	err = s.gw.Do(func() error {
 		for _, ifname := range []string{"gc", "gb"} {
-			if err := dp.Attach(ifname); err != nil {
+			if err := dp.Attach(ifname, xdp.AttachAuto); err != nil {
 				return err
 			}
 		}

@@ -47,10 +47,10 @@ type cachedLink struct {
 	expires time.Time
 }
 
-// NewResolver returns a resolver asking the network namespace h was opened in; ttl <= 0 means
-// 500 ms.
+// NewResolver returns a resolver asking the network namespace h was opened in; ttl 0 means
+// 500 ms, a negative ttl no cache (every lookup asks the kernel).
 func NewResolver(h *netlink.Handle, ttl time.Duration) *Resolver {
-	if ttl <= 0 {
+	if ttl == 0 {
 		ttl = 500 * time.Millisecond
 	}
 	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{}}
@@ -65,6 +65,9 @@ func (r *Resolver) Lookup(dst netip.Addr) (Hop, HopKind) {
 		return c.hop, c.kind
 	}
 	hop, kind := r.resolve(dst, now)
+	if r.ttl < 0 {
+		return hop, kind
+	}
 	ttl := r.ttl
 	if kind != HopSend {
 		ttl = min(ttl, negativeTTL)
