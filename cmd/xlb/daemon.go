@@ -34,7 +34,7 @@ import (
 type daemon struct {
 	log     *slog.Logger
 	cfgPath string
-	dp      *xdp.Datapath
+	dp      gatewayDatapath
 	rec     *reconcile.Reconciler
 	checker *health.Checker
 	coll    *datapathCollector
@@ -93,7 +93,7 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)
-	dp, err := xdp.Load(datapathOptions(cfg, log))
+	dp, err := loadDatapath(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,11 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 			return
 		}
 		dp.Close()
-		log.Info("stopped; forwarding continues from the pinned datapath")
+		if dp.Persistent() {
+			log.Info("stopped; forwarding continues from the pinned datapath")
+		} else {
+			log.Info("stopped; the AF_XDP datapath stopped with the process")
+		}
 	}()
 	if err := d.attach(cfg); err != nil {
 		return err
@@ -185,23 +189,6 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
-func datapathOptions(cfg *config.Config, log *slog.Logger) xdp.Options {
-	c := cfg.Datapath
-	return xdp.Options{PinPath: c.PinPath, ConntrackSize: c.ConntrackSize, HandshakeSize: c.HandshakeSize, MaglevSlots: c.MaglevSlots,
-		Seed: c.Seed, TCPEstablishedTimeout: c.TCPEstablishedTimeout, TCPClosingTimeout: c.TCPClosingTimeout,
-		UDPTimeout: c.UDPTimeout, NewFlowRate: c.NewFlowRate, NextHopCacheTTL: c.NextHopCacheTTL, Logger: log}
-}
-
-func attachMode(m config.AttachMode) xdp.AttachMode {
-	switch m {
-	case config.AttachNative:
-		return xdp.AttachNative
-	case config.AttachGeneric:
-		return xdp.AttachGeneric
-	}
-	return xdp.AttachAuto
-}
-
 // attach attaches to the configured interfaces and detaches from those no longer configured,
 // carrying on past a failure so one bad interface does not block the others.
 func (d *daemon) attach(cfg *config.Config) error {
@@ -209,7 +196,7 @@ func (d *daemon) attach(cfg *config.Config) error {
 	want := map[string]bool{}
 	for _, i := range cfg.Interfaces {
 		want[i.Name] = true
-		if err := d.dp.Attach(i.Name, attachMode(i.Mode)); err != nil {
+		if err := d.dp.Attach(i.Name, i.Mode); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -397,7 +384,7 @@ func (d *daemon) knownBackend(s lb.Service, b lb.Backend) bool {
 // servingBackends returns the endpoints of the backends that dp's Maglev tables use: those an
 // earlier daemon left in service. Backends that are only in the backends map (held out, but
 // kept for their established flows) are not among them.
-func servingBackends(dp *xdp.Datapath) map[netip.AddrPort]bool {
+func servingBackends(dp reconcile.Datapath) map[netip.AddrPort]bool {
 	out := map[netip.AddrPort]bool{}
 	bes, err := dp.Backends()
 	if err != nil {

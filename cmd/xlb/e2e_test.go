@@ -14,6 +14,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -334,6 +335,7 @@ type lab struct {
 	cfgPath             string // the daemon's config file
 	servers             map[netip.Addr]*httpServer
 	extra               string // appended to the config writeConfig writes (a bgp section)
+	kind                string // datapath.kind writeConfig writes ("": the default, xdp)
 }
 
 // newLab builds the lab, removed when t ends: namespaces, links, addresses, routes, forwarding
@@ -423,6 +425,7 @@ func (l *lab) writeConfig(t *testing.T, backends []netip.Addr, timing ...string)
   - {name: %s, mode: native}
   - {name: %s, mode: native}
 datapath:
+  kind: %s
   pinPath: %s
   conntrackSize: 65536
   maglevSlots: %d
@@ -434,7 +437,7 @@ services:
     ports:
       - {port: %d, protocol: TCP, targetPort: %d}
     backends:
-`, labGWClientIf, labGWBackendIf, l.pinPath, 1<<20, labListen, labVIP, labVIPPort, labBackendPort)
+`, labGWClientIf, labGWBackendIf, cmp.Or(l.kind, "xdp"), l.pinPath, 1<<20, labListen, labVIP, labVIPPort, labBackendPort)
 	for _, a := range backends {
 		fmt.Fprintf(&b, "      - {address: %s}\n", a)
 	}

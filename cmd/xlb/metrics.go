@@ -11,7 +11,7 @@ import (
 
 // datapathCollector exports the datapath's per-CPU counters, read from the maps at scrape time.
 type datapathCollector struct {
-	dp *xdp.Datapath
+	dp gatewayDatapath
 	// names gives each VIP id and backend id its labels; set by the daemon after each apply.
 	mu       sync.Mutex
 	services map[xdp.Frontend]string
@@ -21,7 +21,7 @@ type datapathCollector struct {
 	reasons, flows, scrapeErrors               *prometheus.Desc
 }
 
-func newDatapathCollector(dp *xdp.Datapath) *datapathCollector {
+func newDatapathCollector(dp gatewayDatapath) *datapathCollector {
 	vip := []string{"service", "vip", "port", "protocol"}
 	be := []string{"backend", "port"}
 	return &datapathCollector{
@@ -90,7 +90,7 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if rs, err := c.dp.Reasons(); err == nil {
 		for r, n := range rs {
-			ch <- prometheus.MustNewConstMetric(c.reasons, prometheus.CounterValue, float64(n), r.String())
+			ch <- prometheus.MustNewConstMetric(c.reasons, prometheus.CounterValue, float64(n), r)
 		}
 	} else {
 		errs++

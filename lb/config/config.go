@@ -197,6 +197,9 @@ const (
 // Datapath holds the datapath's load options (key datapath). A zero field means the datapath's
 // default, as in xdp.Options, to which the daemon copies the fields one for one.
 type Datapath struct {
+	// Kind (key kind) is which datapath forwards: DatapathXDP (the default) or DatapathAFXDP.
+	// It takes effect at a restart.
+	Kind DatapathKind
 	// PinPath (key pinPath) is the bpffs directory where maps and links are pinned: an absolute
 	// path, or empty for the datapath's default (/sys/fs/bpf/xlb). A daemon started with the
 	// pin path of an earlier one adopts its maps and links, and forwarding carries on.
@@ -245,6 +248,20 @@ type Datapath struct {
 	// already listed (not ready, unhealthy) and come back, do not wait. A reload applies it.
 	BackendWarmup time.Duration
 }
+
+// DatapathKind is which datapath forwards (key datapath.kind).
+type DatapathKind string
+
+// The datapaths.
+const (
+	// DatapathXDP ("xdp") is the XDP program (package xdp): pinned, so forwarding survives a
+	// restart of the daemon.
+	DatapathXDP DatapathKind = "xdp"
+	// DatapathAFXDP ("afxdp") is the AF_XDP datapath (package xdp/afxdp): the same balancing in
+	// the daemon's process, through AF_XDP sockets. Nothing is pinned: forwarding and conntrack
+	// stop with the process, and pinPath and maglevSlots do not apply.
+	DatapathAFXDP DatapathKind = "afxdp"
+)
 
 // DefaultBackendWarmup is datapath.backendWarmup when absent: well above the time every gateway
 // takes to see an EndpointSlice change (milliseconds), short enough that a scale-up is felt at

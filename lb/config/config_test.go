@@ -39,6 +39,7 @@ func TestExample(t *testing.T) {
 	want := &Config{
 		Interfaces: []Interface{{Name: "ext0", Mode: AttachAuto}, {Name: "ext1", Mode: AttachNative}},
 		Datapath: Datapath{
+			Kind:                  DatapathXDP,
 			PinPath:               "/sys/fs/bpf/xlb",
 			ConntrackSize:         1 << 20,
 			HandshakeSize:         1 << 16,
@@ -136,6 +137,7 @@ services:
 	}
 	want := &Config{
 		Interfaces: []Interface{{Name: "ext0", Mode: AttachAuto}},
+		Datapath:   Datapath{Kind: DatapathXDP},
 		Listen:     DefaultListen,
 		Log:        Log{Format: LogText, Level: slog.LevelInfo},
 		Services:   []lb.Service{{Name: "web", VIPs: addrs("198.18.100.1"), Ports: []lb.Port{{Port: 80, Protocol: lb.TCP}}}},
@@ -160,7 +162,7 @@ services:
 func TestYAMLFeatures(t *testing.T) {
 	cfg, err := Parse("f.yaml", []byte(`
 interfaces: [{name: ext0}]
-datapath: {seed: 0xdeadbeef, conntrackSize: 1_000_000, newFlowRate: -1, nextHopCacheTTL: off, backendWarmup: off}
+datapath: {kind: afxdp, seed: 0xdeadbeef, conntrackSize: 1_000_000, newFlowRate: -1, nextHopCacheTTL: off, backendWarmup: off}
 log: {format: json, level: debug}
 listen: "[::1]:9610"
 services:
@@ -182,7 +184,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cfg.Datapath, (Datapath{Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1, BackendWarmup: -1}); got != want {
+	if got, want := cfg.Datapath, (Datapath{Kind: DatapathAFXDP, Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1, BackendWarmup: -1}); got != want {
 		t.Errorf("datapath %+v, want %+v", got, want)
 	}
 	if cfg.Log != (Log{Format: LogJSON, Level: slog.LevelDebug}) || cfg.Listen != "[::1]:9610" {
@@ -228,12 +230,13 @@ services:
   - name: web
     vips: [198.18.100.1, 198.18.100.999]
     ports: [{port: 80, protocol: SCTP}]
-datapath: {seed: -1}
+datapath: {seed: -1, kind: ebpf}
 `))
 	want := `xlb.yaml:1: interfaces[0].mode: unknown mode "fast" (want auto, native or generic)
 xlb.yaml:2: log.level: unknown level "loud" (want debug, info, warn or error)
 xlb.yaml:5: services[0].vips[1]: "198.18.100.999" is not an IP address
 xlb.yaml:6: services[0].ports[0].protocol: protocol SCTP is not supported (xlb balances TCP and UDP)
+xlb.yaml:7: datapath.kind: unknown kind "ebpf" (want xdp or afxdp)
 xlb.yaml:7: datapath.seed: -1 is negative (want 0 to 4294967295)`
 	if err == nil || err.Error() != want {
 		t.Errorf("got\n%v\nwant\n%s", err, want)

@@ -26,7 +26,7 @@ import (
 var (
 	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
 	interfaceFields = []string{"name", "mode"}
-	datapathFields  = []string{"pinPath", "conntrackSize", "handshakeSize", "maglevSlots", "maglevTableSize", "seed",
+	datapathFields  = []string{"kind", "pinPath", "conntrackSize", "handshakeSize", "maglevSlots", "maglevTableSize", "seed",
 		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
@@ -98,6 +98,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	if n := d.required(o, "interfaces", "list at least one interface to attach to"); n != nil {
 		cfg.Interfaces = d.interfaces(n, "interfaces")
 	}
+	cfg.Datapath.Kind = DatapathXDP
 	if n := o.get("datapath"); n != nil {
 		cfg.Datapath = d.datapath(n, "datapath")
 	}
@@ -180,6 +181,12 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 	o, ok := d.object(n, path, datapathFields)
 	if !ok {
 		return dp
+	}
+	dp.Kind = DatapathXDP
+	if v := o.get("kind"); v != nil {
+		if s, ok := d.enum(v, o.at("kind"), "kind", string(DatapathXDP), string(DatapathAFXDP)); ok {
+			dp.Kind = DatapathKind(s)
+		}
 	}
 	if v := o.get("pinPath"); v != nil {
 		if s, ok := d.nonEmpty(v, o.at("pinPath")); ok {

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/xlb-dev/xlb/lb/config"
+	"github.com/xlb-dev/xlb/lb/reconcile"
+	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/afxdp"
+)
+
+// gatewayDatapath is what the daemon needs of a datapath (config datapath.kind): what the
+// reconciler writes, the interfaces it is attached to and its counters.
+type gatewayDatapath interface {
+	reconcile.Datapath
+	Attach(ifname string, mode config.AttachMode) error
+	Detach(ifname string) error
+	Interfaces() ([]string, error)
+	VIPTraffic(xdp.VIPID) (xdp.Traffic, error)
+	BackendTraffic(xdp.BackendID) (xdp.Traffic, error)
+	// Reasons returns the verdict counters by name.
+	Reasons() (map[string]uint64, error)
+	FlowCount() (int, error)
+	// Close stops using the datapath; what outlives the process (Persistent) keeps forwarding.
+	Close() error
+	// Remove stops the datapath and removes everything of it.
+	Remove() error
+	// Persistent says whether forwarding outlives the process (the XDP datapath's pins).
+	Persistent() bool
+}
+
+// loadDatapath loads the configured datapath.
+func loadDatapath(cfg *config.Config, log *slog.Logger) (gatewayDatapath, error) {
+	c := cfg.Datapath
+	if c.Kind == config.DatapathAFXDP {
+		d, err := afxdp.Load(afxdp.Config{Engine: afxdp.Options{Seed: c.Seed, ConntrackSize: int(c.ConntrackSize),
+			HandshakeSize: int(c.HandshakeSize), TCPEstablishedTimeout: c.TCPEstablishedTimeout,
+			TCPClosingTimeout: c.TCPClosingTimeout, UDPTimeout: c.UDPTimeout, NewFlowRate: c.NewFlowRate},
+			NextHopCacheTTL: c.NextHopCacheTTL, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return afxdpDatapath{d}, nil
+	}
+	d, err := xdp.Load(datapathOptions(cfg, log))
+	if err != nil {
+		return nil, err
+	}
+	return xdpDatapath{d}, nil
+}
+
+func datapathOptions(cfg *config.Config, log *slog.Logger) xdp.Options {
+	c := cfg.Datapath
+	return xdp.Options{PinPath: c.PinPath, ConntrackSize: c.ConntrackSize, HandshakeSize: c.HandshakeSize, MaglevSlots: c.MaglevSlots,
+		Seed: c.Seed, TCPEstablishedTimeout: c.TCPEstablishedTimeout, TCPClosingTimeout: c.TCPClosingTimeout,
+		UDPTimeout: c.UDPTimeout, NewFlowRate: c.NewFlowRate, NextHopCacheTTL: c.NextHopCacheTTL, Logger: log}
+}
+
+func attachMode(m config.AttachMode) xdp.AttachMode {
+	switch m {
+	case config.AttachNative:
+		return xdp.AttachNative
+	case config.AttachGeneric:
+		return xdp.AttachGeneric
+	}
+	return xdp.AttachAuto
+}
+
+// xdpDatapath is the XDP program (package xdp).
+type xdpDatapath struct{ *xdp.Datapath }
+
+func (d xdpDatapath) Attach(ifname string, mode config.AttachMode) error {
+	return d.Datapath.Attach(ifname, attachMode(mode))
+}
+
+func (d xdpDatapath) Reasons() (map[string]uint64, error) {
+	rs, err := d.Datapath.Reasons()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(rs))
+	for r, n := range rs {
+		out[r.String()] = n
+	}
+	return out, nil
+}
+
+func (d xdpDatapath) Persistent() bool { return true }
+
+// afxdpDatapath is the AF_XDP datapath (package xdp/afxdp).
+type afxdpDatapath struct{ *afxdp.Datapath }
+
+func (d afxdpDatapath) Attach(ifname string, mode config.AttachMode) error {
+	if err := d.Datapath.Attach(ifname, attachMode(mode)); err != nil {
+		return fmt.Errorf("attach to %s: %w", ifname, err)
+	}
+	return nil
+}
+
+func (d afxdpDatapath) Interfaces() ([]string, error) { return d.Datapath.Interfaces(), nil }
+
+func (d afxdpDatapath) VIPTraffic(id xdp.VIPID) (xdp.Traffic, error) {
+	return d.Datapath.VIPTraffic(id), nil
+}
+
+func (d afxdpDatapath) BackendTraffic(id xdp.BackendID) (xdp.Traffic, error) {
+	return d.Datapath.BackendTraffic(id), nil
+}
+
+func (d afxdpDatapath) Reasons() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for r, n := range d.Datapath.Reasons() {
+		out[r.String()] = n
+	}
+	return out, nil
+}
+
+func (d afxdpDatapath) FlowCount() (int, error) { return d.Datapath.FlowCount(), nil }
+
+// Remove is Close: nothing of the AF_XDP datapath outlives it.
+func (d afxdpDatapath) Remove() error { return d.Datapath.Close() }
+
+func (d afxdpDatapath) Persistent() bool { return false }
