@@ -3,7 +3,6 @@ module github.com/xlb-dev/xlb
 go 1.26.0
 
 require (
-	github.com/asavie/xdp v0.3.3
 	github.com/cilium/ebpf v0.22.0
 	github.com/google/gopacket v1.1.19
 	github.com/osrg/gobgp/v3 v3.37.0

@@ -64,10 +64,14 @@ type Datapath struct {
 	steerMap, steeredMap *ebpf.Map
 	start                time.Time
 
-	mu    sync.Mutex
-	res   *Resolver
-	nl    *netlink.Handle
-	ports map[string]*attachment
+	// mu guards nl, ports and closed. The worker never takes it (it may hold the engine's
+	// lock, which Attach and Detach take under mu).
+	mu     sync.Mutex
+	nl     *netlink.Handle
+	ports  map[string]*attachment
+	closed bool
+	// res resolves next hops; set by the first Attach, read by the worker.
+	res atomic.Pointer[Resolver]
 	// sockets is what the worker serves; replaced (not modified) under mu.
 	sockets atomic.Pointer[[]*socket]
 	// published counts publish calls; seen is the count the worker's current loop started
@@ -170,9 +174,7 @@ func (d *Datapath) set(k steerSteerKey, on bool) error {
 // lookup resolves next hops once an interface is attached (the resolver asks the namespace of
 // the first attachment).
 func (d *Datapath) lookup(dst netip.Addr) (Hop, HopKind) {
-	d.mu.Lock()
-	r := d.res
-	d.mu.Unlock()
+	r := d.res.Load()
 	if r == nil {
 		return Hop{}, HopUnreachable
 	}
@@ -185,6 +187,9 @@ func (d *Datapath) lookup(dst netip.Addr) (Hop, HopKind) {
 func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("attach AF_XDP datapath to %s: the datapath is closed", ifname)
+	}
 	if _, ok := d.ports[ifname]; ok {
 		return nil
 	}
@@ -194,7 +199,7 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 			return fmt.Errorf("attach AF_XDP datapath to %s: netlink: %w", ifname, err)
 		}
 		d.nl = h
-		d.res = NewResolver(h, d.cfg.NextHopCacheTTL)
+		d.res.Store(NewResolver(h, d.cfg.NextHopCacheTTL))
 	}
 	l, err := d.nl.LinkByName(ifname)
 	if err != nil {
@@ -227,7 +232,7 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 			return err
 		}
 		a.sockets = append(a.sockets, s)
-		if err := a.objs.Xsks.Put(uint32(q), uint32(s.sock.FD())); err != nil {
+		if err := a.objs.Xsks.Put(uint32(q), uint32(s.xs.FD())); err != nil {
 			return fmt.Errorf("register the socket of queue %d: %w", q, err)
 		}
 	}
@@ -314,8 +319,16 @@ func (a *attachment) close() error {
 	return errors.Join(errs...)
 }
 
-// Close stops the worker and detaches everything.
+// Close stops the worker and detaches everything: programs, links, sockets (their UMEM and
+// rings) and maps. Calling it again does nothing.
 func (d *Datapath) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
 	d.cancel()
 	_, _ = unix.Write(d.wakeW, []byte{1})
 	<-d.done
@@ -328,8 +341,10 @@ func (d *Datapath) Close() error {
 	}
 	if d.nl != nil {
 		d.nl.Close()
+		d.nl = nil
 	}
 	errs = append(errs, d.closeMaps())
+	d.wakeR, d.wakeW = -1, -1 // closed (the maps stay set: using a closed one is an error)
 	return errors.Join(errs...)
 }
 
@@ -421,8 +436,7 @@ func (d *Datapath) work(ctx context.Context) {
 			if err := s.kick(); err != nil { // what a busy kernel left on the ring
 				d.logOnce(err)
 			}
-			s.complete()
-			fds = append(fds, unix.PollFd{Fd: int32(s.sock.FD()), Events: unix.POLLIN})
+			fds = append(fds, unix.PollFd{Fd: int32(s.xs.FD()), Events: unix.POLLIN})
 		}
 		timeout := pollTimeout
 		if held {
