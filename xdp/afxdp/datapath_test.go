@@ -259,4 +259,29 @@ func TestAFXDPForwarding(t *testing.T) {
 	if n := s.dp.FlowCount(); n == 0 {
 		t.Errorf("no conntrack entries after 20 connections")
 	}
+
+	// Detached and attached again: the sockets and their queues were released, and traffic
+	// flows again.
+	err = s.gw.Do(func() error {
+		for _, ifname := range []string{"gc", "gb"} {
+			if err := s.dp.Detach(ifname); err != nil {
+				return err
+			}
+		}
+		if got := s.dp.Interfaces(); len(got) != 0 {
+			return fmt.Errorf("still attached to %v after detaching both", got)
+		}
+		for _, ifname := range []string{"gc", "gb"} {
+			if err := s.dp.Attach(ifname, xdp.AttachAuto); err != nil {
+				return fmt.Errorf("attach again: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, err := s.cl.HTTPGet(netip.AddrPortFrom(vip, 80).String(), "/", ioTimeout); err != nil || code != http.StatusOK {
+		t.Fatalf("request after attaching again: %d %q %v", code, body, err)
+	}
 }

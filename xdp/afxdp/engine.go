@@ -296,9 +296,9 @@ func (e *Engine) UpsertVIP(f xdp.Frontend, cfg xdp.VIPConfig) error {
 		e.vips[k] = v
 	}
 	if v.cfg.ID != 0 && v.cfg.ID != cfg.ID {
+		// A new id keeps the frontend's table, as the XDP datapath's descriptor does.
 		delete(e.vipByID, v.cfg.ID)
 		delete(e.vipTraffic, v.cfg.ID)
-		v.table = nil // the table belongs to the id
 	}
 	v.cfg = cfg
 	e.vipByID[cfg.ID] = v

@@ -53,6 +53,26 @@ func TestEngineHostileFrames(t *testing.T) {
 	if v := e.Process(append([]byte(nil), good...), 1, time.Second); !v.Send {
 		t.Fatalf("the whole frame was not sent: %v", e.Reasons())
 	}
+	// Lengths that lie: a TCP data offset below 5 words or past the datagram, a UDP length
+	// past it (parse_ports drops these too).
+	for _, c := range []struct {
+		name string
+		off  int
+		val  byte
+	}{{"TCP data offset 4", 14 + 20 + 12, 4 << 4}, {"TCP data offset 15", 14 + 20 + 12, 15 << 4}} {
+		f := append([]byte(nil), good...)
+		f[c.off] = c.val
+		if v := e.Process(f, 1, time.Second); v.Send {
+			t.Errorf("%s: sent", c.name)
+		}
+	}
+	udp := frameSpec{src: netip.MustParseAddrPort("198.18.128.1:1234"), dst: netip.AddrPortFrom(pVIP, 53),
+		proto: protoUDP, payload: []byte("hi")}.bytes()
+	udp[14+20+4], udp[14+20+5] = 0, 200 // length 200 of a 10-byte datagram
+	before := e.Reasons()[ReasonDropMalformed]
+	if v := e.Process(udp, 1, time.Second); v.Send || e.Reasons()[ReasonDropMalformed] != before+1 {
+		t.Errorf("a UDP length past the datagram: sent %v, reasons %v", v.Send, e.Reasons())
+	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 20000 {
 		f := append([]byte(nil), good...)

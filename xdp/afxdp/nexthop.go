@@ -23,6 +23,9 @@ const (
 // Resolver answers next-hop lookups from the kernel's routing and neighbour tables over
 // netlink, as bpf_fib_lookup answers the XDP datapath, and caches each destination's answer for
 // a TTL (the XDP datapath's NextHopCacheTTL): route and neighbour changes take effect within it.
+// A destination not cached costs a route lookup (a netlink round trip, ~10 µs) on the packet
+// path; neighbour tables are read whole, at most once per negativeTTL per interface. The policy
+// routing rules that would pick a table by source or ingress interface are not asked.
 // A destination whose neighbour is unknown gets its resolution started (a neighbour entry
 // "used", NTF_USE, as a packet to it would) and is dropped meanwhile. Its methods are safe for
 // concurrent use.
@@ -30,9 +33,10 @@ type Resolver struct {
 	h   *netlink.Handle
 	ttl time.Duration
 
-	mu    sync.Mutex
-	cache map[netip.Addr]cachedHop
-	links map[int]cachedLink
+	mu     sync.Mutex
+	cache  map[netip.Addr]cachedHop
+	links  map[int]cachedLink
+	neighs map[neighKey]cachedNeighbours
 }
 
 type cachedHop struct {
@@ -53,7 +57,8 @@ func NewResolver(h *netlink.Handle, ttl time.Duration) *Resolver {
 	if ttl == 0 {
 		ttl = 500 * time.Millisecond
 	}
-	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{}}
+	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{},
+		neighs: map[neighKey]cachedNeighbours{}}
 }
 
 // Lookup implements NextHops.
@@ -104,23 +109,50 @@ func (r *Resolver) resolve(dst netip.Addr, now time.Time) (Hop, HopKind) {
 	if gw.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	neighs, err := r.h.NeighList(rt.LinkIndex, family)
+	neighs, err := r.neighbours(rt.LinkIndex, family, now)
 	if err != nil {
 		return Hop{}, HopUnreachable
 	}
-	const usable = netlink.NUD_REACHABLE | netlink.NUD_PERMANENT | netlink.NUD_STALE |
-		netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_NOARP
-	for _, n := range neighs {
-		a, ok := netip.AddrFromSlice(n.IP)
-		if !ok || a.Unmap() != gw || n.State&usable == 0 || len(n.HardwareAddr) != 6 {
-			continue
-		}
-		return Hop{Ifindex: rt.LinkIndex, Src: l.mac, Dst: n.HardwareAddr, MTU: l.mtu}, HopSend
+	if mac, ok := neighs[gw]; ok {
+		return Hop{Ifindex: rt.LinkIndex, Src: l.mac, Dst: mac, MTU: l.mtu}, HopSend
 	}
+	delete(r.neighs, neighKey{rt.LinkIndex, family}) // read it afresh once resolved
 	// Start resolution as a packet to gw would: the next lookup after negativeTTL finds it.
 	_ = r.h.NeighSet(&netlink.Neigh{LinkIndex: rt.LinkIndex, Family: family, IP: gw.AsSlice(),
 		Flags: unix.NTF_USE})
 	return Hop{}, HopNoNeigh
+}
+
+// neighKey names one neighbour table: an interface's, of one family.
+type neighKey struct{ link, family int }
+
+// cachedNeighbours is a neighbour table's usable entries, dumped at once: one dump serves every
+// destination behind the interface for negativeTTL.
+type cachedNeighbours struct {
+	macs    map[netip.Addr]net.HardwareAddr
+	expires time.Time
+}
+
+// neighbours returns the usable neighbour entries of link (address -> MAC).
+func (r *Resolver) neighbours(link, family int, now time.Time) (map[netip.Addr]net.HardwareAddr, error) {
+	k := neighKey{link, family}
+	if c, ok := r.neighs[k]; ok && now.Before(c.expires) {
+		return c.macs, nil
+	}
+	list, err := r.h.NeighList(link, family)
+	if err != nil {
+		return nil, err
+	}
+	const usable = netlink.NUD_REACHABLE | netlink.NUD_PERMANENT | netlink.NUD_STALE |
+		netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_NOARP
+	macs := map[netip.Addr]net.HardwareAddr{}
+	for _, n := range list {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && n.State&usable != 0 && len(n.HardwareAddr) == 6 {
+			macs[a.Unmap()] = n.HardwareAddr
+		}
+	}
+	r.neighs[k] = cachedNeighbours{macs: macs, expires: now.Add(negativeTTL)}
+	return macs, nil
 }
 
 func (r *Resolver) link(index int, now time.Time) (cachedLink, error) {

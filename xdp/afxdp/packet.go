@@ -105,11 +105,17 @@ func parse(frame []byte, p *packet) parseResult {
 		if p.l4+tcpMinLen > end {
 			return parsedMalformed
 		}
+		if doff := int(frame[p.l4+12]>>4) * 4; doff < tcpMinLen || p.l4+doff > end {
+			return parsedMalformed // the header's length lies (parse_ports)
+		}
 		p.tcpFlags = frame[p.l4+13]
 		p.seq = binary.BigEndian.Uint32(frame[p.l4+4:])
 	case protoUDP:
 		if p.l4+udpLen > end {
 			return parsedMalformed
+		}
+		if n := int(binary.BigEndian.Uint16(frame[p.l4+4:])); n < udpLen || p.l4+n > end {
+			return parsedMalformed // the datagram's length lies (parse_ports)
 		}
 	default:
 		return parsedNotOurs

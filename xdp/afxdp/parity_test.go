@@ -375,6 +375,12 @@ func TestParityWithXDP(t *testing.T) {
 	c := randClient(r)
 	ok("TTL 1", frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, ttl: 1}, px.ext)
 	ok("no such port", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoTCP, flags: tcpSYN}, px.ext)
+	// A TCP header whose data offset lies.
+	f := frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpACK}.bytes()
+	f[ethLen+ipv4MinLen+12] = 3 << 4
+	if px.check(t, "data offset 3", f, px.ext) {
+		t.Errorf("a TCP header with data offset 3 was sent")
+	}
 	rs := px.eng.Reasons()
 	for _, r := range []Reason{ReasonNATForward, ReasonNATReverse, ReasonNATReverseMaglev,
 		ReasonFwdRedirect, ReasonHandshakeHit, ReasonDropReverseNoCT, ReasonDropTTL} {

@@ -89,7 +89,7 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 	if v, ok := e.forward(frame, &p, ingress, t); ok {
 		return v
 	}
-	if v, ok := e.reply(frame, &p, ingress); ok {
+	if v, ok := e.reply(frame, &p, ingress, t); ok {
 		return v
 	}
 	return e.drop(ReasonDropNotOurs)
@@ -367,7 +367,7 @@ func (e *Engine) hsInsert(k flowKey, h hsEntry) {
 
 // reply translates a backend's reply to a client (lb_reverse). ok is false when p's source is
 // no backend endpoint.
-func (e *Engine) reply(frame []byte, p *packet, ingress int) (Verdict, bool) {
+func (e *Engine) reply(frame []byte, p *packet, ingress int, now int64) (Verdict, bool) {
 	r, ok := e.reverseOf(p.src, p.v6, p.sport, p.proto)
 	if !ok {
 		return Verdict{}, false
@@ -379,6 +379,10 @@ func (e *Engine) reply(frame []byte, p *packet, ingress int) (Verdict, bool) {
 		rk := p.key()
 		if c, ok := e.ct[rk]; ok {
 			vipID, vport = c.vip, c.vipPort
+			// The XDP datapath's LRU keeps a reverse entry while it is used; here its replies
+			// keep it from being swept.
+			c.lastSeen = now
+			e.ct[rk] = c
 		} else if id, port, ok := e.reverseMaglev(r, p); ok {
 			vipID, vport, maglev = id, port, true
 		} else {
@@ -429,7 +433,8 @@ func (e *Engine) reverseMaglev(r reverseState, p *packet) (xdp.VIPID, uint16, bo
 		}
 		// The forward packet: client -> VIP, hashed as forward hashes a new flow.
 		fwd := packet{v6: p.v6, proto: p.proto, src: p.dst, sport: p.dport, dport: dport}
-		be, ok := e.usable(pick(v, e.opts.Seed, &fwd))
+		// Any backend with the id, down or not, as reverse_maglev reads the backends map.
+		be, ok := e.backends[pick(v, e.opts.Seed, &fwd)]
 		if !ok || be.v6 != p.v6 || be.key != p.src {
 			continue
 		}

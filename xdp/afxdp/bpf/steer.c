@@ -5,7 +5,7 @@
  *   - to a VIP: IPv4/IPv6 TCP or UDP whose {dst, dport, proto} or {dst, 0, proto} is in steer
  *     with STEER_TO_VIP;
  *   - from a backend: {src, sport, proto} or {src, 0, proto} in steer with STEER_FROM_BACKEND,
- *     unless the kernel delivers it locally (a health-check reply to this host).
+ *     when the kernel would forward it (not a health-check reply to this host, see routed).
  * Frames of ours that the engine leaves to the kernel are passed here, as the XDP datapath passes
  * them: IPv4 fragments and an expiring TTL (the kernel answers with ICMP). VLAN-tagged frames,
  * IPv6 extension headers and anything but TCP/UDP are never steered. */
@@ -65,7 +65,7 @@ struct {
 } xsks SEC(".maps");
 
 /* steered: per CPU, index 0 -> frames handed to a socket, 1 -> frames of ours passed to the
- * kernel because they were fragments, carried extension headers or had an expiring TTL. */
+ * kernel because they were IPv4 fragments or had an expiring TTL. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -90,8 +90,10 @@ static __always_inline int hit(struct steer_key *k, __be16 port)
 	return bpf_map_lookup_elem(&steer, k) != NULL;
 }
 
-/* local reports whether the kernel would deliver a packet to dst on this host. */
-static __always_inline int local(struct xdp_md *ctx, struct steer_key *src, struct steer_key *dst)
+/* routed reports whether the kernel would forward a packet from src to dst out of an interface
+ * (a route and a neighbour entry or one to resolve): the XDP datapath sends such a reply itself
+ * and leaves the rest (local delivery, forwarding disabled, no route) to the kernel. */
+static __always_inline int routed(struct xdp_md *ctx, struct steer_key *src, struct steer_key *dst)
 {
 	struct bpf_fib_lookup fib = {};
 
@@ -105,7 +107,12 @@ static __always_inline int local(struct xdp_md *ctx, struct steer_key *src, stru
 		__builtin_memcpy(fib.ipv6_src, src->addr, 16);
 		__builtin_memcpy(fib.ipv6_dst, dst->addr, 16);
 	}
-	return bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) == BPF_FIB_LKUP_RET_NOT_FWDED;
+	switch (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0)) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return 1;
+	}
+	return 0;
 }
 
 SEC("xdp")
@@ -154,7 +161,7 @@ int xlb_steer(struct xdp_md *ctx)
 	to.proto = from.proto = proto;
 	to.dir = STEER_TO_VIP;
 	from.dir = STEER_FROM_BACKEND;
-	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || local(ctx, &from, &to)))
+	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || !routed(ctx, &from, &to)))
 		return XDP_PASS;
 	if (expiring || frag) {
 		count(1);
