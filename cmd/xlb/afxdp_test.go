@@ -1,11 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
 // TestDaemonAFXDP runs `xlb run` with datapath.kind afxdp in the lab: the AF_XDP datapath
@@ -15,6 +19,25 @@ func TestDaemonAFXDP(t *testing.T) {
 	l := newLab(t)
 	l.kind = "afxdp"
 	l.writeConfig(t, labBackends[:2])
+
+	// Pins of an XDP datapath (left by a plain SIGTERM, still forwarding) make it refuse to
+	// start, and say what to do.
+	if err := os.MkdirAll(l.pinPath, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	refused := l.startDaemon(t)
+	select {
+	case <-refused.exited:
+	case <-time.After(pollTimeout):
+		t.Fatalf("the daemon did not refuse to start next to the XDP datapath's pins")
+	}
+	if out := refused.out.String(); !strings.Contains(out, "xlb cleanup --pin-path "+l.pinPath) {
+		t.Errorf("the refusal does not say how to clean up:\n%s", out)
+	}
+	if err := os.Remove(l.pinPath); err != nil {
+		t.Fatal(err)
+	}
+
 	d := l.startDaemon(t)
 	l.waitReady(t, d)
 	d.waitLog(t, "ready")
@@ -31,6 +54,14 @@ func TestDaemonAFXDP(t *testing.T) {
 	}
 	if v, ok := m.value("xlb_datapath_packets_total", "reason", "nat_reverse"); !ok || v < 40*2 {
 		t.Errorf("xlb_datapath_packets_total{reason=nat_reverse} is %v (found %v), want the replies translated", v, ok)
+	}
+	fwd, _ := m.value("xlb_datapath_packets_total", "reason", "nat_forward")
+	rev, _ := m.value("xlb_datapath_packets_total", "reason", "nat_reverse")
+	if v, ok := m.value("xlb_datapath_packets_total", "reason", "steered_to_socket"); !ok || v < fwd+rev {
+		t.Errorf("xlb_datapath_packets_total{reason=steered_to_socket} is %v (found %v), want at least the %v translated", v, ok, fwd+rev)
+	}
+	if v, ok := m.value("xlb_datapath_packets_total", "reason", "xsk_rx_ring_full"); !ok || v != 0 {
+		t.Errorf("xlb_datapath_packets_total{reason=xsk_rx_ring_full} is %v (found %v), want 0", v, ok)
 	}
 	if v, ok := m.value("xlb_vip_new_flows_total", "vip", labVIP.String(), "port", "80"); !ok || v < 40 {
 		t.Errorf("xlb_vip_new_flows_total is %v (found %v), want the 40 connections", v, ok)
@@ -62,5 +93,47 @@ func TestDaemonAFXDP(t *testing.T) {
 	}
 	if n := l.gatewayXDP(t); n != 0 {
 		t.Errorf("%d gateway interfaces still have an XDP program after the AF_XDP daemon stopped", n)
+	}
+}
+
+// TestDaemonAFXDPWithdraws: with the AF_XDP datapath, which stops forwarding with the daemon,
+// SIGTERM withdraws the VIP's route even when withdrawOnExit is false (keeping it for graceful
+// restart would send the routers' traffic to a gateway that no longer forwards).
+func TestDaemonAFXDPWithdraws(t *testing.T) {
+	if _, err := exec.LookPath("bird"); err != nil {
+		t.Fatal("needs bird (make deps installs bird2)")
+	}
+	l := newLab(t)
+	l.kind = "afxdp"
+	r := netlab.New(t, netlab.Prefix()+"r")
+	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
+	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
+	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
+	startBIRD(t, r, labRouter, fmt.Sprintf("protocol bgp xlb from lb { neighbor %s as 65001; }\n", labGWRouter))
+	l.extra = fmt.Sprintf(`bgp:
+  routerID: %s
+  asn: 65001
+  gracefulRestart: 30s
+  withdrawOnExit: false
+  peers:
+    - {address: %s, asn: 65000, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s}
+`, labGWRouter, labRouter)
+	l.writeConfig(t, labBackends[:2])
+	d := l.startDaemon(t)
+	l.waitReady(t, d)
+	vip := labVIP.String()
+	waitRoute(t, r, vip, bgpUpTimeout, true)
+
+	termed := time.Now()
+	d.signal(t, syscall.SIGTERM)
+	waitRoute(t, r, vip, 5*time.Second, false)
+	t.Logf("withdrawn %v after SIGTERM", time.Since(termed).Round(time.Millisecond))
+	select {
+	case <-d.exited:
+	case <-time.After(pollTimeout):
+		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
+	}
+	if !strings.Contains(d.out.String(), "bgp stopped; routes withdrawn") {
+		t.Errorf("the daemon did not log the withdrawal at exit:\n%s", d.out)
 	}
 }

@@ -105,7 +105,7 @@ func runDaemon(ctx context.Context, cfgPath string, cleanupOnExit bool, stderr i
 			if err := dp.Remove(); err != nil {
 				log.Error("cleanup", "error", err)
 			}
-			log.Info("stopped; programs detached and pins removed")
+			log.Info("stopped; programs detached and pins removed", "datapath", cfg.Datapath.Kind)
 			return
 		}
 		dp.Close()
@@ -493,7 +493,10 @@ func (d *daemon) reload() {
 		d.log.Error("config reload rejected: pools; still serving the previous config", "config", d.cfgPath, "error", err)
 		return
 	}
-	if a, b := cfg.Datapath, d.cfg.Datapath; func() bool { a.BackendWarmup, b.BackendWarmup = 0, 0; return a != b }() {
+	if cfg.Datapath.Kind != d.cfg.Datapath.Kind {
+		d.log.Warn("datapath kind changed; it takes effect at the next restart", "kind", d.cfg.Datapath.Kind,
+			"next", cfg.Datapath.Kind)
+	} else if a, b := cfg.Datapath, d.cfg.Datapath; func() bool { a.BackendWarmup, b.BackendWarmup = 0, 0; return a != b }() {
 		d.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
 	}
 	if cfg.Listen != d.cfg.Listen {
@@ -600,8 +603,10 @@ func (d *daemon) startBGP(ctx context.Context, c *config.BGP) error {
 func (d *daemon) stopBGP(cleanup bool) {
 	d.mu.Lock()
 	// A start that failed leaves the routers what an earlier run left them (graceful restart),
-	// unless the datapath goes too: withdrawing before the first reconcile opens sessions.
-	withdraw := cleanup || (d.bgpCfg.WithdrawOnExit && d.running)
+	// unless the datapath goes too: withdrawing before the first reconcile opens sessions. A
+	// datapath that stops with the process (AF_XDP) forwards nothing the routers could keep
+	// sending to: its routes always go.
+	withdraw := cleanup || !d.dp.Persistent() || (d.bgpCfg.WithdrawOnExit && d.running)
 	d.mu.Unlock()
 	mode, what := bgp.KeepRoutes, "routes kept at the peers for graceful restart"
 	if withdraw {

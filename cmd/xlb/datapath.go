@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"os"
 	"fmt"
 	"log/slog"
 
@@ -34,6 +36,16 @@ type gatewayDatapath interface {
 func loadDatapath(cfg *config.Config, log *slog.Logger) (gatewayDatapath, error) {
 	c := cfg.Datapath
 	if c.Kind == config.DatapathAFXDP {
+		// An XDP datapath left pinned (a plain SIGTERM) is still attached and forwarding: the
+		// steer program could not attach next to it, and two datapaths must not share a gateway.
+		pins := cmp.Or(c.PinPath, xdp.DefaultPinPath)
+		if _, err := os.Stat(pins); err == nil {
+			return nil, fmt.Errorf("datapath kind afxdp: the XDP datapath's pins are in %s (it may still be "+
+				"attached and forwarding); run `xlb cleanup --pin-path %s` first", pins, pins)
+		}
+		if c.MaglevSlots != 0 {
+			log.Warn("datapath.maglevSlots does not apply to the AF_XDP datapath; ignored")
+		}
 		d, err := afxdp.Load(afxdp.Config{Engine: afxdp.Options{Seed: c.Seed, ConntrackSize: int(c.ConntrackSize),
 			HandshakeSize: int(c.HandshakeSize), TCPEstablishedTimeout: c.TCPEstablishedTimeout,
 			TCPClosingTimeout: c.TCPClosingTimeout, UDPTimeout: c.UDPTimeout, NewFlowRate: c.NewFlowRate},
@@ -108,11 +120,26 @@ func (d afxdpDatapath) BackendTraffic(id xdp.BackendID) (xdp.Traffic, error) {
 	return d.Datapath.BackendTraffic(id), nil
 }
 
+// Reasons adds to the engine's verdicts what happened before a frame reached it: the steer
+// program's counts (steered_*) and the sockets' kernel counters (xsk_*: frames the kernel
+// dropped because the worker fell behind).
 func (d afxdpDatapath) Reasons() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for r, n := range d.Datapath.Reasons() {
 		out[r.String()] = n
 	}
+	st, err := d.SocketStats()
+	if err != nil {
+		return out, err
+	}
+	for k, n := range st {
+		out[k] = n
+	}
+	s, err := d.Steered()
+	if err != nil {
+		return out, err
+	}
+	out["steered_to_socket"], out["steered_passed"], out["steered_no_socket"] = s.ToSocket, s.Passed, s.NoSocket
 	return out, nil
 }
 

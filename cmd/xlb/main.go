@@ -31,7 +31,7 @@ const usage = `usage:
       Run the appliance: the services of FILE, and with a kubernetes section in FILE also the
       LoadBalancer Services of its class (Kubernetes mode). SIGHUP reloads FILE; SIGTERM/SIGINT
       stop the daemon and, unless --cleanup-on-exit, leave forwarding in place (maps and links
-      stay pinned).
+      stay pinned; with datapath.kind afxdp forwarding stops with the daemon).
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb made (default DIR: /sys/fs/bpf/xlb).
   xlb bgp [--listen ADDR] [--json]

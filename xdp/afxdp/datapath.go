@@ -348,19 +348,30 @@ func (d *Datapath) Close() error {
 	return errors.Join(errs...)
 }
 
-// Steered returns how many frames the steer programs handed to a socket, and how many of the
-// datapath's frames they passed to the kernel (fragments, expiring TTLs), summed over CPUs.
-func (d *Datapath) Steered() (toSocket, passed uint64, err error) {
-	for i, n := range []*uint64{&toSocket, &passed} {
+// Steered is what the steer programs did with the datapath's frames, summed over CPUs.
+type Steered struct {
+	// ToSocket were handed to the socket of their receive queue.
+	ToSocket uint64
+	// Passed went to the kernel: IPv4 fragments and expiring TTLs.
+	Passed uint64
+	// NoSocket went to the kernel because their receive queue has no socket (a queue added
+	// after Attach, say): a sign that the datapath misses traffic.
+	NoSocket uint64
+}
+
+// Steered returns the steer programs' counters.
+func (d *Datapath) Steered() (Steered, error) {
+	var out Steered
+	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket} {
 		var per []uint64
 		if err := d.steeredMap.Lookup(uint32(i), &per); err != nil {
-			return 0, 0, fmt.Errorf("read steered[%d]: %w", i, err)
+			return Steered{}, fmt.Errorf("read steered[%d]: %w", i, err)
 		}
 		for _, v := range per {
 			*n += v
 		}
 	}
-	return toSocket, passed, nil
+	return out, nil
 }
 
 // now is the engine's clock.

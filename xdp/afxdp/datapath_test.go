@@ -247,9 +247,9 @@ func TestAFXDPForwarding(t *testing.T) {
 			t.Errorf("%s = %d, want no drops", r, n)
 		}
 	}
-	toSocket, _, err := s.dp.Steered()
-	if err != nil || toSocket < rs[ReasonNATForward]+rs[ReasonNATReverse] {
-		t.Errorf("steered %d frames (%v), want at least the %d translated", toSocket, err,
+	st, err := s.dp.Steered()
+	if err != nil || st.ToSocket < rs[ReasonNATForward]+rs[ReasonNATReverse] || st.NoSocket != 0 {
+		t.Errorf("steered %+v (%v), want at least the %d translated, none without socket", st, err,
 			rs[ReasonNATForward]+rs[ReasonNATReverse])
 	}
 	// A TCP flow counts as new at its SYN: 20 connections.

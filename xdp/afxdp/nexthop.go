@@ -116,7 +116,6 @@ func (r *Resolver) resolve(dst netip.Addr, now time.Time) (Hop, HopKind) {
 	if mac, ok := neighs[gw]; ok {
 		return Hop{Ifindex: rt.LinkIndex, Src: l.mac, Dst: mac, MTU: l.mtu}, HopSend
 	}
-	delete(r.neighs, neighKey{rt.LinkIndex, family}) // read it afresh once resolved
 	// Start resolution as a packet to gw would: the next lookup after negativeTTL finds it.
 	_ = r.h.NeighSet(&netlink.Neigh{LinkIndex: rt.LinkIndex, Family: family, IP: gw.AsSlice(),
 		Flags: unix.NTF_USE})

@@ -22,8 +22,8 @@ type ifreqData struct {
 	_    [16]byte
 }
 
-// rxQueues returns the number of receive queues ifname uses (ethtool's channels: the rx and
-// combined counts), in the calling thread's network namespace. A driver without channels
+// rxQueues returns the number of receive queues ifname uses (ethtool's channels: rx-only plus
+// combined ones), in the calling thread's network namespace. A driver without channels
 // (EOPNOTSUPP) has one.
 func rxQueues(ifname string) (int, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -42,5 +42,5 @@ func rxQueues(ifname string) (int, error) {
 		}
 		return 0, fmt.Errorf("receive queues of %s: ETHTOOL_GCHANNELS: %w", ifname, errno)
 	}
-	return max(1, int(ch.rxCount), int(ch.combinedCount)), nil
+	return max(1, int(ch.rxCount)+int(ch.combinedCount)), nil
 }

@@ -64,13 +64,18 @@ struct {
 	__uint(max_entries, MAX_QUEUES);
 } xsks SEC(".maps");
 
-/* steered: per CPU, index 0 -> frames handed to a socket, 1 -> frames of ours passed to the
- * kernel because they were IPv4 fragments or had an expiring TTL. */
+/* Indexes of steered. */
+#define STEERED_TO_SOCKET 0 /* handed to the socket of the frame's queue */
+#define STEERED_PASSED 1    /* ours, passed to the kernel: an IPv4 fragment or an expiring TTL */
+#define STEERED_NO_SOCKET 2 /* ours, but its queue has no socket: passed to the kernel */
+#define STEERED_MAX 3
+
+/* steered: per CPU, STEERED_* -> frames. Written by the program, read by Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 2);
+	__uint(max_entries, STEERED_MAX);
 } steered SEC(".maps");
 
 static __always_inline void count(__u32 i)
@@ -123,6 +128,7 @@ int xlb_steer(struct xdp_md *ctx)
 	struct steer_key to = {}, from = {};
 	__be16 *ports;
 	int expiring, frag;
+	long rc;
 	__u8 proto;
 
 	if ((void *)(eth + 1) > data_end)
@@ -164,9 +170,10 @@ int xlb_steer(struct xdp_md *ctx)
 	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || !routed(ctx, &from, &to)))
 		return XDP_PASS;
 	if (expiring || frag) {
-		count(1);
+		count(STEERED_PASSED);
 		return XDP_PASS;
 	}
-	count(0);
-	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	rc = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	count(rc == XDP_REDIRECT ? STEERED_TO_SOCKET : STEERED_NO_SOCKET);
+	return rc;
 }

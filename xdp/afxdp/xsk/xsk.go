@@ -241,8 +241,9 @@ func (s *Socket) TxQueued() int {
 const maxKicks = 64
 
 // Kick has the kernel send what is on the TX ring. In copy mode the kernel sends only inside
-// sendto, at most a batch per call, answering EAGAIN while more is left, so Kick calls it until
-// the ring is empty (or maxKicks times: the next Kick goes on).
+// sendto, at most a batch per call, answering EAGAIN while more is left and 0 once the ring is
+// empty, so Kick calls it until then (or maxKicks times: the next Kick goes on). In zero-copy
+// mode sendto only wakes the driver and answers 0 at once.
 func (s *Socket) Kick() error {
 	for range maxKicks {
 		if s.TxQueued() == 0 {
@@ -250,7 +251,9 @@ func (s *Socket) Kick() error {
 		}
 		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
-		case 0, unix.EAGAIN, unix.EBUSY, unix.EINTR, unix.ENOBUFS:
+		case 0, unix.ENOBUFS:
+			return nil // sent, or woken; ENOBUFS: out of skbs, the next kick goes on
+		case unix.EAGAIN, unix.EBUSY, unix.EINTR:
 		default:
 			return fmt.Errorf("AF_XDP socket on interface %d queue %d: send: %w", s.ifindex, s.queue, errno)
 		}
