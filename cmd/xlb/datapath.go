@@ -2,9 +2,9 @@ package main
 
 import (
 	"cmp"
-	"os"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/reconcile"
@@ -133,13 +133,16 @@ func (d afxdpDatapath) Reasons() (map[string]uint64, error) {
 		return out, err
 	}
 	for k, n := range st {
-		out[k] = n
+		if k != "xsk_tx_ring_empty" { // times the kernel found nothing to send: no packets
+			out[k] = n
+		}
 	}
 	s, err := d.Steered()
 	if err != nil {
 		return out, err
 	}
 	out["steered_to_socket"], out["steered_passed"], out["steered_no_socket"] = s.ToSocket, s.Passed, s.NoSocket
+	out["icmp_echo_reply"], out["pass_not_vip"] = s.EchoReplies, s.NotOurs // the XDP datapath's names
 	return out, nil
 }
 

@@ -357,12 +357,16 @@ type Steered struct {
 	// NoSocket went to the kernel because their receive queue has no socket (a queue added
 	// after Attach, say): a sign that the datapath misses traffic.
 	NoSocket uint64
+	// EchoReplies are echo requests to a VIP address, answered by the steer program.
+	EchoReplies uint64
+	// NotOurs are IP packets for no VIP and from no backend, left to the kernel.
+	NotOurs uint64
 }
 
 // Steered returns the steer programs' counters.
 func (d *Datapath) Steered() (Steered, error) {
 	var out Steered
-	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket} {
+	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs} {
 		var per []uint64
 		if err := d.steeredMap.Lookup(uint32(i), &per); err != nil {
 			return Steered{}, fmt.Errorf("read steered[%d]: %w", i, err)

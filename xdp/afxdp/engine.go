@@ -180,8 +180,11 @@ type Engine struct {
 	// ports: the interfaces frames can be sent from (those with a socket).
 	ports map[int]bool
 
-	vips     map[feKey]*vipState
-	vipByID  map[xdp.VIPID]*vipState
+	vips    map[feKey]*vipState
+	vipByID map[xdp.VIPID]*vipState
+	// vipAddrs counts the frontends of each VIP address (key: port and proto 0); an address
+	// with any has a steer key of its own, for steer.c's echo replies.
+	vipAddrs map[feKey]int
 	backends map[xdp.BackendID]backendState
 	reverse  map[feKey]reverseState
 	ct       map[flowKey]ctEntry
@@ -208,7 +211,7 @@ func NewEngine(opts Options, hops NextHops) (*Engine, error) {
 	}
 	return &Engine{
 		opts: opts.withDefaults(), hops: hops, ports: map[int]bool{},
-		vips: map[feKey]*vipState{}, vipByID: map[xdp.VIPID]*vipState{},
+		vips: map[feKey]*vipState{}, vipByID: map[xdp.VIPID]*vipState{}, vipAddrs: map[feKey]int{},
 		backends: map[xdp.BackendID]backendState{}, reverse: map[feKey]reverseState{},
 		ct: map[flowKey]ctEntry{}, hs: map[flowKey]hsEntry{},
 		vipTraffic: map[xdp.VIPID]*xdp.Traffic{}, backendTraffic: map[xdp.BackendID]*xdp.Traffic{},
@@ -238,6 +241,7 @@ func (k feKey) steerKey(dir uint8) steerSteerKey {
 const (
 	steerToVIP       = 1
 	steerFromBackend = 2
+	steerVIPAddr     = 3
 	steerFamilyV4    = 4
 	steerFamilyV6    = 6
 )
@@ -289,9 +293,19 @@ func (e *Engine) UpsertVIP(f xdp.Frontend, cfg xdp.VIPConfig) error {
 	}
 	v := e.vips[k]
 	if v == nil {
+		ak := feKey{addr: k.addr, v6: k.v6}
+		if e.vipAddrs[ak] == 0 {
+			if err := e.setSteer(ak, steerVIPAddr, true); err != nil {
+				return fmt.Errorf("VIP %s: answer echo requests to its address: %w", f, err)
+			}
+		}
 		if err := e.setSteer(k, steerToVIP, true); err != nil {
+			if e.vipAddrs[ak] == 0 {
+				_ = e.setSteer(ak, steerVIPAddr, false)
+			}
 			return fmt.Errorf("VIP %s: steer its frames: %w", f, err)
 		}
+		e.vipAddrs[ak]++
 		v = &vipState{fe: f}
 		e.vips[k] = v
 	}
@@ -322,6 +336,13 @@ func (e *Engine) DeleteVIP(f xdp.Frontend) error {
 	}
 	if err := e.setSteer(k, steerToVIP, false); err != nil {
 		return fmt.Errorf("VIP %s: stop steering its frames: %w", f, err)
+	}
+	ak := feKey{addr: k.addr, v6: k.v6}
+	if e.vipAddrs[ak]--; e.vipAddrs[ak] <= 0 {
+		delete(e.vipAddrs, ak)
+		if err := e.setSteer(ak, steerVIPAddr, false); err != nil {
+			return fmt.Errorf("VIP %s: stop answering echo requests to its address: %w", f, err)
+		}
 	}
 	delete(e.vips, k)
 	delete(e.vipByID, v.cfg.ID)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
@@ -406,4 +407,165 @@ func (px *parity) backendOf(t *testing.T, c, vip netip.AddrPort) netip.AddrPort 
 	}
 	t.Fatalf("no conntrack entry for %s -> %s", c, vip)
 	return netip.AddrPort{}
+}
+
+// mapSteerer writes steer keys into a steer map (the Datapath's steerer, without a Datapath).
+type mapSteerer struct{ m *ebpf.Map }
+
+func (s mapSteerer) set(k steerSteerKey, on bool) error {
+	if on {
+		return s.m.Put(&k, uint8(1))
+	}
+	return s.m.Delete(&k)
+}
+
+// echoRequest is an ICMP (or ICMPv6) echo request from src to dst, checksums computed here.
+func echoRequest(src, dst netip.Addr) []byte {
+	v4 := src.Is4()
+	ic := []byte{8, 0, 0, 0, 0x12, 0x34, 0, 1, 'p', 'i', 'n', 'g'}
+	proto := uint8(1)
+	if !v4 {
+		ic[0], proto = 128, 58
+		var ph []byte
+		ph = append(ph, src.AsSlice()...)
+		ph = append(ph, dst.AsSlice()...)
+		ph = binary.BigEndian.AppendUint32(ph, uint32(len(ic)))
+		ph = append(ph, 0, 0, 0, proto)
+		binary.BigEndian.PutUint16(ic[2:], onesSum(append(ph, ic...)))
+	} else {
+		binary.BigEndian.PutUint16(ic[2:], onesSum(ic))
+	}
+	f := frameSpec{src: netip.AddrPortFrom(src, 0), dst: netip.AddrPortFrom(dst, 0), proto: protoTCP}.bytes()
+	// Keep the Ethernet and IP headers of a TCP frame; replace the protocol and the payload.
+	l3 := f[ethLen:]
+	var hdr int
+	if v4 {
+		hdr = ipv4MinLen
+		l3[9] = proto
+		binary.BigEndian.PutUint16(l3[2:], uint16(hdr+len(ic)))
+		l3[10], l3[11] = 0, 0
+		binary.BigEndian.PutUint16(l3[10:], onesSum(l3[:hdr]))
+	} else {
+		hdr = ipv6Len
+		l3[6] = proto
+		binary.BigEndian.PutUint16(l3[4:], uint16(len(ic)))
+	}
+	return append(f[:ethLen+hdr], ic...)
+}
+
+// TestSteerProgram runs steer.c under BPF_PROG_TEST_RUN with the steer keys an engine writes:
+// frames to a frontend and a backend's replies are steered (here: no socket, so counted as
+// such and passed), the rest is left alone, and an echo request to a VIP address gets the XDP
+// datapath's very reply.
+func TestSteerProgram(t *testing.T) {
+	px := newParity(t)
+	var objs steerObjects
+	if err := loadSteerObjects(&objs, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Close()
+	eng, err := NewEngine(Options{Seed: 7}, fakeHops{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.steer = mapSteerer{objs.Steer}
+	configureParity(t, eng)
+
+	counts := func() Steered {
+		var out Steered
+		for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs} {
+			var per []uint64
+			if err := objs.Steered.Lookup(uint32(i), &per); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range per {
+				*n += v
+			}
+		}
+		return out
+	}
+	run := func(frame []byte, ifindex int) progrun.Result {
+		t.Helper()
+		var res progrun.Result
+		err := px.ns.Do(func() (err error) {
+			res, err = progrun.XDP(objs.XlbSteer, frame, ifindex, 0)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	const xdpPass = 2
+	c := netip.MustParseAddrPort("198.18.128.7:40000")
+	for _, tc := range []struct {
+		name    string
+		frame   []byte
+		ifindex int
+		steered bool // counted as ours (no socket in a test run)
+	}{
+		{"TCP to a frontend", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoTCP, flags: tcpSYN}.bytes(), px.ext, true},
+		{"UDP to a frontend", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}.bytes(), px.ext, true},
+		{"all-ports frontend", frameSpec{src: c, dst: netip.AddrPortFrom(pVIPAll, 4321), proto: protoTCP, flags: tcpACK}.bytes(), px.ext, true},
+		{"IPv6 frontend", frameSpec{src: netip.MustParseAddrPort("[2001:db8:80::7]:40000"), dst: netip.AddrPortFrom(pVIP6, 443), proto: protoTCP, flags: tcpSYN}.bytes(), px.ext, true},
+		{"a port no frontend has", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoTCP, flags: tcpSYN}.bytes(), px.ext, false},
+		{"UDP to a TCP frontend's port", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoUDP}.bytes(), px.ext, false},
+		{"a backend's reply", frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: c, proto: protoTCP, flags: tcpACK}.bytes(), px.int, true},
+		{"a backend's reply to this host", frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: netip.MustParseAddrPort("198.18.1.1:5555"), proto: protoTCP, flags: tcpACK}.bytes(), px.int, false},
+		{"another port of a backend", frameSpec{src: netip.AddrPortFrom(pBE[0], 22), dst: c, proto: protoTCP, flags: tcpACK}.bytes(), px.int, false},
+	} {
+		before := counts()
+		res := run(tc.frame, tc.ifindex)
+		after := counts()
+		if res.Verdict != xdpPass || after.ToSocket != before.ToSocket {
+			t.Errorf("%s: verdict %d, %d to a socket: want XDP_PASS (no socket in a test run)", tc.name, res.Verdict, after.ToSocket-before.ToSocket)
+		}
+		if got := after.NoSocket - before.NoSocket; got != map[bool]uint64{true: 1, false: 0}[tc.steered] {
+			t.Errorf("%s: counted %d as steered without socket, want steered=%v", tc.name, got, tc.steered)
+		}
+		if got := after.NotOurs - before.NotOurs; got != map[bool]uint64{true: 0, false: 1}[tc.steered] {
+			t.Errorf("%s: counted %d as not ours, want steered=%v", tc.name, got, tc.steered)
+		}
+	}
+	before := counts()
+	run(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoTCP, flags: tcpSYN, ttl: 1}.bytes(), px.ext)
+	if got := counts().Passed - before.Passed; got != 1 {
+		t.Errorf("an expiring TTL: %d counted passed, want 1", got)
+	}
+
+	// Echo requests: the steer program's reply is the XDP datapath's, byte for byte.
+	for _, tc := range []struct {
+		name     string
+		src, dst netip.Addr
+		answered bool
+	}{
+		{"ping a VIP", c.Addr(), pVIP, true},
+		{"ping an IPv6 VIP", netip.MustParseAddr("2001:db8:80::7"), pVIP6, true},
+		{"ping another address", c.Addr(), netip.MustParseAddr("198.18.200.1"), false},
+	} {
+		frame := echoRequest(tc.src, tc.dst)
+		res := run(frame, px.ext)
+		var want progrun.Result
+		if err := px.ns.Do(func() (err error) {
+			want, err = progrun.XDP(px.dp.Program(), frame, px.ext, 0)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if tc.answered && (res.Verdict != xdpTX || want.Verdict != xdpTX || !bytes.Equal(res.Data, want.Data)) {
+			t.Errorf("%s: steer verdict %d, XDP verdict %d\nsteer %x\nxdp   %x", tc.name, res.Verdict, want.Verdict, res.Data, want.Data)
+		}
+		if !tc.answered && res.Verdict != xdpPass {
+			t.Errorf("%s: verdict %d, want XDP_PASS", tc.name, res.Verdict)
+		}
+	}
+	// The address's last frontend gone, its echo requests go to the kernel.
+	for _, f := range []xdp.Frontend{{Addr: pVIP, Port: 80, Proto: xdp.TCP}, {Addr: pVIP, Port: 53, Proto: xdp.UDP}} {
+		if err := eng.DeleteVIP(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := run(echoRequest(c.Addr(), pVIP), px.ext); res.Verdict != xdpPass {
+		t.Errorf("ping a VIP with no frontend left: verdict %d, want XDP_PASS", res.Verdict)
+	}
 }

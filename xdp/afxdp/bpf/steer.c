@@ -8,7 +8,8 @@
  *     when the kernel would forward it (not a health-check reply to this host, see routed).
  * Frames of ours that the engine leaves to the kernel are passed here, as the XDP datapath passes
  * them: IPv4 fragments and an expiring TTL (the kernel answers with ICMP). VLAN-tagged frames,
- * IPv6 extension headers and anything but TCP/UDP are never steered. */
+ * IPv6 extension headers and anything but TCP/UDP are never steered. An echo request to a VIP
+ * address is answered here, as the XDP datapath answers it. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -19,15 +20,17 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+/* The XDP datapath's constants (FAMILY_*, ICMP types, ECHO_REPLY_TTL) and checksum updates: an
+ * echo reply is byte for byte the XDP datapath's. */
+#include "../../bpf/consts.h"
+#include "../../bpf/csum.h"
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Directions of a steer key. */
 #define STEER_TO_VIP 1       /* match the destination: a VIP frontend */
 #define STEER_FROM_BACKEND 2 /* match the source: a backend endpoint */
-
-/* Address families in a steer key, so that an IPv4 address never equals an IPv6 one. */
-#define FAMILY_V4 4
-#define FAMILY_V6 6
+#define STEER_VIP_ADDR 3     /* port and proto 0: the address is a VIP's (echo requests) */
 
 /* MAX_QUEUES bounds the receive queues of one interface the datapath serves. */
 #define MAX_QUEUES 256
@@ -68,7 +71,9 @@ struct {
 #define STEERED_TO_SOCKET 0 /* handed to the socket of the frame's queue */
 #define STEERED_PASSED 1    /* ours, passed to the kernel: an IPv4 fragment or an expiring TTL */
 #define STEERED_NO_SOCKET 2 /* ours, but its queue has no socket: passed to the kernel */
-#define STEERED_MAX 3
+#define STEERED_ECHO 3      /* an echo request to a VIP address, answered here (XDP_TX) */
+#define STEERED_NOT_OURS 4  /* an IP packet for no VIP and from no backend: the kernel's */
+#define STEERED_MAX 5
 
 /* steered: per CPU, STEERED_* -> frames. Written by the program, read by Go. */
 struct {
@@ -120,6 +125,55 @@ static __always_inline int routed(struct xdp_md *ctx, struct steer_key *src, str
 	return 0;
 }
 
+/* not_ours hands an IP packet that is none of ours to the kernel, counted. */
+static __always_inline int not_ours(void)
+{
+	count(STEERED_NOT_OURS);
+	return XDP_PASS;
+}
+
+/* ICMP's first word: type, code, checksum. */
+struct echo_hdr {
+	__u8 type;
+	__u8 code;
+	__u16 checksum;
+};
+
+/* echo_reply answers an echo request to a VIP address in place, as the XDP datapath's
+ * icmp_echo_reply does: addresses and MACs swapped, TTL ECHO_REPLY_TTL, the type a reply, the
+ * checksums updated (swapping the addresses changes no sum). l3 and ic are within bounds. */
+static __always_inline int echo_reply(struct ethhdr *eth, void *l3, struct echo_hdr *ic, int v6)
+{
+	__u8 mac[ETH_ALEN];
+	__u16 oldt = *(__u16 *)ic;
+
+	if (!v6) {
+		struct iphdr *iph = l3;
+		__u16 *ttlw = (__u16 *)&iph->ttl, old_ttlw = *ttlw;
+		__be32 a = iph->saddr;
+
+		iph->saddr = iph->daddr;
+		iph->daddr = a;
+		iph->ttl = ECHO_REPLY_TTL;
+		iph->check = csum_apply(iph->check, diff16(0, old_ttlw, *ttlw));
+		ic->type = ICMP_ECHOREPLY;
+	} else {
+		struct ipv6hdr *ip6 = l3;
+		struct in6_addr a = ip6->saddr;
+
+		ip6->saddr = ip6->daddr;
+		ip6->daddr = a;
+		ip6->hop_limit = ECHO_REPLY_TTL;
+		ic->type = ICMPV6_ECHO_REPLY;
+	}
+	ic->checksum = csum_apply(ic->checksum, diff16(0, oldt, *(__u16 *)ic));
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+	count(STEERED_ECHO);
+	return XDP_TX;
+}
+
 SEC("xdp")
 int xlb_steer(struct xdp_md *ctx)
 {
@@ -160,15 +214,33 @@ int xlb_steer(struct xdp_md *ctx)
 	} else {
 		return XDP_PASS;
 	}
+	if (proto == (to.family == FAMILY_V4 ? IPPROTO_ICMP : IPPROTO_ICMPV6) && !frag) {
+		struct echo_hdr *ic = (void *)ports;
+		void *l3 = eth + 1;
+
+		if ((void *)ic + 8 > data_end ||
+		    ic->type != (to.family == FAMILY_V4 ? ICMP_ECHO : ICMPV6_ECHO_REQUEST))
+			return not_ours();
+		to.dir = STEER_VIP_ADDR;
+		if (!bpf_map_lookup_elem(&steer, &to))
+			return not_ours();
+		if (to.family == FAMILY_V4) {
+			if (l3 + sizeof(struct iphdr) > data_end)
+				return not_ours();
+		} else if (l3 + sizeof(struct ipv6hdr) > data_end) {
+			return not_ours();
+		}
+		return echo_reply(eth, l3, ic, to.family == FAMILY_V6);
+	}
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
-		return XDP_PASS;
+		return not_ours();
 	if ((void *)(ports + 2) > data_end)
-		return XDP_PASS;
+		return not_ours();
 	to.proto = from.proto = proto;
 	to.dir = STEER_TO_VIP;
 	from.dir = STEER_FROM_BACKEND;
 	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || !routed(ctx, &from, &to)))
-		return XDP_PASS;
+		return not_ours();
 	if (expiring || frag) {
 		count(STEERED_PASSED);
 		return XDP_PASS;
