@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/xlb-dev/xlb/internal/lab"
@@ -86,8 +87,19 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	demo := fs.Bool("demo", cmd == "demo", "exit after the demonstration")
 	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird or frr (BGP from the gateways' xlb), or static")
 	mode := fs.String("mode", "kubernetes", "where the gateways get their services: kubernetes (a control plane and the example Services) or file")
+	datapaths := fs.String("datapath", "xdp", "each gateway's datapath, comma-separated in gateway order (the last one repeats): xdp or afxdp, e.g. xdp,afxdp")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	for i, k := range strings.Split(*datapaths, ",") {
+		if k != "xdp" && k != "afxdp" {
+			fmt.Fprintf(stderr, "xlb-lab: --datapath: gateway %d: unknown datapath %q (want xdp or afxdp)\n", i+1, k)
+			return 2
+		}
+		o.Datapaths = append(o.Datapaths, k)
+	}
+	for len(o.Datapaths) < o.Gateways {
+		o.Datapaths = append(o.Datapaths, o.Datapaths[len(o.Datapaths)-1])
 	}
 	r, err := lab.ParseRouting(*routing)
 	if err != nil {

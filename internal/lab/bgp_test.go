@@ -122,6 +122,11 @@ func TestBGPWithdraw(t *testing.T) {
 
 func bgpWithdraw(t *testing.T, s *Site) {
 	g1, g2 := s.Gateways[0], s.Gateways[1]
+	if s.datapathKind(g1) == "afxdp" {
+		// Only with XLB_LAB_DATAPATH=afxdp: a stopped AF_XDP gateway no longer translates the
+		// replies the nodes still route through it (docs/afxdp.md).
+		t.Skip("a stopped AF_XDP gateway stops translating replies: the connections whose replies route through it break")
+	}
 	cs := openConns(t, s.Clients[0], 100)
 	before := vipPackets(t, s)
 	cs.checkRound(t, "both gateways")
@@ -185,6 +190,10 @@ func TestBGPGracefulRestart(t *testing.T) {
 
 func bgpKillRestart(t *testing.T, s *Site) {
 	g1, g2 := s.Gateways[0], s.Gateways[1]
+	if s.datapathKind(g1) == "afxdp" {
+		// Only with XLB_LAB_DATAPATH=afxdp (docs/afxdp.md).
+		t.Skip("a killed AF_XDP gateway stops forwarding while graceful restart keeps its routes: nothing to prove")
+	}
 	cs := openConns(t, s.Clients[0], 100)
 	t.Logf("100 connections over pods %v", cs.byPod())
 	if err := g1.Kill(); err != nil {

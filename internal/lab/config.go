@@ -8,7 +8,8 @@ import (
 	"github.com/xlb-dev/xlb/internal/proxyhealth"
 )
 
-// ConfigYAML returns the xlb config the lab gives gateway g: XDP (native) on "up0" and "cl0",
+// ConfigYAML returns the xlb config the lab gives gateway g: its datapath (Options.Datapaths;
+// XDP by default, native) on "up0" and "cl0",
 // the gateway's own pin path, the site's seed (the same on every gateway), the metrics server
 // on the namespace's 127.0.0.1, and in File mode one service "demo" on the site's VIPs whose
 // backends are pods (both of each pod's addresses), health-checked with GET /healthz on
@@ -20,13 +21,14 @@ func (s *Site) ConfigYAML(g *Gateway, pods []*Pod) string {
   - {name: up0, mode: native}
   - {name: cl0, mode: native}
 datapath:
+  kind: %s
   pinPath: %s
   conntrackSize: 65536
   maglevSlots: 1048576   # room for 8 frontends x 16381 slots, twice over (a table swap)
   seed: %d
 listen: %s
 log: {format: text, level: info}
-`, g.PinPath, s.Opts.Seed, g.Listen)
+`, s.datapathKind(g), g.PinPath, s.Opts.Seed, g.Listen)
 	if s.Opts.Mode == Kubernetes {
 		b.WriteString(s.kubeYAML(g))
 	} else {
@@ -36,6 +38,14 @@ log: {format: text, level: info}
 		b.WriteString(s.bgpYAML(g))
 	}
 	return b.String()
+}
+
+// datapathKind is gateway g's datapath.kind (Options.Datapaths).
+func (s *Site) datapathKind(g *Gateway) string {
+	if i := g.Index - 1; i < len(s.Opts.Datapaths) && s.Opts.Datapaths[i] != "" {
+		return s.Opts.Datapaths[i]
+	}
+	return "xdp"
 }
 
 // servicesYAML writes File mode's services section.

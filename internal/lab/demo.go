@@ -169,7 +169,7 @@ func (s *Site) demoCounters(w io.Writer, fail func(string, ...any)) {
 			fail("%v", err)
 			continue
 		}
-		fmt.Fprintf(w, "  %s (%s, http://%s/metrics):\n", g.Name, g.NS.Name, g.Listen)
+		fmt.Fprintf(w, "  %s (%s datapath, %s, http://%s/metrics):\n", g.Name, s.datapathKind(g), g.NS.Name, g.Listen)
 		for _, smp := range sortedVIPSamples(m) {
 			l := smp.Labels
 			fe := l["vip"] + ":" + l["port"]

@@ -45,6 +45,9 @@ type Options struct {
 	NoXLB bool
 	// Seed is the datapath's flow hash seed, the same on every gateway (default 0x5eed).
 	Seed uint32
+	// Datapaths is each gateway's datapath.kind, by gateway index ("xdp" or "afxdp"; missing
+	// or empty: xdp).
+	Datapaths []string
 	// HealthInterval is the gateways' HTTP health-check interval (default 1s; timeout half of
 	// it, rise 1, fall 2).
 	HealthInterval time.Duration
