@@ -36,15 +36,7 @@ func (x *AFXDP) Start(_ context.Context, t *topo.Topology) error {
 	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
-	err = t.Gateway.Do(func() error {
-		for _, ifname := range []string{t.GwIn, t.GwOut} {
-			if err := d.Attach(ifname, xdp.AttachAuto); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, xdp.AttachAuto) }); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
 	x.d = d

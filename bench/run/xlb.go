@@ -39,19 +39,24 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
-	err = t.Gateway.Do(func() error {
+	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, xdp.AttachNative) }); err != nil {
+		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
+	}
+	x.d = d
+	return nil
+}
+
+// attachGateway runs attach for both gateway interfaces (in, then out) in the gateway's
+// namespace.
+func attachGateway(t *topo.Topology, attach func(ifname string) error) error {
+	return t.Gateway.Do(func() error {
 		for _, ifname := range []string{t.GwIn, t.GwOut} {
-			if err := d.Attach(ifname, xdp.AttachNative); err != nil {
+			if err := attach(ifname); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
-	}
-	x.d = d
-	return nil
 }
 
 // configurer is what XLB and AFXDP configure their datapath through.

@@ -26,11 +26,7 @@ func TestDaemonAFXDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused := l.startDaemon(t)
-	select {
-	case <-refused.exited:
-	case <-time.After(pollTimeout):
-		t.Fatalf("the daemon did not refuse to start next to the XDP datapath's pins")
-	}
+	refused.waitExit(t, "when it should refuse to start next to the XDP datapath's pins")
 	if out := refused.out.String(); !strings.Contains(out, "xlb cleanup --pin-path "+l.pinPath) {
 		t.Errorf("the refusal does not say how to clean up:\n%s", out)
 	}
@@ -83,11 +79,7 @@ func TestDaemonAFXDP(t *testing.T) {
 
 	// SIGTERM: the daemon stops, and its program goes with it.
 	d.signal(t, syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(pollTimeout):
-		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
-	}
+	d.waitExit(t, "of SIGTERM")
 	if !strings.Contains(d.out.String(), "the AF_XDP datapath stopped with the process") {
 		t.Errorf("the daemon's last words are not about the AF_XDP datapath:\n%s", d.out)
 	}
@@ -128,11 +120,7 @@ func TestDaemonAFXDPWithdraws(t *testing.T) {
 	d.signal(t, syscall.SIGTERM)
 	waitRoute(t, r, vip, 5*time.Second, false)
 	t.Logf("withdrawn %v after SIGTERM", time.Since(termed).Round(time.Millisecond))
-	select {
-	case <-d.exited:
-	case <-time.After(pollTimeout):
-		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
-	}
+	d.waitExit(t, "of SIGTERM")
 	if !strings.Contains(d.out.String(), "bgp stopped; routes withdrawn") {
 		t.Errorf("the daemon did not log the withdrawal at exit:\n%s", d.out)
 	}

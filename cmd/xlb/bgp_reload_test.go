@@ -157,11 +157,7 @@ protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; graceful resta
 		t.Helper()
 		start := time.Now()
 		d.signal(t, syscall.SIGTERM)
-		select {
-		case <-d.exited:
-		case <-time.After(pollTimeout):
-			t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
-		}
+		d.waitExit(t, "of SIGTERM")
 		return time.Since(start)
 	}
 	termed := time.Now()

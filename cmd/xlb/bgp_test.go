@@ -93,11 +93,7 @@ func TestDaemonBGP(t *testing.T) {
 	d.signal(t, syscall.SIGTERM)
 	waitRoute(t, r, vip, 5*time.Second, false)
 	t.Logf("withdrawn %v after SIGTERM", time.Since(termed).Round(time.Millisecond))
-	select {
-	case <-d.exited:
-	case <-time.After(pollTimeout):
-		t.Fatalf("the daemon did not exit within %v of SIGTERM", pollTimeout)
-	}
+	d.waitExit(t, "of SIGTERM")
 	t.Logf("the daemon exited %v after SIGTERM (withdrawing first)", time.Since(termed).Round(time.Millisecond))
 	if !strings.Contains(d.out.String(), "bgp stopped; routes withdrawn") {
 		t.Errorf("the daemon did not log the withdrawal at exit")

@@ -834,6 +834,17 @@ func (p *daemonProc) signal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// waitExit waits until the daemon has exited; after pollTimeout the test fails with what it
+// waited for.
+func (p *daemonProc) waitExit(t *testing.T, after string) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(pollTimeout):
+		t.Fatalf("the daemon did not exit within %v %s", pollTimeout, after)
+	}
+}
+
 func (p *daemonProc) exitedNow() bool {
 	select {
 	case <-p.exited:

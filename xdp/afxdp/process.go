@@ -343,26 +343,22 @@ func (e *Engine) ctStore(fk flowKey, now int64, bid xdp.BackendID, be backendSta
 	}
 }
 
-// ctInsert writes a conntrack entry; a new key in a full table first evicts an arbitrary entry
-// (Go's map iteration starts at a random place).
-func (e *Engine) ctInsert(k flowKey, c ctEntry) {
-	if _, ok := e.ct[k]; !ok && len(e.ct) >= e.opts.ConntrackSize {
-		for old := range e.ct {
-			delete(e.ct, old)
-			break
-		}
-	}
-	e.ct[k] = c
-}
+// ctInsert writes a conntrack entry (insertBounded).
+func (e *Engine) ctInsert(k flowKey, c ctEntry) { insertBounded(e.ct, k, c, e.opts.ConntrackSize) }
 
-func (e *Engine) hsInsert(k flowKey, h hsEntry) {
-	if _, ok := e.hs[k]; !ok && len(e.hs) >= e.opts.HandshakeSize {
-		for old := range e.hs {
-			delete(e.hs, old)
+// hsInsert writes a handshake entry (insertBounded).
+func (e *Engine) hsInsert(k flowKey, h hsEntry) { insertBounded(e.hs, k, h, e.opts.HandshakeSize) }
+
+// insertBounded sets m[k] = v; a new key in a map of size entries or more first evicts an
+// arbitrary entry (Go's map iteration starts at a random place).
+func insertBounded[V any](m map[flowKey]V, k flowKey, v V, size int) {
+	if _, ok := m[k]; !ok && len(m) >= size {
+		for old := range m {
+			delete(m, old)
 			break
 		}
 	}
-	e.hs[k] = h
+	m[k] = v
 }
 
 // reply translates a backend's reply to a client (lb_reverse). ok is false when p's source is
