@@ -139,3 +139,32 @@ func TestEngineConntrackBounds(t *testing.T) {
 		t.Errorf("sweep 2 s later removed %d, %d left; want all 100 idle flows gone", n, e.FlowCount())
 	}
 }
+
+// FuzzProcess: no frame makes the engine panic, and every frame it sends is either addressed
+// to the backend (DNAT) or comes from the VIP's address and port (reverse NAT): nothing else
+// leaves. `go test` runs the seeds; `go test -fuzz FuzzProcess` explores.
+func FuzzProcess(f *testing.F) {
+	c := netip.MustParseAddrPort("198.18.128.1:1234")
+	f.Add(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoTCP, flags: tcpSYN}.bytes())
+	f.Add(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoTCP, flags: tcpACK, payload: []byte("x")}.bytes())
+	f.Add(frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: c, proto: protoTCP, flags: tcpACK}.bytes())
+	f.Add(frameSpec{src: netip.MustParseAddrPort("[2001:db8::1]:5"), dst: netip.MustParseAddrPort("[2001:db8:100::1]:80"), proto: protoUDP}.bytes())
+	f.Add([]byte{})
+	e := testEngine(f)
+	be := netip.AddrPortFrom(pBE[0], 8080)
+	fe := netip.AddrPortFrom(pVIP, 80)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if v := e.Process(frame, 1, time.Second); !v.Send {
+			return
+		}
+		var p packet
+		if parse(frame, &p) != parsedOK {
+			t.Fatalf("sent a frame that does not parse: %x", frame)
+		}
+		src := netip.AddrPortFrom(p.srcAddr(), p.sport)
+		dst := netip.AddrPortFrom(p.dstAddr(), p.dport)
+		if dst != be && src != fe {
+			t.Errorf("sent %s -> %s: neither to the backend %s nor from the VIP %s", src, dst, be, fe)
+		}
+	})
+}
