@@ -547,6 +547,9 @@ func TestBackendAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHealthy(t, s, p6)
+	// Healthy is not yet serving: a backend new to a serving service waits out the warm-up
+	// (datapath.backendWarmup) before it takes new flows.
+	waitServing(t, s, len(pods))
 	pred, err := s.Predictor(pods)
 	if err != nil {
 		t.Fatal(err)
