@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,15 +15,13 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/xlb-dev/xlb/xdp"
 )
 
 // Worker timing.
 const (
-	// pollTimeout bounds how long the worker sleeps in poll(2) with nothing received, so that it
-	// notices attachments and Close.
+	// pollTimeout bounds how long a worker sleeps in poll(2) with nothing received.
 	pollTimeout = 50 * time.Millisecond
 	// sweepEvery and sweepBudget pace the removal of idle flows (Engine.Sweep).
 	sweepEvery = 100 * time.Millisecond
@@ -43,8 +40,8 @@ type Config struct {
 	// Frames is the number of UMEM frames of each socket, a power of two of at least 64; 0
 	// means DefaultFrames.
 	Frames int
-	// PinWorker pins the worker goroutine's thread to CPU WorkerCPU (say, the CPU that serves
-	// the interfaces' receive queues).
+	// PinWorker pins the thread of the worker of receive queue q to CPU WorkerCPU + q (modulo
+	// the CPUs): say, the CPUs that serve the interfaces' receive queues.
 	PinWorker bool
 	WorkerCPU int
 	// Logger receives warnings; nil means slog.Default().
@@ -52,8 +49,8 @@ type Config struct {
 }
 
 // Datapath is xlb's AF_XDP datapath: steer.c on each attached interface, one AF_XDP socket per
-// receive queue, and one worker goroutine that runs every received frame through the Engine
-// and sends it on. The Engine's methods (promoted) configure it exactly as xdp.Datapath's do,
+// receive queue, and a worker goroutine per receive queue index that runs the frames of its
+// sockets through the Engine and sends them on. The Engine's methods (promoted) configure it exactly as xdp.Datapath's do,
 // so lb/reconcile drives either. Nothing is pinned: the program and sockets live as long as the
 // process (a killed process leaves nothing attached).
 type Datapath struct {
@@ -64,26 +61,22 @@ type Datapath struct {
 	steerMap, steeredMap *ebpf.Map
 	start                time.Time
 
-	// mu guards nl, ports and closed. The worker never takes it (it may hold the engine's
-	// lock, which Attach and Detach take under mu).
+	// mu guards nl, ports, closed, workers and published. Workers never take it (they may hold
+	// the engine's lock, which Attach and Detach take under mu).
 	mu     sync.Mutex
 	nl     *netlink.Handle
 	ports  map[string]*attachment
 	closed bool
-	// res resolves next hops; set by the first Attach, read by the worker.
+	// res resolves next hops; set by the first Attach, read by the workers.
 	res atomic.Pointer[Resolver]
-	// sockets is what the worker serves; replaced (not modified) under mu.
-	sockets atomic.Pointer[[]*socket]
-	// published counts publish calls; seen is the count the worker's current loop started
-	// with (it uses no socket published before).
-	published, seen atomic.Uint64
-	// wake interrupts the worker's poll when the sockets change.
-	wakeR, wakeW int
+	// workers: worker q serves receive queue q of every interface; started as attachments
+	// bring more queues (under mu), never fewer than one.
+	workers []*worker
+	// published counts publish calls (under mu): the generation of the workers' views.
+	published uint64
 
+	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
-	// lastErr is the worker's last error, logged once per distinct message (worker only).
-	lastErr string
 }
 
 // attachment is one interface's program, link and sockets.
@@ -110,7 +103,7 @@ func Load(cfg Config) (d *Datapath, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("AF_XDP datapath: load the steer program's spec: %w", err)
 	}
-	d = &Datapath{cfg: cfg, log: log, start: time.Now(), ports: map[string]*attachment{}, wakeR: -1, wakeW: -1}
+	d = &Datapath{cfg: cfg, log: log, start: time.Now(), ports: map[string]*attachment{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, d.closeMaps())
@@ -122,20 +115,16 @@ func Load(cfg Config) (d *Datapath, err error) {
 	if d.steeredMap, err = ebpf.NewMap(spec.Maps["steered"]); err != nil {
 		return nil, fmt.Errorf("AF_XDP datapath: create map steered: %w", err)
 	}
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
-		return nil, fmt.Errorf("AF_XDP datapath: wake pipe: %w", err)
-	}
-	d.wakeR, d.wakeW = p[0], p[1]
 	d.Engine, err = NewEngine(cfg.Engine, hopsFunc(d.lookup))
 	if err != nil {
 		return nil, err
 	}
 	d.Engine.steer = d
-	d.sockets.Store(&[]*socket{})
-	ctx, cancel := context.WithCancel(context.Background())
-	d.cancel, d.done = cancel, make(chan struct{})
-	go d.work(ctx)
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if err := d.startWorkers(1); err != nil {
+		d.cancel()
+		return nil, fmt.Errorf("AF_XDP datapath: %w", err)
+	}
 	return d, nil
 }
 
@@ -150,11 +139,6 @@ func (d *Datapath) closeMaps() error {
 	for _, m := range []*ebpf.Map{d.steerMap, d.steeredMap} {
 		if m != nil {
 			errs = append(errs, m.Close())
-		}
-	}
-	for _, fd := range []int{d.wakeR, d.wakeW} {
-		if fd >= 0 {
-			errs = append(errs, unix.Close(fd))
 		}
 	}
 	return errors.Join(errs...)
@@ -253,8 +237,11 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 		}
 	}
 	d.ports[ifname] = a
+	if err := d.publish(); err != nil {
+		delete(d.ports, ifname)
+		return err
+	}
 	d.Engine.setPort(a.ifindex, true)
-	d.publish()
 	return nil
 }
 
@@ -278,31 +265,63 @@ func (d *Datapath) Detach(ifname string) error {
 	}
 	delete(d.ports, ifname)
 	d.Engine.setPort(a.ifindex, false)
-	d.publish()
+	err := d.publish() // starts no worker: as many queues or fewer
 	d.waitIdle()
-	return a.close()
+	return errors.Join(err, a.close())
 }
 
-// publish gives the worker the current sockets and wakes it. Called with mu held.
-func (d *Datapath) publish() {
-	var all []*socket
+// publish gives every worker its sockets (starting workers for new queues) and wakes them.
+// Called with mu held.
+func (d *Datapath) publish() error {
+	queues := 1
 	for _, a := range d.ports {
-		all = append(all, a.sockets...)
+		queues = max(queues, len(a.sockets))
 	}
-	d.sockets.Store(&all)
-	d.published.Add(1)
-	_, _ = unix.Write(d.wakeW, []byte{1})
+	if err := d.startWorkers(queues); err != nil {
+		return err
+	}
+	d.published++
+	for _, w := range d.workers {
+		v := &workerView{gen: d.published, tx: map[int]*socket{}}
+		for _, a := range d.ports {
+			if w.q < len(a.sockets) {
+				v.rx = append(v.rx, a.sockets[w.q])
+				v.tx[a.ifindex] = a.sockets[w.q]
+			} else {
+				v.tx[a.ifindex] = a.sockets[0] // shared: its TX side is locked
+			}
+		}
+		w.view.Store(v)
+		w.wake()
+	}
+	return nil
 }
 
-// waitIdle returns once the worker has started a loop with the latest sockets, so that detached
-// sockets are no longer in use.
+// startWorkers starts workers until there are n. Called with mu held (or from Load).
+func (d *Datapath) startWorkers(n int) error {
+	for q := len(d.workers); q < n; q++ {
+		w, err := newWorker(d, q)
+		if err != nil {
+			return err
+		}
+		w.view.Store(&workerView{gen: d.published})
+		d.workers = append(d.workers, w)
+		go w.run(d.ctx)
+	}
+	return nil
+}
+
+// waitIdle returns once every worker has started a loop with the latest view, so that sockets
+// no longer published are no longer in use. Called with mu held.
 func (d *Datapath) waitIdle() {
-	want := d.published.Load()
-	for d.seen.Load() < want {
-		select {
-		case <-d.done:
-			return
-		case <-time.After(time.Millisecond):
+	for _, w := range d.workers {
+		for w.seen.Load() < d.published {
+			select {
+			case <-w.done:
+			case <-time.After(time.Millisecond):
+				continue
+			}
+			break
 		}
 	}
 }
@@ -328,10 +347,13 @@ func (d *Datapath) Close() error {
 		return nil
 	}
 	d.closed = true
+	workers := d.workers
 	d.mu.Unlock()
 	d.cancel()
-	_, _ = unix.Write(d.wakeW, []byte{1})
-	<-d.done
+	for _, w := range workers {
+		w.wake()
+		<-w.done
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var errs []error
@@ -343,8 +365,10 @@ func (d *Datapath) Close() error {
 		d.nl.Close()
 		d.nl = nil
 	}
-	errs = append(errs, d.closeMaps())
-	d.wakeR, d.wakeW = -1, -1 // closed (the maps stay set: using a closed one is an error)
+	for _, w := range workers {
+		errs = append(errs, w.close())
+	}
+	errs = append(errs, d.closeMaps()) // the maps stay set: using a closed one is an error
 	return errors.Join(errs...)
 }
 
@@ -381,116 +405,17 @@ func (d *Datapath) Steered() (Steered, error) {
 // now is the engine's clock.
 func (d *Datapath) now() time.Duration { return time.Since(d.start) }
 
-// work is the worker: it takes frames from every socket, runs them through the engine and sends
-// them out of their egress socket, until ctx ends.
-func (d *Datapath) work(ctx context.Context) {
-	defer close(d.done)
-	if d.cfg.PinWorker {
-		// The thread stays locked (and pinned) until the worker returns, and then ends with it.
-		runtime.LockOSThread()
-		var set unix.CPUSet
-		set.Set(d.cfg.WorkerCPU)
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			d.log.Warn("AF_XDP datapath: worker not pinned", "cpu", d.cfg.WorkerCPU, "error", err)
+// queueFrames returns the frames received per receive queue index, over every interface.
+func (d *Datapath) queueFrames() map[int]uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[int]uint64{}
+	for _, a := range d.ports {
+		for _, s := range a.sockets {
+			out[s.queue] += s.received.Load()
 		}
 	}
-	out := map[int][][]byte{}
-	var fds []unix.PollFd
-	lastSweep := time.Duration(0)
-	drain := make([]byte, 64)
-	for ctx.Err() == nil {
-		d.seen.Store(d.published.Load())
-		socks := *d.sockets.Load()
-		byIf := map[int]*socket{}
-		for _, s := range socks {
-			if byIf[s.ifindex] == nil {
-				byIf[s.ifindex] = s
-			}
-		}
-		busy, held := false, false
-		for _, s := range socks {
-			descs := s.receive()
-			if len(descs) == 0 {
-				continue
-			}
-			busy = true
-			now := d.now()
-			for _, desc := range descs {
-				f := s.frame(desc)
-				if v := d.Engine.Process(f, s.ifindex, now); v.Send {
-					out[v.Ifindex] = append(out[v.Ifindex], f)
-				}
-			}
-			// Frames are copied into the egress socket's UMEM before the received ones are
-			// given back to the fill ring.
-			for ifindex, frames := range out {
-				d.transmit(byIf[ifindex], frames)
-				out[ifindex] = frames[:0]
-			}
-			s.refill(descs)
-		}
-		if d.Engine.Held() > 0 {
-			frames, ifindexes := d.Engine.Release(d.now())
-			for i, f := range frames {
-				d.transmit(byIf[ifindexes[i]], [][]byte{f})
-			}
-			// Poll no longer than it takes to notice a resolution.
-			busy = busy || len(frames) > 0
-			held = d.Engine.Held() > 0
-		}
-		if now := d.now(); now-lastSweep >= sweepEvery {
-			d.Engine.Sweep(now, sweepBudget)
-			lastSweep = now
-		}
-		if busy {
-			continue
-		}
-		fds = fds[:0]
-		fds = append(fds, unix.PollFd{Fd: int32(d.wakeR), Events: unix.POLLIN})
-		for _, s := range socks {
-			if err := s.kick(); err != nil { // what a busy kernel left on the ring
-				d.logOnce(err)
-			}
-			fds = append(fds, unix.PollFd{Fd: int32(s.xs.FD()), Events: unix.POLLIN})
-		}
-		timeout := pollTimeout
-		if held {
-			timeout = heldPoll
-		}
-		if _, err := unix.Poll(fds, int(timeout/time.Millisecond)); err != nil && !errors.Is(err, unix.EINTR) {
-			d.logOnce(fmt.Errorf("AF_XDP datapath: poll: %w", err))
-			time.Sleep(pollTimeout)
-		}
-		if fds[0].Revents&unix.POLLIN != 0 {
-			for {
-				if n, _ := unix.Read(d.wakeR, drain); n <= 0 {
-					break
-				}
-			}
-		}
-	}
-}
-
-// transmit sends frames out of s (nil: the interface has no socket any more).
-func (d *Datapath) transmit(s *socket, frames [][]byte) {
-	if s == nil {
-		d.Engine.countTxFull(len(frames))
-		return
-	}
-	dropped, err := s.send(frames)
-	if dropped > 0 {
-		d.Engine.countTxFull(dropped)
-	}
-	if err != nil {
-		d.logOnce(err)
-	}
-}
-
-func (d *Datapath) logOnce(err error) {
-	if msg := err.Error(); msg != d.lastErr {
-		d.lastErr = msg
-		d.log.Warn("AF_XDP datapath", "error", err)
-	}
+	return out
 }
 
 // SocketStats returns the kernel's counters of every socket, summed by name:

@@ -40,7 +40,10 @@ type site struct {
 	dp         *Datapath
 }
 
-func newSite(t *testing.T) *site {
+func newSite(t *testing.T) *site { return newSiteQueues(t, 1) }
+
+// newSiteQueues is newSite with veths of the given number of queues.
+func newSiteQueues(t *testing.T, queues int) *site {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the AF_XDP datapath tests need root (BPF, netns); run them with `make test` as root")
@@ -50,8 +53,19 @@ func newSite(t *testing.T) *site {
 	// An IPv6 neighbour solicitation the datapath starts (it holds no packet to take the source
 	// address from) goes out from the link-local address: no DAD, so that it exists at once.
 	s.gw.Sysctl(t, "net.ipv6.conf.default.accept_dad", "0")
-	netlab.Veth(t, s.cl, "c0", "02:00:00:00:0c:01", s.gw, "gc", "02:00:00:00:01:01")
-	netlab.Veth(t, s.gw, "gb", "02:00:00:00:01:02", s.be, "b0", "02:00:00:00:0b:01")
+	veth := func(n *netlab.NS, an, amac string, m *netlab.NS, bn, bmac string) {
+		if queues == 1 {
+			netlab.Veth(t, n, an, amac, m, bn, bmac)
+			return
+		}
+		q := fmt.Sprintf("numtxqueues %d numrxqueues %d", queues, queues)
+		n.MustIP(t, fmt.Sprintf("link add %s address %s %s type veth peer name %s address %s %s netns %s",
+			an, amac, q, bn, bmac, q, m.Name))
+		n.MustIP(t, "link set "+an+" up")
+		m.MustIP(t, "link set "+bn+" up")
+	}
+	veth(s.cl, "c0", "02:00:00:00:0c:01", s.gw, "gc", "02:00:00:00:01:01")
+	veth(s.gw, "gb", "02:00:00:00:01:02", s.be, "b0", "02:00:00:00:0b:01")
 	for _, c := range []struct {
 		ns   *netlab.NS
 		args string
@@ -283,5 +297,34 @@ func TestAFXDPForwarding(t *testing.T) {
 	}
 	if code, body, err := s.cl.HTTPGet(netip.AddrPortFrom(vip, 80).String(), "/", ioTimeout); err != nil || code != http.StatusOK {
 		t.Fatalf("request after attaching again: %d %q %v", code, body, err)
+	}
+}
+
+// TestAFXDPMultiQueue: with two receive queues on every link, the datapath opens a socket per
+// queue and a worker per queue index; flows spread over both queues (the client's kernel picks
+// a TX queue per flow, which is the gateway's RX queue), and every request is answered through
+// either worker.
+func TestAFXDPMultiQueue(t *testing.T) {
+	s := newSiteQueues(t, 2)
+	for _, a := range backends {
+		s.serveHTTP(t, a)
+	}
+	s.configure(t)
+	for i := range 60 {
+		code, body, err := s.cl.HTTPGet(netip.AddrPortFrom(vip, 80).String(), "/", ioTimeout)
+		if err != nil || code != http.StatusOK || !strings.Contains(body, client.String()+":") {
+			t.Fatalf("request %d through the VIP: %d %q %v", i, code, body, err)
+		}
+	}
+	perQueue := s.dp.queueFrames()
+	t.Logf("frames received per queue (both interfaces): %v", perQueue)
+	if len(perQueue) != 2 || perQueue[0] == 0 || perQueue[1] == 0 {
+		t.Errorf("frames per receive queue %v: want both queues' sockets (and workers) used", perQueue)
+	}
+	s.dp.mu.Lock()
+	workers := len(s.dp.workers)
+	s.dp.mu.Unlock()
+	if workers != 2 {
+		t.Errorf("%d workers for two queues, want 2", workers)
 	}
 }

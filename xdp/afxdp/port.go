@@ -2,6 +2,8 @@ package afxdp
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -18,13 +20,17 @@ const (
 	batchSize = 64
 )
 
-// socket is one AF_XDP socket and the bookkeeping of its frames. It is used by the datapath's
-// worker goroutine only (and by the goroutine that opens and closes it, when the worker no
-// longer sees it).
+// socket is one AF_XDP socket and the bookkeeping of its frames. It is received from by the
+// worker of its queue, sent through by any worker (under txMu), and opened and closed under the
+// datapath's lock when no worker sees it.
 type socket struct {
 	xs      *xsk.Socket
 	ifindex int
 	queue   int
+	// txMu guards the TX side (free, descs, done, the TX and completion rings): workers of
+	// other queues send through this socket when their egress has fewer queues. The RX side
+	// (rx, addrs, the fill and RX rings) is the owning worker's alone.
+	txMu sync.Mutex
 	// free are the TX frames neither on the TX ring nor waiting for completion.
 	free []uint64
 	// rx, descs and done are reused buffers: received descriptors, descriptors to send, and
@@ -33,6 +39,8 @@ type socket struct {
 	descs []unix.XDPDesc
 	addrs []uint64
 	done  []uint64
+	// received counts the frames taken from the RX ring.
+	received atomic.Uint64
 }
 
 // openSocket opens a socket with frames UMEM frames on queue of ifindex (in the calling thread's
@@ -59,7 +67,7 @@ func openSocket(ifindex, queue, frames int) (*socket, error) {
 	return s, nil
 }
 
-// complete takes back the TX frames the kernel has sent.
+// complete takes back the TX frames the kernel has sent. txMu must be held.
 func (s *socket) complete() {
 	n := s.xs.Complete(s.done)
 	s.free = append(s.free, s.done[:n]...)
@@ -68,6 +76,8 @@ func (s *socket) complete() {
 // send copies frames into free TX frames, puts them on the TX ring and has the kernel send them.
 // It returns how many it could not send (no free frame, a frame too long, a full TX ring).
 func (s *socket) send(frames [][]byte) (dropped int, err error) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	s.complete()
 	descs := s.descs[:0]
 	for _, f := range frames {
@@ -92,6 +102,8 @@ func (s *socket) send(frames [][]byte) (dropped int, err error) {
 
 // kick has the kernel send what a busy moment left on the TX ring, and takes back what it sent.
 func (s *socket) kick() error {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	err := s.xs.Kick()
 	s.complete()
 	return err
@@ -99,7 +111,11 @@ func (s *socket) kick() error {
 
 // receive returns up to batchSize received descriptors; give them back with refill.
 func (s *socket) receive() []unix.XDPDesc {
-	return s.rx[:s.xs.Receive(s.rx)]
+	n := s.xs.Receive(s.rx)
+	if n > 0 {
+		s.received.Add(uint64(n))
+	}
+	return s.rx[:n]
 }
 
 // frame is the bytes of a received descriptor.
