@@ -40,10 +40,11 @@ type site struct {
 	dp         *Datapath
 }
 
-func newSite(t *testing.T) *site { return newSiteQueues(t, 1) }
+func newSite(t *testing.T) *site { return newSiteQueues(t, 1, 1) }
 
-// newSiteQueues is newSite with veths of the given number of queues.
-func newSiteQueues(t *testing.T, queues int) *site {
+// newSiteQueues is newSite with veths of the given numbers of queues: the client link's and
+// the backend link's.
+func newSiteQueues(t *testing.T, clientQueues, backendQueues int) *site {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the AF_XDP datapath tests need root (BPF, netns); run them with `make test` as root")
@@ -53,7 +54,7 @@ func newSiteQueues(t *testing.T, queues int) *site {
 	// An IPv6 neighbour solicitation the datapath starts (it holds no packet to take the source
 	// address from) goes out from the link-local address: no DAD, so that it exists at once.
 	s.gw.Sysctl(t, "net.ipv6.conf.default.accept_dad", "0")
-	veth := func(n *netlab.NS, an, amac string, m *netlab.NS, bn, bmac string) {
+	veth := func(queues int, n *netlab.NS, an, amac string, m *netlab.NS, bn, bmac string) {
 		if queues == 1 {
 			netlab.Veth(t, n, an, amac, m, bn, bmac)
 			return
@@ -64,8 +65,8 @@ func newSiteQueues(t *testing.T, queues int) *site {
 		n.MustIP(t, "link set "+an+" up")
 		m.MustIP(t, "link set "+bn+" up")
 	}
-	veth(s.cl, "c0", "02:00:00:00:0c:01", s.gw, "gc", "02:00:00:00:01:01")
-	veth(s.gw, "gb", "02:00:00:00:01:02", s.be, "b0", "02:00:00:00:0b:01")
+	veth(clientQueues, s.cl, "c0", "02:00:00:00:0c:01", s.gw, "gc", "02:00:00:00:01:01")
+	veth(backendQueues, s.gw, "gb", "02:00:00:00:01:02", s.be, "b0", "02:00:00:00:0b:01")
 	for _, c := range []struct {
 		ns   *netlab.NS
 		args string
@@ -300,20 +301,28 @@ func TestAFXDPForwarding(t *testing.T) {
 	}
 }
 
-// TestAFXDPMultiQueue: with two receive queues on every link, the datapath opens a socket per
-// queue and a worker per queue index; flows spread over both queues (the client's kernel picks
-// a TX queue per flow, which is the gateway's RX queue), and every request is answered through
-// either worker.
+// TestAFXDPMultiQueue: with two receive queues on the client link and one on the backend link,
+// the datapath opens a socket per queue and a worker per queue index; flows spread over both
+// client-side queues (the client's kernel picks a TX queue per flow, which is the gateway's RX
+// queue), worker 1 sends to the backends through the backend link's only socket (shared with
+// worker 0), and every request is answered. Then, under traffic, the client link is detached
+// and attached again: afterwards every request is answered again.
 func TestAFXDPMultiQueue(t *testing.T) {
-	s := newSiteQueues(t, 2)
+	s := newSiteQueues(t, 2, 1)
 	for _, a := range backends {
 		s.serveHTTP(t, a)
 	}
 	s.configure(t)
-	for i := range 60 {
+	get := func() error {
 		code, body, err := s.cl.HTTPGet(netip.AddrPortFrom(vip, 80).String(), "/", ioTimeout)
-		if err != nil || code != http.StatusOK || !strings.Contains(body, client.String()+":") {
-			t.Fatalf("request %d through the VIP: %d %q %v", i, code, body, err)
+		if err == nil && (code != http.StatusOK || !strings.Contains(body, client.String()+":")) {
+			err = fmt.Errorf("answer %d %q", code, body)
+		}
+		return err
+	}
+	for i := range 60 {
+		if err := get(); err != nil {
+			t.Fatalf("request %d through the VIP: %v", i, err)
 		}
 	}
 	perQueue := s.dp.queueFrames()
@@ -326,5 +335,57 @@ func TestAFXDPMultiQueue(t *testing.T) {
 	s.dp.mu.Unlock()
 	if workers != 2 {
 		t.Errorf("%d workers for two queues, want 2", workers)
+	}
+
+	// Detach and attach under load: UDP datagrams to the VIP every 100 µs from one socket
+	// (bounded: the 3 rounds below, about half a second), frames in flight in every ring.
+	for _, a := range backends {
+		s.serveUDP(t, a)
+	}
+	var uc net.Conn
+	if err := s.cl.Do(func() (err error) {
+		uc, err = net.Dial("udp", netip.AddrPortFrom(vip, 53).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	stop := make(chan struct{})
+	loadDone := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				loadDone <- n
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+			if _, err := uc.Write([]byte("load")); err == nil { // lost while detached: fine
+				n++
+			}
+		}
+	}()
+	for range 3 {
+		err := s.gw.Do(func() error {
+			if err := s.dp.Detach("gc"); err != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+			return s.dp.Attach("gc", xdp.AttachAuto)
+		})
+		if err != nil {
+			close(stop)
+			<-loadDone
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	t.Logf("%d datagrams sent during 3 detach/attach rounds; engine verdicts %v", <-loadDone, s.dp.Reasons())
+	for i := range 20 {
+		if err := get(); err != nil {
+			t.Fatalf("request %d after attaching again: %v", i, err)
+		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 // worker is one goroutine serving receive queue q of every attached interface: it takes frames
 // from those sockets, runs them through the engine and sends them out of their egress
 // interface's socket of the same queue (queue 0's when the egress has fewer queues; a socket's
-// TX side is locked, its RX side is the worker's alone). Worker 0 also sweeps idle flows and
-// releases frames held for a neighbour.
+// TX side is locked, its RX side is the worker's alone). Worker 0 also sweeps idle flows; any
+// worker releases frames held for a neighbour.
 type worker struct {
 	d *Datapath
 	q int
@@ -96,25 +96,28 @@ func (w *worker) run(ctx context.Context) {
 			// Frames are copied into the egress socket's UMEM before the received ones are
 			// given back to the fill ring.
 			for ifindex, frames := range out {
+				if len(frames) == 0 {
+					continue
+				}
 				w.transmit(v.tx[ifindex], frames)
+				clear(frames) // no pointer into a UMEM outlives the batch
 				out[ifindex] = frames[:0]
 			}
 			s.refill(descs)
 		}
-		if w.q == 0 {
-			if e.Held() > 0 {
-				frames, ifindexes := e.Release(d.now())
-				for i, f := range frames {
-					w.transmit(v.tx[ifindexes[i]], [][]byte{f})
-				}
-				// Poll no longer than it takes to notice a resolution.
-				busy = busy || len(frames) > 0
-				held = e.Held() > 0
+		// Any worker with frames held for a neighbour releases them (whichever comes first: the
+		// engine locks), and polls briefly while some are held.
+		if e.Held() > 0 {
+			frames, ifindexes := e.Release(d.now())
+			for i, f := range frames {
+				w.transmit(v.tx[ifindexes[i]], [][]byte{f})
 			}
-			if now := d.now(); now-lastSweep >= sweepEvery {
-				e.Sweep(now, sweepBudget)
-				lastSweep = now
-			}
+			busy = busy || len(frames) > 0
+			held = e.Held() > 0
+		}
+		if now := d.now(); w.q == 0 && now-lastSweep >= sweepEvery {
+			e.Sweep(now, sweepBudget)
+			lastSweep = now
 		}
 		if busy {
 			continue

@@ -4,7 +4,10 @@
 //
 // The rings are shared with the kernel: their producer and consumer indexes are read and written
 // with atomic operations, which order the ring entries before the index that publishes them.
-// A Socket is used by one goroutine at a time; Stats and FD may be called from any.
+// The RX side (Fill, Receive) and the TX side (Transmit, Kick, TxQueued, Complete) use separate
+// rings and may each have a goroutine of their own; each side is used by one goroutine at a
+// time. FrameSize, RingSize, FD and Stats may be called from any, Close when neither side is in
+// use.
 package xsk
 
 import (
@@ -30,8 +33,8 @@ type Options struct {
 	RingSize int
 }
 
-// Socket is an open AF_XDP socket. Its methods are not safe for concurrent use, except FD and
-// Stats.
+// Socket is an open AF_XDP socket (see the package documentation for which methods may run
+// concurrently).
 type Socket struct {
 	fd        int
 	ifindex   int
