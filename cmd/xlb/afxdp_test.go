@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
 // TestDaemonAFXDP runs `xlb run` with datapath.kind afxdp in the lab: the AF_XDP datapath
@@ -97,11 +95,7 @@ func TestDaemonAFXDPWithdraws(t *testing.T) {
 	}
 	l := newLab(t)
 	l.kind = "afxdp"
-	r := netlab.New(t, netlab.Prefix()+"r")
-	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
-	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
-	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
-	startBIRD(t, r, labRouter, fmt.Sprintf("protocol bgp xlb from lb { neighbor %s as 65001; }\n", labGWRouter))
+	r := l.startRouter(t)
 	l.extra = fmt.Sprintf(`bgp:
   routerID: %s
   asn: 65001

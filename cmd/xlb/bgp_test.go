@@ -39,11 +39,7 @@ func TestDaemonBGP(t *testing.T) {
 	start := time.Now()
 	step := func(name string) { t.Logf("--- %s (at %v)", name, time.Since(start).Round(time.Millisecond)) }
 	l := newLab(t)
-	r := netlab.New(t, netlab.Prefix()+"r")
-	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
-	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
-	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
-	startBIRD(t, r, labRouter, fmt.Sprintf("protocol bgp xlb from lb { neighbor %s as 65001; }\n", labGWRouter))
+	r := l.startRouter(t)
 
 	step("start the daemon with bgp")
 	l.extra = fmt.Sprintf(`bgp:
@@ -99,6 +95,18 @@ func TestDaemonBGP(t *testing.T) {
 		t.Errorf("the daemon did not log the withdrawal at exit")
 	}
 	step("done")
+}
+
+// startRouter adds a router namespace linked to the gateway (labRouter <-> labGWRouter)
+// running BIRD with one passive session to the gateway's xlb (AS 65001), and returns it.
+func (l *lab) startRouter(t *testing.T) *netlab.NS {
+	t.Helper()
+	r := netlab.New(t, netlab.Prefix()+"r")
+	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
+	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
+	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
+	startBIRD(t, r, labRouter, fmt.Sprintf("protocol bgp xlb from lb { neighbor %s as 65001; }\n", labGWRouter))
+	return r
 }
 
 // startBIRD runs BIRD 2 in ns as a router (AS 65000) that installs what it learns into the
