@@ -23,9 +23,11 @@ const (
 // Resolver answers next-hop lookups from the kernel's routing and neighbour tables over
 // netlink, as bpf_fib_lookup answers the XDP datapath, and caches each destination's answer for
 // a TTL (the XDP datapath's NextHopCacheTTL): route and neighbour changes take effect within it.
-// A destination not cached costs a route lookup (a netlink round trip, ~10 µs) on the packet
-// path; neighbour tables are read whole, at most once per negativeTTL per interface. The policy
-// routing rules that would pick a table by source or ingress interface are not asked.
+// A destination not cached is matched against a copy of the main and local routing tables
+// (routeTable, read again every routeRefresh; with more than maxTableRoutes routes, or no cache,
+// the kernel is asked per destination: a netlink round trip, ~10 µs); neighbour tables are read
+// whole, at most once per negativeTTL per interface. The policy routing rules that would pick a
+// table by source or ingress interface are not asked.
 // A destination whose neighbour is unknown gets its resolution started (a neighbour entry
 // "used", NTF_USE, as a packet to it would) and is dropped meanwhile. Its methods are safe for
 // concurrent use.
@@ -37,6 +39,9 @@ type Resolver struct {
 	cache  map[netip.Addr]cachedHop
 	links  map[int]cachedLink
 	neighs map[neighKey]cachedNeighbours
+	// routes is the copy of the routing tables (nil: ask the kernel), read at routesRead.
+	routes     *routeTable
+	routesRead time.Time
 }
 
 type cachedHop struct {
@@ -84,40 +89,55 @@ func (r *Resolver) Lookup(dst netip.Addr) (Hop, HopKind) {
 	return hop, kind
 }
 
-func (r *Resolver) resolve(dst netip.Addr, now time.Time) (Hop, HopKind) {
+// route returns the route to dst: from the copy of the routing tables, read again every
+// routeRefresh, or (no cache, or too many routes to copy) from the kernel.
+func (r *Resolver) route(dst netip.Addr, now time.Time) (typ, link int, gw netip.Addr, ok bool) {
+	if r.ttl >= 0 && now.Sub(r.routesRead) >= routeRefresh {
+		r.routes, _ = loadRoutes(r.h, now)
+		r.routesRead = now
+	}
+	if r.routes != nil {
+		return r.routes.lookup(dst)
+	}
 	routes, err := r.h.RouteGet(dst.AsSlice())
 	if err != nil || len(routes) == 0 {
+		return 0, 0, netip.Addr{}, false
+	}
+	return routes[0].Type, routes[0].LinkIndex, addrOr(routes[0].Gw), true
+}
+
+func (r *Resolver) resolve(dst netip.Addr, now time.Time) (Hop, HopKind) {
+	typ, link, gw, ok := r.route(dst, now)
+	if !ok {
 		return Hop{}, HopUnreachable
 	}
-	rt := routes[0]
-	switch rt.Type {
+	switch typ {
 	case unix.RTN_LOCAL, unix.RTN_BROADCAST:
 		return Hop{}, HopLocal
 	case unix.RTN_UNICAST:
 	default:
 		return Hop{}, HopUnreachable
 	}
-	l, err := r.link(rt.LinkIndex, now)
+	l, err := r.link(link, now)
 	if err != nil {
 		return Hop{}, HopUnreachable
 	}
-	gw := dst
-	if a, ok := netip.AddrFromSlice(rt.Gw); ok && rt.Gw != nil {
-		gw = a.Unmap()
+	if !gw.IsValid() {
+		gw = dst // on link
 	}
 	family := netlink.FAMILY_V4
 	if gw.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	neighs, err := r.neighbours(rt.LinkIndex, family, now)
+	neighs, err := r.neighbours(link, family, now)
 	if err != nil {
 		return Hop{}, HopUnreachable
 	}
 	if mac, ok := neighs[gw]; ok {
-		return Hop{Ifindex: rt.LinkIndex, Src: l.mac, Dst: mac, MTU: l.mtu}, HopSend
+		return Hop{Ifindex: link, Src: l.mac, Dst: mac, MTU: l.mtu}, HopSend
 	}
 	// Start resolution as a packet to gw would: the next lookup after negativeTTL finds it.
-	_ = r.h.NeighSet(&netlink.Neigh{LinkIndex: rt.LinkIndex, Family: family, IP: gw.AsSlice(),
+	_ = r.h.NeighSet(&netlink.Neigh{LinkIndex: link, Family: family, IP: gw.AsSlice(),
 		Flags: unix.NTF_USE})
 	return Hop{}, HopNoNeigh
 }
