@@ -74,6 +74,8 @@ type Datapath struct {
 	workers []*worker
 	// published counts publish calls (under mu): the generation of the workers' views.
 	published uint64
+	// refreshDone closes when the route copy's refresher (started with the resolver) ends.
+	refreshDone chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -182,8 +184,21 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 		if err != nil {
 			return fmt.Errorf("attach AF_XDP datapath to %s: netlink: %w", ifname, err)
 		}
+		// The route copy's refresher has a handle of its own, in this namespace too.
+		hr, err := netlink.NewHandle()
+		if err != nil {
+			h.Close()
+			return fmt.Errorf("attach AF_XDP datapath to %s: netlink: %w", ifname, err)
+		}
 		d.nl = h
-		d.res.Store(NewResolver(h, d.cfg.NextHopCacheTTL))
+		res := NewResolver(h, d.cfg.NextHopCacheTTL)
+		d.res.Store(res)
+		d.refreshDone = make(chan struct{})
+		go func() {
+			defer close(d.refreshDone)
+			defer hr.Close()
+			res.RefreshRoutes(d.ctx, hr)
+		}()
 	}
 	l, err := d.nl.LinkByName(ifname)
 	if err != nil {
@@ -356,6 +371,9 @@ func (d *Datapath) Close() error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.refreshDone != nil {
+		<-d.refreshDone
+	}
 	var errs []error
 	for name, a := range d.ports {
 		errs = append(errs, a.close())

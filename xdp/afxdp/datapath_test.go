@@ -275,6 +275,10 @@ func TestAFXDPForwarding(t *testing.T) {
 		t.Errorf("no conntrack entries after 20 connections")
 	}
 
+	if s.dp.res.Load().routes.Load() == nil {
+		t.Errorf("the resolver has no copy of the routing tables: every new destination asks the kernel")
+	}
+
 	// Detached and attached again: the sockets and their queues were released, and traffic
 	// flows again.
 	err = s.gw.Do(func() error {

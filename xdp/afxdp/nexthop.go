@@ -1,10 +1,12 @@
 package afxdp
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -24,8 +26,8 @@ const (
 // netlink, as bpf_fib_lookup answers the XDP datapath, and caches each destination's answer for
 // a TTL (the XDP datapath's NextHopCacheTTL): route and neighbour changes take effect within it.
 // A destination not cached is matched against a copy of the main and local routing tables
-// (routeTable, read again every routeRefresh; with more than maxTableRoutes routes, or no cache,
-// the kernel is asked per destination: a netlink round trip, ~10 µs); neighbour tables are read
+// (routeTable, kept by RefreshRoutes; without it, with more than maxTableRoutes routes, or no
+// cache, the kernel is asked per destination: a netlink round trip, ~10 µs); neighbour tables are read
 // whole, at most once per negativeTTL per interface. The policy routing rules that would pick a
 // table by source or ingress interface are not asked.
 // A destination whose neighbour is unknown gets its resolution started (a neighbour entry
@@ -39,9 +41,28 @@ type Resolver struct {
 	cache  map[netip.Addr]cachedHop
 	links  map[int]cachedLink
 	neighs map[neighKey]cachedNeighbours
-	// routes is the copy of the routing tables (nil: ask the kernel), read at routesRead.
-	routes     *routeTable
-	routesRead time.Time
+	// routes is the copy of the routing tables RefreshRoutes keeps (nil, or stale: ask the
+	// kernel).
+	routes atomic.Pointer[routeTable]
+}
+
+// RefreshRoutes reads the routing tables of h's namespace (the Resolver's) into the copy
+// lookups match against, every routeRefresh until ctx ends, outside the packet path: h must
+// be a handle of its own (netlink handles are not shared across goroutines). Without it, or
+// with more than maxTableRoutes routes, lookups ask the kernel per destination.
+func (r *Resolver) RefreshRoutes(ctx context.Context, h *netlink.Handle) {
+	for {
+		t, ok := loadRoutes(h, time.Now())
+		if !ok {
+			t = nil
+		}
+		r.routes.Store(t)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(routeRefresh):
+		}
+	}
 }
 
 type cachedHop struct {
@@ -89,15 +110,11 @@ func (r *Resolver) Lookup(dst netip.Addr) (Hop, HopKind) {
 	return hop, kind
 }
 
-// route returns the route to dst: from the copy of the routing tables, read again every
-// routeRefresh, or (no cache, or too many routes to copy) from the kernel.
+// route returns the route to dst: from the copy of the routing tables when RefreshRoutes
+// keeps one (and the cache is on), else from the kernel.
 func (r *Resolver) route(dst netip.Addr, now time.Time) (typ, link int, gw netip.Addr, ok bool) {
-	if r.ttl >= 0 && now.Sub(r.routesRead) >= routeRefresh {
-		r.routes, _ = loadRoutes(r.h, now)
-		r.routesRead = now
-	}
-	if r.routes != nil {
-		return r.routes.lookup(dst)
+	if t := r.routes.Load(); t != nil && r.ttl >= 0 && now.Sub(t.loaded) < 3*routeRefresh {
+		return t.lookup(dst)
 	}
 	routes, err := r.h.RouteGet(dst.AsSlice())
 	if err != nil || len(routes) == 0 {
