@@ -3,6 +3,7 @@ package afxdp
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"net"
 	"net/netip"
 	"sync"
@@ -25,14 +26,14 @@ const (
 // Resolver answers next-hop lookups from the kernel's routing and neighbour tables over
 // netlink, as bpf_fib_lookup answers the XDP datapath, and caches each destination's answer for
 // a TTL (the XDP datapath's NextHopCacheTTL): route and neighbour changes take effect within it.
-// A destination not cached is matched against a copy of the main and local routing tables
-// (routeTable, kept by RefreshRoutes; without it, with more than maxTableRoutes routes, or no
-// cache, the kernel is asked per destination: a netlink round trip, ~10 µs); neighbour tables are read
-// whole, at most once per negativeTTL per interface. The policy routing rules that would pick a
-// table by source or ingress interface are not asked.
-// A destination whose neighbour is unknown gets its resolution started (a neighbour entry
-// "used", NTF_USE, as a packet to it would) and is dropped meanwhile. Its methods are safe for
-// concurrent use.
+// A destination not cached is matched against a copy of the local and main routing tables
+// (routeTable, kept by RefreshRoutes, and only where it answers as the kernel would: see
+// loadRoutes); without one, or with the cache off, the kernel is asked per destination
+// (RouteGet: a netlink round trip, ~10 µs). Neighbour tables are read whole, at most once per
+// negativeTTL per interface. A destination whose neighbour is unknown gets its resolution
+// started (a neighbour entry "used", NTF_USE, as a packet to it would); the engine holds its
+// frames meanwhile.
+// Its methods are safe for concurrent use.
 type Resolver struct {
 	h   *netlink.Handle
 	ttl time.Duration
@@ -42,25 +43,29 @@ type Resolver struct {
 	links  map[int]cachedLink
 	neighs map[neighKey]cachedNeighbours
 	// routes is the copy of the routing tables RefreshRoutes keeps (nil, or stale: ask the
-	// kernel).
+	// kernel); seed picks a multipath route's hop, the same for a destination while the
+	// Resolver lives.
 	routes atomic.Pointer[routeTable]
+	seed   maphash.Seed
 }
 
 // RefreshRoutes reads the routing tables of h's namespace (the Resolver's) into the copy
-// lookups match against, every routeRefresh until ctx ends, outside the packet path: h must
-// be a handle of its own (netlink handles are not shared across goroutines). Without it, or
-// with more than maxTableRoutes routes, lookups ask the kernel per destination.
+// lookups match against, every routeRefresh until ctx ends, outside the packet path (h: a
+// handle of its own, so that a dump never waits behind a lookup). While there is no copy (see
+// loadRoutes: policy rules, TOS routes, too many routes; tried again every routeRetry), or it is
+// stale, lookups ask the kernel per destination.
 func (r *Resolver) RefreshRoutes(ctx context.Context, h *netlink.Handle) {
 	for {
-		t, ok := loadRoutes(h, time.Now())
+		t, ok := loadRoutes(h, time.Now(), r.seed)
+		wait := routeRefresh
 		if !ok {
-			t = nil
+			t, wait = nil, routeRetry
 		}
 		r.routes.Store(t)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(routeRefresh):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -84,7 +89,7 @@ func NewResolver(h *netlink.Handle, ttl time.Duration) *Resolver {
 		ttl = 500 * time.Millisecond
 	}
 	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{},
-		neighs: map[neighKey]cachedNeighbours{}}
+		neighs: map[neighKey]cachedNeighbours{}, seed: maphash.MakeSeed()}
 }
 
 // Lookup implements NextHops.
@@ -129,7 +134,7 @@ func (r *Resolver) resolve(dst netip.Addr, now time.Time) (Hop, HopKind) {
 		return Hop{}, HopUnreachable
 	}
 	switch typ {
-	case unix.RTN_LOCAL, unix.RTN_BROADCAST:
+	case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST:
 		return Hop{}, HopLocal
 	case unix.RTN_UNICAST:
 	default:

@@ -1,6 +1,8 @@
 package afxdp
 
 import (
+	"errors"
+	"hash/maphash"
 	"net/netip"
 	"os"
 	"slices"
@@ -40,6 +42,10 @@ func TestRouteTableMatchesKernel(t *testing.T) {
 		"-6 route add default via 2001:db8::2",
 		"-6 route add 2001:db8:40::/48 via 2001:db8:1::2",
 		"-6 route add blackhole 2001:db8:50::/48",
+		"-6 route add ::ffff:198.18.200.0/120 via 2001:db8::2", // an IPv4-mapped IPv6 prefix
+		"route add 198.18.100.0/24 via 198.18.1.2 metric 600",  // the same prefix twice:
+		"route add 198.18.100.0/24 via 198.18.0.2 metric 100",  // the lower metric wins
+		"route add local 198.18.250.0/24 dev e0",               // local table, a range
 	} {
 		ns.MustIP(t, c)
 	}
@@ -47,8 +53,9 @@ func TestRouteTableMatchesKernel(t *testing.T) {
 		"198.18.0.7", "198.18.1.7", "198.18.5.5", "198.18.64.1", "198.18.70.1", "198.18.70.9",
 		"198.18.71.1", "198.18.80.1", "198.18.81.1", "198.18.90.1", "198.18.90.2", "198.18.0.1",
 		"198.18.1.1", "198.18.0.255",
+		"198.18.100.9", "198.18.250.7",
 		"2001:db8::7", "2001:db8:1::7", "2001:db8:40::1", "2001:db8:40:1::1", "2001:db8:50::1",
-		"2001:db8:99::1", "2001:db8::1",
+		"2001:db8:99::1", "2001:db8::1", "::ffff:198.18.200.5",
 	}
 	err := ns.Do(func() error {
 		h, err := netlink.NewHandle()
@@ -56,13 +63,20 @@ func TestRouteTableMatchesKernel(t *testing.T) {
 			return err
 		}
 		defer h.Close()
-		table, ok := loadRoutes(h, time.Now())
+		table, ok := loadRoutes(h, time.Now(), maphash.MakeSeed())
 		if !ok {
-			t.Fatal("the routes could not be copied")
+			return errors.New("the routes could not be copied")
 		}
 		for _, s := range dsts {
 			dst := netip.MustParseAddr(s)
 			typ, link, gw, ok := table.lookup(dst)
+			if dst.Is4In6() {
+				// netlink's RouteGet would ask for the IPv4 address: check the IPv6 route.
+				if !ok || typ != unix.RTN_UNICAST || gw != netip.MustParseAddr("2001:db8::2") {
+					t.Errorf("%s: type %d via %s (found %v), want the IPv4-mapped IPv6 route via 2001:db8::2", dst, typ, gw, ok)
+				}
+				continue
+			}
 			kernel, kerr := h.RouteGet(dst.AsSlice())
 			dropped := !ok || typ == unix.RTN_BLACKHOLE || typ == unix.RTN_UNREACHABLE || typ == unix.RTN_PROHIBIT
 			if kerr != nil || len(kernel) == 0 {
@@ -102,6 +116,14 @@ func TestRouteTableMatchesKernel(t *testing.T) {
 			_, _ = h.RouteGet(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}).AsSlice())
 		}
 		t.Logf("a new destination's route: %v from the copy, %v from the kernel (RouteGet)", copied, time.Since(start)/n)
+
+		// A policy rule: the copy would not answer as the kernel does, so there is none.
+		if err := ns.IP("rule add from 198.18.0.0/24 table 100"); err != nil {
+			return err
+		}
+		if _, ok := loadRoutes(h, time.Now(), maphash.MakeSeed()); ok {
+			t.Errorf("the routes were copied although a policy rule decides some lookups")
+		}
 		return nil
 	})
 	if err != nil {
