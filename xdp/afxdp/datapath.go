@@ -406,11 +406,14 @@ type Steered struct {
 }
 
 // Steered returns the steer programs' counters.
-func (d *Datapath) Steered() (Steered, error) {
+func (d *Datapath) Steered() (Steered, error) { return readSteered(d.steeredMap) }
+
+// readSteered sums a steered map over CPUs.
+func readSteered(m *ebpf.Map) (Steered, error) {
 	var out Steered
 	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs} {
 		var per []uint64
-		if err := d.steeredMap.Lookup(uint32(i), &per); err != nil {
+		if err := m.Lookup(uint32(i), &per); err != nil {
 			return Steered{}, fmt.Errorf("read steered[%d]: %w", i, err)
 		}
 		for _, v := range per {

@@ -472,15 +472,9 @@ func TestSteerProgram(t *testing.T) {
 	configureParity(t, eng)
 
 	counts := func() Steered {
-		var out Steered
-		for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs} {
-			var per []uint64
-			if err := objs.Steered.Lookup(uint32(i), &per); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range per {
-				*n += v
-			}
+		out, err := readSteered(objs.Steered)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
