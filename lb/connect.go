@@ -1,0 +1,87 @@
+package lb
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+)
+
+// ConnectPlan is the node agent's desired state (the socket load balancer, xdp/socklb): for
+// each frontend (a cluster IP, port and protocol), the endpoints (Pod address and target port)
+// new connections go to, sorted. An empty list means the frontend refuses connections: the
+// service exists but no endpoint serves it.
+type ConnectPlan map[Frontend][]netip.AddrPort
+
+// PlanConnect computes the socket load balancer's desired state from services (cluster IPs in
+// VIPs). A frontend takes the Active backends of its address's family with a weight above zero,
+// each once: a connection picks one of them at random, so weights beyond zero and affinity do
+// not apply. A service that is invalid, has an all-ports port (the socket hooks need a port to
+// match), or claims a frontend an earlier service (by name) has, is left out and reported in
+// errs; the others are planned as if it were not there.
+func PlanConnect(services []Service) (ConnectPlan, []error) {
+	plan := ConnectPlan{}
+	owner := map[Frontend]string{}
+	var errs []error
+	sorted := slices.Clone(services)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	names := map[string]bool{}
+	for i := range sorted {
+		s := &sorted[i]
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if names[s.Name] {
+			errs = append(errs, fmt.Errorf("service %s: defined twice", s.Name))
+			continue
+		}
+		names[s.Name] = true
+		fronts, err := connectFrontends(s)
+		if err == nil {
+			for f := range fronts {
+				if other, taken := owner[f]; taken {
+					err = fmt.Errorf("service %s: frontend %s already belongs to service %s", s.Name, f, other)
+					break
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for f, eps := range fronts {
+			plan[f] = eps
+			owner[f] = s.Name
+		}
+	}
+	return plan, errs
+}
+
+// connectFrontends plans every frontend of one valid service.
+func connectFrontends(s *Service) (ConnectPlan, error) {
+	out := ConnectPlan{}
+	for _, p := range s.Ports {
+		if p.Port == 0 {
+			return nil, fmt.Errorf("service %s: all-ports port (0) cannot be balanced at connect time", s.Name)
+		}
+		for _, v := range s.VIPs {
+			v = v.Unmap()
+			eps := []netip.AddrPort{}
+			for _, b := range s.Backends {
+				a := b.Addr.Unmap()
+				if b.State != Active || b.Weight == 0 || a.Is4() != v.Is4() {
+					continue
+				}
+				port := b.targetPort(p)
+				if port == 0 {
+					port = p.Port
+				}
+				eps = append(eps, netip.AddrPortFrom(a, port))
+			}
+			slices.SortFunc(eps, netip.AddrPort.Compare)
+			out[Frontend{Addr: v, Port: p.Port, Proto: p.Protocol}] = slices.Compact(eps)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* socklb.h: the structs, constants and maps of the node agent's socket load balancer
+ * (socklb.c). Go writes services, slots and members (xdp/socklb); the programs write
+ * affinity and revnat. */
+#ifndef XLB_SOCKLB_H
+#define XLB_SOCKLB_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+/* Address families as the maps store them (not AF_*: one byte, and the same in every key). */
+#define FAMILY_V4 4
+#define FAMILY_V6 6
+
+#define PROTO_TCP 6
+#define PROTO_UDP 17
+
+/* Verdicts of a cgroup sock_addr program. */
+#define SOCK_ALLOW 1
+#define SOCK_REJECT 0
+
+/* ECONNREFUSED, which a connect to a service without a serving endpoint fails with (as behind
+ * kube-proxy's REJECT rule), rather than the EPERM of a bare SOCK_REJECT. */
+#define ERR_CONNREFUSED 111
+
+/* Sizes. MAX_SERVICES bounds the frontends (cluster IP, port, protocol) a node serves;
+ * MAX_SLOTS the endpoints of all of them together (twice, while a frontend's new slots are
+ * written before its old ones go); the LRU maps hold one entry per socket and service (affinity)
+ * or per socket and endpoint (revnat), the least recently used dropping out. */
+#define MAX_SERVICES 65536
+#define MAX_SLOTS 524288
+#define MAX_SOCKETS 262144
+
+/* An address: IPv4 in w[0] (network order), the rest zero; IPv6 in all four words. */
+struct addr {
+	__u32 w[4];
+};
+
+/* Key of services: a frontend as the application names it. */
+struct svc_key {
+	struct addr addr;
+	__u16 port;   /* network order */
+	__u8 proto;   /* PROTO_TCP or PROTO_UDP */
+	__u8 family;  /* FAMILY_V4 or FAMILY_V6 */
+};
+
+/* Value of services. */
+struct svc_value {
+	__u32 id;     /* the frontend's current slot set: slots {id, 0..count-1} */
+	__u32 count;  /* endpoints taking new connections; 0 = refuse them */
+};
+
+/* Key of slots: one endpoint of a frontend's slot set. */
+struct slot_key {
+	__u32 id;
+	__u32 slot;
+};
+
+/* An endpoint: value of slots, and part of the keys of members, affinity and revnat. */
+struct endpoint {
+	struct addr addr;
+	__u16 port;   /* network order */
+	__u8 family;
+	__u8 pad;
+};
+
+/* Key of members: whether an endpoint is in a slot set. */
+struct member_key {
+	__u32 id;
+	struct endpoint ep;
+};
+
+/* Key of affinity: a socket's datagrams to one frontend. */
+struct affinity_key {
+	__u64 cookie; /* the socket's cookie (bpf_get_socket_cookie) */
+	struct svc_key svc;
+	__u32 pad;    /* explicit, so that a zeroed key has no stray bytes */
+};
+
+/* Key of revnat: a socket and the endpoint it was sent to. */
+struct revnat_key {
+	__u64 cookie;
+	struct endpoint ep;
+	__u32 pad;
+};
+
+/* services: frontend -> its slot set. Written by Go: a changed frontend gets a new id whose
+ * slots and members are written first, so a program sees the old set or the new one, never a
+ * mix. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct svc_key);
+	__type(value, struct svc_value);
+	__uint(max_entries, MAX_SERVICES);
+} services SEC(".maps");
+
+/* slots: {id, i} -> the i-th endpoint of slot set id. Written by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct slot_key);
+	__type(value, struct endpoint);
+	__uint(max_entries, MAX_SLOTS);
+} slots SEC(".maps");
+
+/* members: {id, endpoint} -> 1 when the endpoint is in slot set id (so that a socket's
+ * datagrams keep their endpoint for as long as it serves). Written by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct member_key);
+	__type(value, __u8);
+	__uint(max_entries, MAX_SLOTS);
+} members SEC(".maps");
+
+/* affinity: {socket, frontend} -> the endpoint an unconnected UDP socket's datagrams to that
+ * frontend go to. Written by sendmsg. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct affinity_key);
+	__type(value, struct endpoint);
+	__uint(max_entries, MAX_SOCKETS);
+} affinity SEC(".maps");
+
+/* revnat: {socket, endpoint} -> the frontend the application asked for (its svc_key's address
+ * and port, in an endpoint), given back as the peer's address by recvmsg and getpeername.
+ * Written by connect and sendmsg. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct revnat_key);
+	__type(value, struct endpoint);
+	__uint(max_entries, MAX_SOCKETS);
+} revnat SEC(".maps");
+
+/* Counters, indices of stats (xdp/socklb's Counter mirrors them). */
+#define STAT_CONNECT 0        /* connects sent to an endpoint */
+#define STAT_REFUSED 1        /* connects and datagrams refused: no endpoint serves */
+#define STAT_SENDMSG 2        /* datagrams sent to an endpoint */
+#define STAT_SENDMSG_KEPT 3   /* of those, to the endpoint the socket's earlier ones went to */
+#define STAT_REVNAT 4         /* replies and getpeername answers given the frontend's address */
+#define STAT_NO_SLOT 5        /* a slot set without its slot (never, unless Go's writes fail) */
+#define NUM_STATS 6
+
+/* stats: per CPU, STAT_* -> count. Written by the programs, read by Go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, NUM_STATS);
+} stats SEC(".maps");
+
+#endif

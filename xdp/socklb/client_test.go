@@ -1,0 +1,193 @@
+package socklb
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The client half of the socket tests: a copy of the test binary started inside the test's
+// namespace and cgroup (runClient), so that its socket calls go through the programs. It
+// reads what to do from the environment and prints a JSON report on its last line.
+
+const (
+	envClient = "XLB_SOCKLB_CLIENT" // the client's actions, comma-separated (see TestClientHelper)
+	reportTag = "SOCKLB-REPORT "
+)
+
+// report is what one action saw.
+type report struct {
+	Action  string   `json:"action"`
+	Answers []string `json:"answers"` // the servers' names, one per connection or datagram
+	Peers   []string `json:"peers"`   // the remote address the socket reported, one per answer
+	Err     string   `json:"err"`     // the first error
+}
+
+// TestClientHelper is not a test: it is the client process (see envClient).
+func TestClientHelper(t *testing.T) {
+	actions := os.Getenv(envClient)
+	if actions == "" {
+		return
+	}
+	var out []report
+	for _, a := range strings.Split(actions, ",") {
+		out = append(out, runAction(a))
+	}
+	b, _ := json.Marshal(out)
+	fmt.Println(reportTag + string(b))
+}
+
+// runAction runs one action "kind:address:count": tcp (connect, read the name), udp (one
+// unconnected socket, count datagrams), udpconn (a connected socket).
+func runAction(a string) report {
+	r := report{Action: a}
+	kind, rest, _ := strings.Cut(a, "=")
+	addr, n := rest, 1
+	if i := strings.LastIndex(rest, "*"); i >= 0 {
+		addr = rest[:i]
+		fmt.Sscan(rest[i+1:], &n)
+	}
+	fail := func(err error) report {
+		if r.Err == "" {
+			r.Err = errName(err)
+		}
+		return r
+	}
+	switch kind {
+	case "tcp", "tcp6":
+		for range n {
+			c, err := net.DialTimeout(kind, addr, 2*time.Second)
+			if err != nil {
+				return fail(err)
+			}
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			b, err := io.ReadAll(c)
+			r.Peers = append(r.Peers, c.RemoteAddr().String())
+			c.Close()
+			if err != nil {
+				return fail(err)
+			}
+			r.Answers = append(r.Answers, strings.TrimSpace(string(b)))
+		}
+	case "udp":
+		dst, err := net.ResolveUDPAddr("udp", addr)
+		if err != nil {
+			return fail(err)
+		}
+		network := "udp4"
+		if dst.IP.To4() == nil {
+			network = "udp6"
+		}
+		c, err := net.ListenUDP(network, nil)
+		if err != nil {
+			return fail(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for range n {
+			if _, err := c.WriteTo([]byte("who"), dst); err != nil {
+				return fail(err)
+			}
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			m, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return fail(err)
+			}
+			r.Answers = append(r.Answers, string(buf[:m]))
+			r.Peers = append(r.Peers, from.String())
+		}
+	case "udpconn":
+		for range n {
+			c, err := net.Dial("udp", addr)
+			if err != nil {
+				return fail(err)
+			}
+			buf := make([]byte, 64)
+			c.SetDeadline(time.Now().Add(2 * time.Second))
+			_, err = c.Write([]byte("who"))
+			var m int
+			if err == nil {
+				m, err = c.Read(buf)
+			}
+			r.Peers = append(r.Peers, c.RemoteAddr().String())
+			c.Close()
+			if err != nil {
+				return fail(err)
+			}
+			r.Answers = append(r.Answers, string(buf[:m]))
+		}
+	case "mapped":
+		// A dual-stack socket (AF_INET6) to an IPv4-mapped address, as Java and many C
+		// programs make them; Go's net package would use an AF_INET socket.
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return fail(err)
+		}
+		for range n {
+			answer, peer, err := mappedConnect(ap)
+			if err != nil {
+				return fail(err)
+			}
+			r.Answers = append(r.Answers, answer)
+			r.Peers = append(r.Peers, peer)
+		}
+	default:
+		r.Err = "unknown action"
+	}
+	return r
+}
+
+// errName names the errno under err (ECONNREFUSED...), or gives its text.
+func errName(err error) string {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		switch en {
+		case syscall.ECONNREFUSED:
+			return "ECONNREFUSED"
+		case syscall.ENETUNREACH:
+			return "ENETUNREACH"
+		case syscall.EPERM:
+			return "EPERM"
+		}
+	}
+	return err.Error()
+}
+
+// mappedConnect connects an AF_INET6 socket to the IPv4-mapped form of ap, reads the server's
+// answer and returns it with what getpeername says.
+func mappedConnect(ap netip.AddrPort) (string, string, error) {
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", "", err
+	}
+	defer syscall.Close(fd)
+	tv := syscall.Timeval{Sec: 2}
+	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
+	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv)
+	sa := &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: netip.AddrFrom16(ap.Addr().As16()).As16()}
+	if err := syscall.Connect(fd, sa); err != nil {
+		return "", "", err
+	}
+	peer, err := syscall.Getpeername(fd)
+	if err != nil {
+		return "", "", err
+	}
+	p6, ok := peer.(*syscall.SockaddrInet6)
+	if !ok {
+		return "", "", fmt.Errorf("getpeername: %T", peer)
+	}
+	buf := make([]byte, 64)
+	m, err := syscall.Read(fd, buf)
+	if err != nil {
+		return "", "", err
+	}
+	return strings.TrimSpace(string(buf[:m])), netip.AddrPortFrom(netip.AddrFrom16(p6.Addr), uint16(p6.Port)).String(), nil
+}

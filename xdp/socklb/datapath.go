@@ -1,0 +1,350 @@
+// Package socklb is the node agent's datapath: eBPF programs on a cgroup's socket calls
+// (connect, sendmsg, recvmsg and getpeername, IPv4 and IPv6) that send connections to a
+// Service's cluster IP and port straight to one of its endpoints, chosen when the socket
+// connects (or, for an unconnected UDP socket, when it first sends to the service), as
+// kube-proxy does for ClusterIP Services but with no per-packet NAT and no conntrack. Replies
+// and getpeername show the application the cluster IP it asked for.
+//
+// Load attaches the programs; Apply makes the maps say what an lb.ConnectPlan says, changing
+// only what differs. See docs/agent.md.
+package socklb
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// Where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on a unified host (every current
+// distribution and Kubernetes node), /sys/fs/cgroup/unified on a hybrid one (cgroup v1
+// controllers, with v2 beside them).
+var cgroup2Mounts = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
+
+// RootCgroup returns the root of the cgroup v2 hierarchy: attached there, the programs see every
+// process on the node, Pods and host processes alike.
+func RootCgroup() (string, error) {
+	for _, p := range cgroup2Mounts {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("socklb: no cgroup v2 hierarchy mounted at %s", strings.Join(cgroup2Mounts, " or "))
+}
+
+// MaxFrontends is how many frontends (cluster IP, port, protocol) the maps hold.
+const MaxFrontends = 65536
+
+// Options configure Load.
+type Options struct {
+	// Cgroup is the cgroup v2 directory whose processes' socket calls are balanced, with every
+	// cgroup below it; "" means RootCgroup().
+	Cgroup string
+}
+
+// Datapath is the loaded and attached socket load balancer. Not safe for concurrent use: one
+// reconciler owns it.
+type Datapath struct {
+	objs    socklbObjects
+	links   []link.Link
+	current map[lb.Frontend]applied // what the maps hold, frontend → its slot set
+	nextID  uint32                  // the next slot set id (0 is never used: no slot set)
+}
+
+// applied is one frontend's slot set as written.
+type applied struct {
+	id  uint32 // 0 when eps is empty (the frontend refuses connections)
+	eps []netip.AddrPort
+}
+
+// hooks are the attach points, in the order Load attaches them.
+func (d *Datapath) hooks() []struct {
+	typ  ebpf.AttachType
+	prog *ebpf.Program
+} {
+	p := &d.objs.socklbPrograms
+	return []struct {
+		typ  ebpf.AttachType
+		prog *ebpf.Program
+	}{
+		{ebpf.AttachCGroupInet4Connect, p.SocklbConnect4},
+		{ebpf.AttachCGroupInet6Connect, p.SocklbConnect6},
+		{ebpf.AttachCGroupUDP4Sendmsg, p.SocklbSendmsg4},
+		{ebpf.AttachCGroupUDP6Sendmsg, p.SocklbSendmsg6},
+		{ebpf.AttachCGroupUDP4Recvmsg, p.SocklbRecvmsg4},
+		{ebpf.AttachCGroupUDP6Recvmsg, p.SocklbRecvmsg6},
+		{ebpf.AttachCgroupInet4GetPeername, p.SocklbGetpeername4},
+		{ebpf.AttachCgroupInet6GetPeername, p.SocklbGetpeername6},
+	}
+}
+
+// Load loads the programs and attaches them to opts.Cgroup. The maps start empty: no frontend
+// is balanced until Apply. Close detaches them.
+func Load(opts Options) (*Datapath, error) {
+	if opts.Cgroup == "" {
+		root, err := RootCgroup()
+		if err != nil {
+			return nil, err
+		}
+		opts.Cgroup = root
+	}
+	d := &Datapath{current: map[lb.Frontend]applied{}, nextID: 1}
+	if err := loadSocklbObjects(&d.objs, nil); err != nil {
+		return nil, fmt.Errorf("socklb: load programs: %w", err)
+	}
+	for _, h := range d.hooks() {
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: opts.Cgroup, Attach: h.typ, Program: h.prog})
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("socklb: attach %s to cgroup %s: %w", h.typ, opts.Cgroup, err)
+		}
+		d.links = append(d.links, l)
+	}
+	return d, nil
+}
+
+// Close detaches the programs and frees the maps: cluster IPs are no longer balanced.
+func (d *Datapath) Close() error {
+	var errs []error
+	for _, l := range d.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("socklb: detach: %w", err))
+		}
+	}
+	d.links = nil
+	if err := d.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("socklb: close objects: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Changes counts what an Apply changed.
+type Changes struct {
+	// Added, Updated and Removed count frontends; Unchanged those left as they were.
+	Added, Updated, Removed, Unchanged int
+}
+
+// Apply makes the maps hold plan: frontends that are new or whose endpoints changed get a new
+// slot set, written before the frontend points to it (a connect sees the old endpoints or the
+// new ones, never a mix), and the old set is deleted after; frontends not in plan are removed.
+// Equal frontends are not touched. A frontend that cannot be written (an endpoint of the other
+// family, a full map) is reported in the error and keeps what it had; the others are applied.
+func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
+	var ch Changes
+	var errs []error
+	fronts := make([]lb.Frontend, 0, len(plan))
+	for f := range plan {
+		fronts = append(fronts, f)
+	}
+	sort.Slice(fronts, func(i, j int) bool { return compareFrontends(fronts[i], fronts[j]) < 0 })
+	for _, f := range fronts {
+		eps := plan[f]
+		cur, had := d.current[f]
+		if had && slices.Equal(cur.eps, eps) {
+			ch.Unchanged++
+			continue
+		}
+		if err := d.put(f, eps, cur, had); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if had {
+			ch.Updated++
+		} else {
+			ch.Added++
+		}
+	}
+	for f, cur := range d.current {
+		if _, keep := plan[f]; keep {
+			continue
+		}
+		k := svcKey(f)
+		if err := d.objs.Services.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("socklb: remove frontend %s: %w", f, err))
+			continue
+		}
+		d.deleteSet(cur)
+		delete(d.current, f)
+		ch.Removed++
+	}
+	return ch, errors.Join(errs...)
+}
+
+// put writes frontend f with endpoints eps in place of cur (when had).
+func (d *Datapath) put(f lb.Frontend, eps []netip.AddrPort, cur applied, had bool) error {
+	if err := checkFrontend(f, eps); err != nil {
+		return err
+	}
+	if len(d.current) >= MaxFrontends && !had {
+		return fmt.Errorf("socklb: frontend %s: the map is full (%d frontends)", f, MaxFrontends)
+	}
+	next := applied{eps: slices.Clone(eps)}
+	if len(eps) > 0 {
+		next.id = d.nextID
+		d.nextID++
+		if d.nextID == 0 {
+			d.nextID = 1
+		}
+		if err := d.writeSet(next); err != nil {
+			d.deleteSet(next)
+			return fmt.Errorf("socklb: frontend %s: %w", f, err)
+		}
+	}
+	k := svcKey(f)
+	v := socklbSvcValue{Id: next.id, Count: uint32(len(eps))}
+	if err := d.objs.Services.Put(&k, &v); err != nil {
+		d.deleteSet(next)
+		return fmt.Errorf("socklb: frontend %s: write: %w", f, err)
+	}
+	if had {
+		d.deleteSet(cur)
+	}
+	d.current[f] = next
+	return nil
+}
+
+// checkFrontend says what makes f and its endpoints impossible to balance.
+func checkFrontend(f lb.Frontend, eps []netip.AddrPort) error {
+	if f.Proto != lb.TCP && f.Proto != lb.UDP {
+		return fmt.Errorf("socklb: frontend %s: protocol %s is not supported (TCP or UDP)", f, f.Proto)
+	}
+	if f.Port == 0 || !f.Addr.IsValid() {
+		return fmt.Errorf("socklb: frontend %s: needs an address and a port", f)
+	}
+	for _, ep := range eps {
+		if !ep.IsValid() || ep.Port() == 0 || ep.Addr().Unmap().Is4() != f.Addr.Unmap().Is4() {
+			return fmt.Errorf("socklb: frontend %s: endpoint %s is not a usable endpoint of the frontend's family", f, ep)
+		}
+	}
+	return nil
+}
+
+// writeSet writes slot set s: its slots and its members.
+func (d *Datapath) writeSet(s applied) error {
+	for i, ep := range s.eps {
+		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
+		e := endpointOf(ep)
+		if err := d.objs.Slots.Put(&sk, &e); err != nil {
+			return fmt.Errorf("write slot %d (%s): %w", i, ep, err)
+		}
+		mk := socklbMemberKey{Id: s.id, Ep: e}
+		one := uint8(1)
+		if err := d.objs.Members.Put(&mk, &one); err != nil {
+			return fmt.Errorf("write member %s: %w", ep, err)
+		}
+	}
+	return nil
+}
+
+// deleteSet deletes what writeSet wrote for s (what is missing already is no error: a failed
+// write leaves part of a set).
+func (d *Datapath) deleteSet(s applied) {
+	if s.id == 0 {
+		return
+	}
+	for i, ep := range s.eps {
+		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
+		_ = d.objs.Slots.Delete(&sk)
+		mk := socklbMemberKey{Id: s.id, Ep: endpointOf(ep)}
+		_ = d.objs.Members.Delete(&mk)
+	}
+}
+
+// Counters are the programs' counts since Load, summed over CPUs.
+type Counters struct {
+	// Connects counts connects sent to an endpoint.
+	Connects uint64
+	// Refused counts connects and datagrams refused (ECONNREFUSED): no endpoint serves the
+	// frontend.
+	Refused uint64
+	// Datagrams counts unconnected UDP datagrams sent to an endpoint; DatagramsKept those of
+	// them that went to the endpoint the socket's earlier datagrams to the frontend went to.
+	Datagrams, DatagramsKept uint64
+	// Revnat counts replies (recvmsg) and getpeername answers given the frontend's address.
+	Revnat uint64
+	// NoSlot counts slot sets found without a slot: never, unless map writes failed.
+	NoSlot uint64
+}
+
+// Counters reads the counters.
+func (d *Datapath) Counters() (Counters, error) {
+	var c Counters
+	for i, dst := range []*uint64{&c.Connects, &c.Refused, &c.Datagrams, &c.DatagramsKept, &c.Revnat, &c.NoSlot} {
+		var per []uint64
+		if err := d.objs.Stats.Lookup(uint32(i), &per); err != nil {
+			return Counters{}, fmt.Errorf("socklb: read counter %d: %w", i, err)
+		}
+		for _, v := range per {
+			*dst += v
+		}
+	}
+	return c, nil
+}
+
+// Frontends returns how many frontends the maps hold.
+func (d *Datapath) Frontends() int { return len(d.current) }
+
+// compareFrontends orders frontends by address, port and protocol.
+func compareFrontends(a, b lb.Frontend) int {
+	if c := a.Addr.Compare(b.Addr); c != 0 {
+		return c
+	}
+	if a.Port != b.Port {
+		return int(a.Port) - int(b.Port)
+	}
+	return int(a.Proto) - int(b.Proto)
+}
+
+// Address families as the maps store them.
+const (
+	familyV4 = 4
+	familyV6 = 6
+)
+
+// wireAddr converts a to the maps' struct addr and family (an IPv4-mapped address as IPv4).
+func wireAddr(a netip.Addr) ([4]uint32, uint8) {
+	var w [4]uint32
+	a = a.Unmap()
+	if a.Is4() {
+		b := a.As4()
+		w[0] = binary.NativeEndian.Uint32(b[:])
+		return w, familyV4
+	}
+	b := a.As16()
+	for i := range 4 {
+		w[i] = binary.NativeEndian.Uint32(b[i*4:])
+	}
+	return w, familyV6
+}
+
+// htons converts a port to the network order the maps hold.
+func htons(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+func svcKey(f lb.Frontend) socklbSvcKey {
+	var k socklbSvcKey
+	k.Addr.W, k.Family = wireAddr(f.Addr)
+	k.Port, k.Proto = htons(f.Port), uint8(f.Proto)
+	return k
+}
+
+func endpointOf(ep netip.AddrPort) socklbEndpoint {
+	var e socklbEndpoint
+	e.Addr.W, e.Family = wireAddr(ep.Addr())
+	e.Port = htons(ep.Port())
+	return e
+}

@@ -1,0 +1,303 @@
+package socklb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// site is a namespace whose loopback holds four backends (b10 and b11, IPv4 and IPv6), each
+// answering TCP on 8080 and UDP on 5353 with its name, and a cgroup with the programs
+// attached. Cluster IPs are 198.18.200.0/24 and 2001:db8:200::/64: nothing in the namespace
+// routes them, so a connect the programs leave alone fails with ENETUNREACH.
+type site struct {
+	ns     *netlab.NS
+	cgroup string
+	dp     *Datapath
+}
+
+var (
+	b10  = netip.MustParseAddr("198.18.1.10")
+	b11  = netip.MustParseAddr("198.18.1.11")
+	b10s = netip.MustParseAddr("2001:db8:1::10")
+	b11s = netip.MustParseAddr("2001:db8:1::11")
+)
+
+func newSite(t *testing.T) *site {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Fatal("needs root (cgroup BPF programs, network namespaces)")
+	}
+	s := &site{ns: netlab.New(t, netlab.Prefix()+"sl")}
+	names := map[netip.Addr]string{b10: "b10", b11: "b11", b10s: "b10", b11s: "b11"}
+	for a := range names {
+		bits := 32
+		if a.Is6() {
+			bits = 128
+		}
+		s.ns.MustIP(t, "addr add "+netip.PrefixFrom(a, bits).String()+" dev lo nodad")
+	}
+	var closers []func() error
+	var err error
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c()
+		}
+	})
+	err = s.ns.Do(func() error {
+		for a, name := range names {
+			l, err := net.Listen("tcp", netip.AddrPortFrom(a, 8080).String())
+			if err != nil {
+				return err
+			}
+			closers = append(closers, l.Close)
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Write([]byte(name + "\n"))
+					c.Close()
+				}
+			}()
+			u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 5353)))
+			if err != nil {
+				return err
+			}
+			closers = append(closers, u.Close)
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					_, from, err := u.ReadFromUDPAddrPort(buf)
+					if err != nil {
+						return
+					}
+					u.WriteToUDPAddrPort([]byte(name), from)
+				}
+			}()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("servers: %v", err)
+	}
+	root, err := RootCgroup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cgroup = filepath.Join(root, "xlb-test-"+netlab.Prefix())
+	if err := os.Mkdir(s.cgroup, 0o755); err != nil {
+		t.Fatalf("create cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		// The clients have exited; their cgroup empties once the kernel has reaped them.
+		var err error
+		for range 50 {
+			if err = os.Remove(s.cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("remove cgroup %s: %v", s.cgroup, err)
+	})
+	dp, err := Load(Options{Cgroup: s.cgroup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dp.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	s.dp = dp
+	return s
+}
+
+// client runs the client process with actions (see runAction) in the site's namespace, inside
+// its cgroup unless outside is set, and returns its reports.
+func (s *site) client(t *testing.T, outside bool, actions ...string) []report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", s.ns.Name, os.Args[0], "-test.run=^TestClientHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envClient+"="+strings.Join(actions, ","))
+	if !outside {
+		f, err := os.Open(s.cgroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("client %v: %v\n%s", actions, err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, reportTag); ok {
+			var r []report
+			if err := json.Unmarshal([]byte(rest), &r); err != nil {
+				t.Fatalf("client report %q: %v", rest, err)
+			}
+			return r
+		}
+	}
+	t.Fatalf("client %v printed no report:\n%s", actions, out)
+	return nil
+}
+
+func ep(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
+
+func front(addr string, port uint16, proto lb.Protocol) lb.Frontend {
+	return lb.Frontend{Addr: netip.MustParseAddr(addr), Port: port, Proto: proto}
+}
+
+// count tallies answers by server name.
+func count(answers []string) map[string]int {
+	m := map[string]int{}
+	for _, a := range answers {
+		m[a]++
+	}
+	return m
+}
+
+func allEqual(xs []string, want string) bool {
+	return len(xs) > 0 && !slices.ContainsFunc(xs, func(x string) bool { return x != want })
+}
+
+func TestSocketBalancing(t *testing.T) {
+	s := newSite(t)
+	plan := lb.ConnectPlan{
+		front("198.18.200.1", 80, lb.TCP):    {ep(b10, 8080), ep(b11, 8080)},
+		front("198.18.200.1", 53, lb.UDP):    {ep(b10, 5353), ep(b11, 5353)},
+		front("2001:db8:200::1", 80, lb.TCP): {ep(b10s, 8080), ep(b11s, 8080)},
+		front("198.18.200.2", 80, lb.TCP):    {},
+	}
+	ch, err := s.dp.Apply(plan)
+	if err != nil || ch != (Changes{Added: 4}) {
+		t.Fatalf("Apply: %+v, %v", ch, err)
+	}
+	r := s.client(t, false,
+		"tcp=198.18.200.1:80*60", "tcp=[2001:db8:200::1]:80*40", "mapped=198.18.200.1:80*20",
+		"udp=198.18.200.1:53*10", "udpconn=198.18.200.1:53*20",
+		"tcp=198.18.200.2:80", "tcp=198.18.1.10:8080", "tcp=198.18.200.1:81")
+
+	for _, i := range []int{0, 1, 2, 4} { // spread over both backends, the cluster IP as peer
+		c := count(r[i].Answers)
+		if r[i].Err != "" || c["b10"] == 0 || c["b11"] == 0 || c["b10"]+c["b11"] != len(r[i].Answers) {
+			t.Errorf("%s: answers %v, error %q: want both backends and nothing else", r[i].Action, c, r[i].Err)
+		}
+	}
+	for i, peer := range []string{"198.18.200.1:80", "[2001:db8:200::1]:80", "[::ffff:198.18.200.1]:80", "198.18.200.1:53", "198.18.200.1:53"} {
+		if !allEqual(r[i].Peers, peer) {
+			t.Errorf("%s: peers %v, want %s throughout", r[i].Action, r[i].Peers, peer)
+		}
+	}
+	// One unconnected socket's datagrams keep one backend.
+	if c := count(r[3].Answers); r[3].Err != "" || len(c) != 1 || len(r[3].Answers) != 10 {
+		t.Errorf("udp: answers %v, error %q: want 10 from one backend", c, r[3].Err)
+	}
+	if r[5].Err != "ECONNREFUSED" {
+		t.Errorf("service without endpoints: error %q, want ECONNREFUSED", r[5].Err)
+	}
+	if r[6].Err != "" || !allEqual(r[6].Answers, "b10") || !allEqual(r[6].Peers, "198.18.1.10:8080") {
+		t.Errorf("a backend's own address: %+v, want b10 untouched", r[6])
+	}
+	if r[7].Err != "ENETUNREACH" {
+		t.Errorf("another port of the cluster IP: error %q, want ENETUNREACH (left alone)", r[7].Err)
+	}
+	c, err := s.dp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Connects != 60+40+20+20 || c.Refused != 1 || c.Datagrams != 10 || c.DatagramsKept != 9 || c.NoSlot != 0 || c.Revnat < 30 {
+		t.Errorf("counters %+v", c)
+	}
+
+	// Outside the cgroup nothing is balanced.
+	if r := s.client(t, true, "tcp=198.18.200.1:80"); r[0].Err != "ENETUNREACH" {
+		t.Errorf("outside the cgroup: error %q, want ENETUNREACH", r[0].Err)
+	}
+
+	// One backend left: every connection goes there; a removed frontend is left alone.
+	plan[front("198.18.200.1", 80, lb.TCP)] = []netip.AddrPort{ep(b11, 8080)}
+	delete(plan, front("2001:db8:200::1", 80, lb.TCP))
+	ch, err = s.dp.Apply(plan)
+	if err != nil || ch != (Changes{Updated: 1, Removed: 1, Unchanged: 2}) {
+		t.Fatalf("Apply: %+v, %v", ch, err)
+	}
+	r = s.client(t, false, "tcp=198.18.200.1:80*20", "tcp=[2001:db8:200::1]:80")
+	if r[0].Err != "" || !allEqual(r[0].Answers, "b11") {
+		t.Errorf("after the update: %+v, want b11 only", r[0])
+	}
+	if r[1].Err != "ENETUNREACH" {
+		t.Errorf("removed frontend: error %q, want ENETUNREACH", r[1].Err)
+	}
+	// The old slot sets are gone: only the live ones remain.
+	if n := mapLen(t, s.dp.objs.Slots); n != 1+2 {
+		t.Errorf("slots holds %d entries, want 3", n)
+	}
+	if n := mapLen(t, s.dp.objs.Members); n != 1+2 {
+		t.Errorf("members holds %d entries, want 3", n)
+	}
+}
+
+func TestApplyRefusesBadFrontends(t *testing.T) {
+	s := newSite(t)
+	good := front("198.18.200.1", 80, lb.TCP)
+	_, err := s.dp.Apply(lb.ConnectPlan{good: {ep(b10, 8080)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := lb.ConnectPlan{
+		good:                               {ep(b10s, 8080)}, // the other family: keeps what it had
+		front("198.18.200.3", 0, lb.TCP):   {ep(b10, 8080)},
+		front("198.18.200.4", 80, 132):     {ep(b10, 8080)},
+		front("198.18.200.5", 80, lb.TCP):  {ep(b10, 0)},
+		front("198.18.200.6", 443, lb.TCP): {ep(b11, 8080)},
+	}
+	ch, err := s.dp.Apply(bad)
+	if err == nil || ch.Added != 1 {
+		t.Fatalf("Apply: %+v, %v; want 1 added and errors", ch, err)
+	}
+	for _, w := range []string{"endpoint [2001:db8:1::10]:8080 is not a usable endpoint", "198.18.200.3:0/TCP: needs an address and a port", "protocol 132", "198.18.1.10:0"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	r := s.client(t, false, "tcp=198.18.200.1:80*5", "tcp=198.18.200.6:443")
+	if !allEqual(r[0].Answers, "b10") || !allEqual(r[1].Answers, "b11") {
+		t.Errorf("clients saw %+v: want the old b10 kept and the good new frontend served", r)
+	}
+}
+
+// mapLen counts m's entries.
+func mapLen(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var k, v []byte
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
