@@ -1,0 +1,250 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// ClusterIPModel models the cluster IPs of svc for the node agent running on node: the
+// Service's clusterIPs as its addresses, its TCP and UDP ports, and its endpoints from endpointSlices
+// with their states as for a LoadBalancer Service (ready endpoints serve; serving-terminating
+// ones only when no ready one of their family is left). With internalTrafficPolicy: Local only
+// the endpoints on node serve; the others take no connection from it. Endpoints without a
+// nodeName count as local. The last result is false for a Service without cluster IP (headless, or of type
+// ExternalName): there is nothing to balance. Problems are the Service's, as ServiceModel
+// reports them (the agent logs them; the gateway's controller makes the Events).
+func ClusterIPModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice, node string) (lb.Service, []Problem, bool) {
+	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return lb.Service{}, nil, false
+	}
+	var pb problems
+	var vips []netip.Addr
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		if ip == corev1.ClusterIPNone {
+			return lb.Service{}, nil, false
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" {
+			pb.warn("InvalidClusterIP", "spec.clusterIPs: %q is not an IP address; it is not balanced", ip)
+			continue
+		}
+		vips = append(vips, a.Unmap())
+	}
+	if len(vips) == 0 {
+		return lb.Service{}, pb.done(), false
+	}
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	out := lb.Service{Name: key.String(), VIPs: vips}
+	local := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	if local {
+		out.TrafficPolicy = lb.TrafficLocal
+	}
+	out.Affinity, out.AffinityTimeout = affinity(svc, &pb)
+	out.Ports = servicePorts(svc, &pb)
+	if len(out.Ports) > 0 {
+		out.Backends = backends(endpointSlices, key, out.Ports, local, onNode(node), &pb)
+	}
+	return out, pb.done(), true
+}
+
+// onNode is the NodeView of a node agent: no node is excluded (that label concerns external
+// load balancers), and with a Local policy only the agent's own node counts as healthy.
+type onNode string
+
+func (n onNode) Excluded(string) bool { return false }
+
+func (n onNode) LocalHealthy(node string, _ types.NamespacedName) bool { return node == string(n) }
+
+// AgentOptions configure an Agent.
+type AgentOptions struct {
+	// Node is the name of the node the agent runs on (for internalTrafficPolicy: Local);
+	// required.
+	Node string
+	// Apply is called with every Service that has a cluster IP, modelled by ClusterIPModel,
+	// once the caches have synced and then after every change (a burst of changes costs one
+	// call). An error is logged and the same state is applied again after RetryInterval.
+	// Required.
+	Apply func([]lb.Service) error
+	// Log receives what the agent does; nil discards it.
+	Log *slog.Logger
+	// Debounce is how long the agent waits after a change for more before applying; 0 means
+	// 50 ms.
+	Debounce time.Duration
+	// RetryInterval is how long after a failed Apply it tries again; 0 means 1 s.
+	RetryInterval time.Duration
+}
+
+// Agent is the node agent's controller: it watches every Service and EndpointSlice of the
+// cluster and hands their cluster IP models to AgentOptions.Apply. It keeps no state of its own
+// beyond the informers' caches: each Apply is rebuilt from them whole.
+type Agent struct {
+	opts     AgentOptions
+	log      *slog.Logger
+	factory  informers.SharedInformerFactory
+	services corelisters.ServiceLister
+	slices   discoverylisters.EndpointSliceLister
+	changed  chan struct{}
+	// reported: Service key → its problems as last logged, so that each is logged once, until it
+	// changes.
+	reported map[string]string
+}
+
+// NewAgent returns an agent that talks to the apiserver through client. Run starts it.
+func NewAgent(client kubernetes.Interface, opts AgentOptions) (*Agent, error) {
+	if opts.Node == "" {
+		return nil, fmt.Errorf("kube: agent: no node name (set it from the Pod's spec.nodeName)")
+	}
+	if opts.Apply == nil {
+		return nil, fmt.Errorf("kube: agent: no Apply function")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Debounce == 0 {
+		opts.Debounce = 50 * time.Millisecond
+	}
+	if opts.RetryInterval == 0 {
+		opts.RetryInterval = time.Second
+	}
+	a := &Agent{opts: opts, log: opts.Log, changed: make(chan struct{}, 1), reported: map[string]string{}}
+	a.factory = informers.NewSharedInformerFactory(client, 0)
+	a.services = a.factory.Core().V1().Services().Lister()
+	a.slices = a.factory.Discovery().V1().EndpointSlices().Lister()
+	return a, nil
+}
+
+// Run watches until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	signal := func() {
+		select {
+		case a.changed <- struct{}{}:
+		default:
+		}
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { signal() },
+		UpdateFunc: func(any, any) { signal() },
+		DeleteFunc: func(any) { signal() },
+	}
+	if _, err := a.factory.Core().V1().Services().Informer().AddEventHandler(h); err != nil {
+		return fmt.Errorf("kube: agent: watching services: %w", err)
+	}
+	if _, err := a.factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(h); err != nil {
+		return fmt.Errorf("kube: agent: watching endpointslices: %w", err)
+	}
+	a.factory.Start(ctx.Done())
+	defer a.factory.Shutdown()
+	for typ, ok := range a.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("kube: agent: the %v cache did not sync", typ)
+		}
+	}
+	a.log.Info("kubernetes caches synced", "node", a.opts.Node)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.changed:
+			// More changes of the same burst are folded into this pass.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(a.opts.Debounce):
+			}
+			select {
+			case <-a.changed:
+			default:
+			}
+		case <-retry.C:
+		}
+		if err := a.apply(); err != nil {
+			a.log.Error("applying cluster IPs failed; retrying", "err", err, "in", a.opts.RetryInterval)
+			retry.Reset(a.opts.RetryInterval)
+		}
+	}
+}
+
+// apply models every Service from the caches and hands the models to Apply.
+func (a *Agent) apply() error {
+	svcs, err := a.services.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list services: %w", err)
+	}
+	all, err := a.slices.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list endpointslices: %w", err)
+	}
+	bySvc := map[types.NamespacedName][]*discoveryv1.EndpointSlice{}
+	for _, s := range all {
+		if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
+			k := types.NamespacedName{Namespace: s.Namespace, Name: name}
+			bySvc[k] = append(bySvc[k], s)
+		}
+	}
+	models := make([]lb.Service, 0, len(svcs))
+	seen := map[string]bool{}
+	for _, svc := range svcs {
+		k := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		m, problems, ok := ClusterIPModel(svc, bySvc[k], a.opts.Node)
+		a.report(k.String(), problems)
+		seen[k.String()] = true
+		if ok {
+			models = append(models, m)
+		}
+	}
+	for k := range a.reported {
+		if !seen[k] {
+			delete(a.reported, k)
+		}
+	}
+	slices.SortFunc(models, func(x, y lb.Service) int { return strings.Compare(x.Name, y.Name) })
+	if err := a.opts.Apply(models); err != nil {
+		return err
+	}
+	a.log.Debug("cluster IPs applied", "services", len(models))
+	return nil
+}
+
+// report logs a Service's problems when they differ from those last logged.
+func (a *Agent) report(key string, problems []Problem) {
+	var b strings.Builder
+	for _, p := range problems {
+		fmt.Fprintf(&b, "%s %s: %s\n", p.Type, p.Reason, p.Message)
+	}
+	msg := b.String()
+	if a.reported[key] == msg {
+		return
+	}
+	a.reported[key] = msg
+	for _, p := range problems {
+		if p.Type == corev1.EventTypeWarning {
+			a.log.Warn("service problem", "service", key, "reason", p.Reason, "message", p.Message)
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// clusterIPService is a ClusterIP Service with port http 80 → 8080 and the given cluster IPs.
+func clusterIPService(name string, ips ...string) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: corev1.ServiceSpec{
+			Type:  corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if len(ips) > 0 {
+		s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips
+	}
+	return s
+}
+
+// connectPlan is PlanConnect of models, failing the test on errors.
+func connectPlan(t *testing.T, models ...lb.Service) lb.ConnectPlan {
+	t.Helper()
+	p, errs := lb.PlanConnect(models)
+	if len(errs) > 0 {
+		t.Fatalf("PlanConnect: %v", errs)
+	}
+	return p
+}
+
+func TestClusterIPModel(t *testing.T) {
+	e := &env{ns: "ns"}
+	v4 := e.slice("web", "web-v4", discoveryv1.AddressTypeIPv4, 8080,
+		ready("198.18.1.10", "n1"), ready("198.18.1.11", "n2"),
+		endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
+	v6 := e.slice("web", "web-v6", discoveryv1.AddressTypeIPv6, 8080, ready("2001:db8:1::10", "n2"))
+	front := func(a string) lb.Frontend {
+		return lb.Frontend{Addr: netip.MustParseAddr(a), Port: 80, Proto: lb.TCP}
+	}
+	eps := func(s ...string) []netip.AddrPort {
+		var out []netip.AddrPort
+		for _, x := range s {
+			out = append(out, netip.MustParseAddrPort(x))
+		}
+		return out
+	}
+
+	t.Run("dual-stack, cluster policy", func(t *testing.T) {
+		m, problems, ok := ClusterIPModel(clusterIPService("web", "198.18.96.1", "2001:db8:96::1"), []*discoveryv1.EndpointSlice{v4, v6}, "n1")
+		if !ok || len(problems) != 0 {
+			t.Fatalf("ok %v, problems %v", ok, problems)
+		}
+		p := connectPlan(t, m)
+		want := lb.ConnectPlan{
+			front("198.18.96.1"):    eps("198.18.1.10:8080", "198.18.1.11:8080"),
+			front("2001:db8:96::1"): eps("[2001:db8:1::10]:8080"),
+		}
+		if fmt.Sprint(p) != fmt.Sprint(want) {
+			t.Errorf("plan %v, want %v", p, want)
+		}
+	})
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
+		svc := clusterIPService("web", "198.18.96.1", "2001:db8:96::1")
+		svc.Spec.InternalTrafficPolicy = &local
+		m, _, _ := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4, v6}, "n1")
+		p := connectPlan(t, m)
+		// n1's ready endpoint only; no IPv6 endpoint on n1: that frontend refuses.
+		want := lb.ConnectPlan{front("198.18.96.1"): eps("198.18.1.10:8080"), front("2001:db8:96::1"): {}}
+		if fmt.Sprint(p) != fmt.Sprint(want) {
+			t.Errorf("plan %v, want %v", p, want)
+		}
+		// Without its ready endpoint, n1's serving-terminating one takes over.
+		noReady := e.slice("web", "web-v4", discoveryv1.AddressTypeIPv4, 8080,
+			ready("198.18.1.11", "n2"), endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
+		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{noReady}, "n1")
+		if p := connectPlan(t, m); !slices.Equal(p[front("198.18.96.1")], eps("198.18.1.12:8080")) {
+			t.Errorf("without a local ready endpoint: %v, want the local serving-terminating one", p)
+		}
+	})
+	t.Run("nothing to balance", func(t *testing.T) {
+		headless := clusterIPService("h", corev1.ClusterIPNone)
+		ext := clusterIPService("x")
+		ext.Spec.Type, ext.Spec.ExternalName = corev1.ServiceTypeExternalName, "example.org"
+		for _, s := range []*corev1.Service{headless, ext, clusterIPService("pending"), nil} {
+			if _, _, ok := ClusterIPModel(s, []*discoveryv1.EndpointSlice{v4}, "n1"); ok {
+				t.Errorf("%v: ok, want nothing to balance", s)
+			}
+		}
+	})
+	t.Run("bad input", func(t *testing.T) {
+		svc := clusterIPService("web", "not-an-ip", "198.18.96.1")
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "sctp", Port: 9, Protocol: corev1.ProtocolSCTP})
+		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1")
+		var reasons []string
+		for _, p := range problems {
+			reasons = append(reasons, p.Reason)
+		}
+		if !ok || !slices.Equal(m.VIPs, []netip.Addr{netip.MustParseAddr("198.18.96.1")}) ||
+			!slices.Contains(reasons, "InvalidClusterIP") || !slices.Contains(reasons, "UnsupportedProtocol") {
+			t.Errorf("ok %v, VIPs %v, problems %v: want the valid address kept and both problems", ok, m.VIPs, reasons)
+		}
+	})
+}
+
+// TestAgent runs the agent against the real apiserver: Services and EndpointSlices of every
+// namespace become plans, after every change, and nothing else does.
+func TestAgent(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var plan lb.ConnectPlan
+	applies := 0
+	a, err := NewAgent(e.admin, AgentOptions{
+		Node: "n1",
+		Log:  slog.New(slog.NewTextHandler(testWriter{t, "agent"}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Apply: func(models []lb.Service) error {
+			p, _ := lb.PlanConnect(models)
+			mu.Lock()
+			defer mu.Unlock()
+			plan = p
+			applies++
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	// endpointsOf returns the plan's endpoints of Service name's port 80 at its cluster IP.
+	endpointsOf := func(name string) ([]string, bool) {
+		s := e.get(name)
+		if s.Spec.ClusterIP == "" || s.Spec.ClusterIP == corev1.ClusterIPNone {
+			return nil, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		eps, ok := plan[lb.Frontend{Addr: netip.MustParseAddr(s.Spec.ClusterIP), Port: 80, Proto: lb.TCP}]
+		var out []string
+		for _, ep := range eps {
+			out = append(out, ep.String())
+		}
+		return out, ok
+	}
+	waitEndpoints := func(name string, want ...string) {
+		t.Helper()
+		var got []string
+		var ok bool
+		took := e.eventually(10*time.Second, fmt.Sprintf("service %s's plan %v (has %v, present %v)", name, want, &got, &ok), func() bool {
+			got, ok = endpointsOf(name)
+			return ok && strings.Join(got, " ") == strings.Join(want, " ")
+		})
+		t.Logf("service %s: %v in %v", name, want, took)
+	}
+	plain := func(s *corev1.Service) {
+		s.Spec.Type, s.Spec.LoadBalancerClass, s.Spec.AllocateLoadBalancerNodePorts = corev1.ServiceTypeClusterIP, nil, nil
+	}
+
+	e.create(e.service("web", plain))
+	waitEndpoints("web") // no endpoints yet: the frontend exists and refuses
+	esc := e.admin.DiscoveryV1().EndpointSlices(e.ns)
+	sl, err := esc.Create(e.ctx, e.slice("web", "web-1", discoveryv1.AddressTypeIPv4, 8080,
+		ready("198.18.1.10", "n1"), ready("198.18.1.11", "n2")), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEndpoints("web", "198.18.1.10:8080", "198.18.1.11:8080")
+	sl.Endpoints = sl.Endpoints[1:]
+	if _, err := esc.Update(e.ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEndpoints("web", "198.18.1.11:8080")
+
+	// A LoadBalancer Service's cluster IP is balanced too; a headless one is not.
+	e.create(e.service("lb"))
+	if _, err := esc.Create(e.ctx, e.slice("lb", "lb-1", discoveryv1.AddressTypeIPv4, 8080, ready("198.18.1.20", "n2")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEndpoints("lb", "198.18.1.20:8080")
+
+	if err := e.admin.CoreV1().Services(e.ns).Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(10*time.Second, "the deleted service's frontend leaves the plan", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for f := range plan {
+			if f.Port == 80 && len(plan[f]) == 1 && plan[f][0].String() == "198.18.1.11:8080" {
+				return false
+			}
+		}
+		return true
+	})
+}
