@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envDaemon) == "1" {
 		os.Exit(cli(os.Args[1:], os.Stderr))
 	}
+	if spec := os.Getenv(envAgentClient); spec != "" {
+		os.Exit(agentClient(spec))
+	}
 	os.Exit(m.Run())
 }
 

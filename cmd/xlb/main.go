@@ -5,6 +5,8 @@
 //	xlb cleanup [--pin-path DIR]
 //	                         detach every program and remove every map and link xlb pinned
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
+//	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
+//	                         node's sockets (docs/agent.md)
 //
 // See README.md, deploy/xlb.example.yaml and deploy/xlb.kubernetes.example.yaml.
 package main
@@ -37,6 +39,11 @@ const usage = `usage:
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
+  xlb agent [--node NAME] [--kubeconfig FILE] [--cgroup DIR] [--listen ADDR]
+      Run the node agent (one per node, e.g. as a DaemonSet): connections from the node's
+      processes and Pods to a Service's cluster IP go straight to one of its endpoints
+      (default NAME: $NODE_NAME; default DIR: the cgroup v2 root; /metrics and /healthz on
+      ADDR, default 127.0.0.1:9612, "" for none). SIGTERM/SIGINT detach it.
 `
 
 func cli(args []string, stderr io.Writer) int {
@@ -78,6 +85,28 @@ func cli(args []string, stderr io.Writer) int {
 		return 0
 	case "bgp":
 		return bgpCLI(args[1:], os.Stdout, stderr)
+	case "agent":
+		fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		var o agentOptions
+		fs.StringVar(&o.node, "node", "", "this node's `name` (default $NODE_NAME)")
+		fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` (default: in-cluster)")
+		fs.StringVar(&o.cgroup, "cgroup", "", "cgroup v2 `directory` whose processes are balanced (default: the root)")
+		fs.StringVar(&o.listen, "listen", DefaultAgentListen, "`address` of /metrics and /healthz (\"\" for none)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		if fs.NArg() != 0 {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := runAgent(ctx, o, stderr); err != nil {
+			fmt.Fprintf(stderr, "xlb agent: %v\n", err)
+			return 1
+		}
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stderr, usage)
 		return 0

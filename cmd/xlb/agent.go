@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/lb/kube"
+	"github.com/xlb-dev/xlb/xdp/socklb"
+)
+
+// agentOptions are the flags of `xlb agent`.
+type agentOptions struct {
+	node       string // the node's name
+	kubeconfig string // "" = in-cluster
+	cgroup     string // "" = the cgroup v2 root
+	listen     string // address of /metrics and /healthz; "" = none
+}
+
+// DefaultAgentListen is where `xlb agent` serves /metrics and /healthz unless told otherwise.
+const DefaultAgentListen = "127.0.0.1:9612"
+
+// runAgent runs the node agent until ctx ends: the socket load balancer attached to the node's
+// cgroup, fed with every Service's cluster IPs. When it returns the programs are detached:
+// cluster IPs are no longer balanced on the node.
+func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if opts.node == "" {
+		opts.node = os.Getenv("NODE_NAME")
+	}
+	if opts.node == "" {
+		return errors.New("agent: no node name: pass --node or set NODE_NAME (from the Pod's spec.nodeName)")
+	}
+	cfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes: %w", err)
+	}
+	dp, err := socklb.Load(socklb.Options{Cgroup: opts.cgroup})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := dp.Close(); err != nil {
+			log.Error("detaching the socket load balancer", "err", err)
+		}
+	}()
+	var (
+		mu       sync.Mutex // guards dp against /metrics
+		applied  atomic.Bool
+		lastErrs string
+	)
+	agent, err := kube.NewAgent(client, kube.AgentOptions{
+		Node: opts.node,
+		Log:  log,
+		Apply: func(models []lb.Service) error {
+			plan, errs := lb.PlanConnect(models)
+			if msg := joinErrors(errs); msg != lastErrs {
+				lastErrs = msg
+				for _, e := range errs {
+					log.Warn("service not balanced", "err", e)
+				}
+			}
+			mu.Lock()
+			ch, err := dp.Apply(plan)
+			frontends := dp.Frontends()
+			mu.Unlock()
+			if ch.Added+ch.Updated+ch.Removed > 0 {
+				log.Info("cluster IPs applied", "frontends", frontends, "added", ch.Added, "updated", ch.Updated, "removed", ch.Removed)
+			}
+			if err != nil {
+				return err
+			}
+			applied.Store(true)
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if opts.listen != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&agentCollector{dp: dp, mu: &mu})
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if !applied.Load() {
+				http.Error(w, "cluster IPs not applied yet", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		ln, err := net.Listen("tcp", opts.listen)
+		if err != nil {
+			return fmt.Errorf("agent: listen on %s: %w", opts.listen, err)
+		}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		log.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
+	}
+	log.Info("node agent started", "node", opts.node)
+	err = agent.Run(ctx)
+	log.Info("node agent stopping: cluster IPs are no longer balanced on this node")
+	return err
+}
+
+// joinErrors is the errors' texts, one per line.
+func joinErrors(errs []error) string {
+	var b strings.Builder
+	for _, e := range errs {
+		b.WriteString(e.Error())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// agentCollector exports the socket load balancer's counters.
+type agentCollector struct {
+	dp *socklb.Datapath
+	mu *sync.Mutex
+}
+
+var (
+	agentFrontends = prometheus.NewDesc("xlb_agent_frontends", "Cluster IP frontends (address, port, protocol) balanced on this node.", nil, nil)
+	agentEvents    = prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), no_slot (never, unless a map write failed).", []string{"event"}, nil)
+	agentErrors    = prometheus.NewDesc("xlb_agent_scrape_errors", "Counters that could not be read during this scrape.", nil, nil)
+)
+
+func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- agentFrontends
+	ch <- agentEvents
+	ch <- agentErrors
+}
+
+func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	n := c.dp.Frontends()
+	cnt, err := c.dp.Counters()
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(agentFrontends, prometheus.GaugeValue, float64(n))
+	errs := 0
+	if err != nil {
+		errs = 1
+	} else {
+		for ev, v := range map[string]uint64{"connect": cnt.Connects, "refused": cnt.Refused, "datagram": cnt.Datagrams,
+			"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "no_slot": cnt.NoSlot} {
+			ch <- prometheus.MustNewConstMetric(agentEvents, prometheus.CounterValue, float64(v), ev)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(agentErrors, prometheus.GaugeValue, float64(errs))
+}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/xlb-dev/xlb/internal/kubetest"
+	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/socklb"
+)
+
+// envAgentClient makes the test binary a client (see agentClient): connect to the address it
+// holds ("addr*count") and print each answer on a line.
+const envAgentClient = "XLB_AGENT_CLIENT"
+
+// agentClient connects count times to addr and prints the server's answer (or the error's
+// errno name) per connection.
+func agentClient(spec string) int {
+	addr, n := spec, 1
+	if i := strings.LastIndex(spec, "*"); i >= 0 {
+		addr = spec[:i]
+		fmt.Sscan(spec[i+1:], &n)
+	}
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			var en syscall.Errno
+			if errors.As(err, &en) && en == syscall.ECONNREFUSED {
+				fmt.Println("ECONNREFUSED")
+			} else if errors.As(err, &en) && en == syscall.ENETUNREACH {
+				fmt.Println("ENETUNREACH")
+			} else {
+				fmt.Println("error:", err)
+			}
+			continue
+		}
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		b, _ := io.ReadAll(c)
+		c.Close()
+		fmt.Println(strings.TrimSpace(string(b)), c.RemoteAddr())
+	}
+	return 0
+}
+
+// TestAgentE2E runs `xlb agent` against a real kube-apiserver (cluster IPs from a lab range)
+// as its own ServiceAccount with deploy/agent.yaml's RBAC, and a client process in the agent's
+// cgroup reaching a ClusterIP Service whose endpoints are servers in a namespace.
+func TestAgentE2E(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cp, err := kubetest.Start(ctx, kubetest.Options{Dir: t.TempDir(),
+		APIServerFlags: []string{"--service-cluster-ip-range=198.18.96.0/24"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Stop() })
+	_, file, _, _ := runtime.Caller(0)
+	for _, f := range []string{"rbac.yaml", "agent.yaml"} {
+		if err := kubetest.ApplyFile(ctx, cp.Admin(), filepath.Join(filepath.Dir(file), "..", "..", "deploy", f)); err != nil {
+			t.Fatalf("apply deploy/%s: %v", f, err)
+		}
+	}
+	admin, err := kubernetes.NewForConfig(cp.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "agent.kubeconfig")
+	sa := "system:serviceaccount:xlb-system:xlb-agent"
+	if err := kubetest.WriteKubeconfig(kubeconfig, cp.As(sa, "system:serviceaccounts", "system:serviceaccounts:xlb-system")); err != nil {
+		t.Fatal(err)
+	}
+
+	// Backends b10 and b11 on the loopback of a namespace that routes nothing else.
+	ns := netlab.New(t, netlab.Prefix()+"ag")
+	var closers []func() error
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c()
+		}
+	})
+	err = ns.Do(func() error {
+		for name, a := range map[string]string{"b10": "198.18.1.10", "b11": "198.18.1.11"} {
+			if err := ns.IP("addr add " + a + "/32 dev lo"); err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", a+":8080")
+			if err != nil {
+				return err
+			}
+			closers = append(closers, l.Close)
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Write([]byte(name + "\n"))
+					c.Close()
+				}
+			}()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := socklb.RootCgroup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroup := filepath.Join(root, "xlb-test-"+netlab.Prefix())
+	if err := os.Mkdir(cgroup, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if err := os.Remove(cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("cgroup %s left behind", cgroup)
+	})
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	agent := exec.Command(os.Args[0], "agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup, "--listen", listen)
+	agent.Env = append(os.Environ(), envDaemon+"=1")
+	logs, err := agent.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			t.Logf("[agent] %s", sc.Text())
+		}
+		exited <- agent.Wait()
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		agent.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("agent exited: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			agent.Process.Kill()
+			t.Error("agent did not stop within 10 s of SIGTERM")
+		}
+	}
+	t.Cleanup(stop)
+
+	// client runs the client in the namespace and the cgroup and returns its answers.
+	client := func(spec string) []string {
+		t.Helper()
+		cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0])
+		cmd.Env = append(os.Environ(), envAgentClient+"="+spec)
+		f, err := os.Open(cgroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("client: %v", err)
+		}
+		return strings.Fields(strings.TrimSpace(string(out)))
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("after 20 s: %s", what)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	svc, err := admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80).String()
+	t.Logf("service default/web: cluster IP %s", vip)
+	eventually("a Service without endpoints refuses connections", func() bool {
+		return strings.Join(client(vip), " ") == "ECONNREFUSED"
+	})
+	pn, port, yes := "http", int32(8080), true
+	node := "n1"
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &pn, Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"198.18.1.10"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+			{Addresses: []string{"198.18.1.11"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}},
+		},
+	}
+	if sl, err = admin.DiscoveryV1().EndpointSlices("default").Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var answers []string
+	eventually("connections to the cluster IP reach both endpoints, with the cluster IP as peer", func() bool {
+		answers = client(vip + "*40")
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(answers); i += 2 {
+			if answers[i+1] != vip {
+				return false
+			}
+			seen[answers[i]] = true
+		}
+		return len(answers) == 80 && seen["b10"] && seen["b11"] && len(seen) == 2
+	})
+	sl.Endpoints = sl.Endpoints[1:]
+	if _, err := admin.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("after the slice update every connection reaches b11", func() bool {
+		answers = client(vip + "*20")
+		return strings.Count(strings.Join(answers, " "), "b11 "+vip) == 20
+	})
+
+	resp, err := http.Get("http://" + listen + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"xlb_agent_frontends 2" /* web, and the apiserver's default/kubernetes */, `xlb_agent_socket_events_total{event="refused"}`, `xlb_agent_socket_events_total{event="connect"}`, "xlb_agent_scrape_errors 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if resp, err := http.Get("http://" + listen + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: %v %v", resp, err)
+	}
+
+	// Stopped, the agent leaves nothing attached: the cluster IP is no longer balanced.
+	stop()
+	if got := client(vip); strings.Join(got, " ") != "ENETUNREACH" {
+		t.Errorf("after the agent stopped: %v, want ENETUNREACH", got)
+	}
+}
