@@ -29,14 +29,17 @@ type agentOptions struct {
 	kubeconfig string // "" = in-cluster
 	cgroup     string // "" = the cgroup v2 root
 	listen     string // address of /metrics and /healthz; "" = none
+	pinPath    string // bpffs directory of the pins; "" = nothing pinned
+	cleanup    bool   // detach and unpin at exit
 }
 
 // DefaultAgentListen is where `xlb agent` serves /metrics and /healthz unless told otherwise.
 const DefaultAgentListen = "127.0.0.1:9612"
 
 // runAgent runs the node agent until ctx ends: the socket load balancer attached to the node's
-// cgroup, fed with every Service's cluster IPs. When it returns the programs are detached:
-// cluster IPs are no longer balanced on the node.
+// cgroup, fed with every Service's cluster IPs. With a pin path the programs stay attached when
+// it returns (cluster IPs stay balanced as last applied, and the next agent adopts the pins),
+// unless opts.cleanup; without one they are detached.
 func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if opts.node == "" {
@@ -53,14 +56,25 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes: %w", err)
 	}
-	dp, err := socklb.Load(socklb.Options{Cgroup: opts.cgroup})
+	dp, err := socklb.Load(socklb.Options{Cgroup: opts.cgroup, PinPath: opts.pinPath})
 	if err != nil {
 		return err
 	}
+	if n := dp.Frontends(); n > 0 {
+		log.Info("adopted the pinned socket load balancer", "pin_path", opts.pinPath, "frontends", n)
+	}
 	defer func() {
-		if err := dp.Close(); err != nil {
-			log.Error("detaching the socket load balancer", "err", err)
+		if opts.cleanup || opts.pinPath == "" {
+			if err := dp.Remove(); err != nil {
+				log.Error("detaching the socket load balancer", "err", err)
+			}
+			log.Info("node agent stopped: cluster IPs are no longer balanced on this node")
+			return
 		}
+		if err := dp.Close(); err != nil {
+			log.Error("closing the socket load balancer", "err", err)
+		}
+		log.Info("node agent stopped: cluster IPs stay balanced as last applied", "pin_path", opts.pinPath)
 	}()
 	var (
 		mu       sync.Mutex // guards dp against /metrics
@@ -117,9 +131,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 		log.Info("serving /metrics and /healthz", "addr", ln.Addr().String())
 	}
 	log.Info("node agent started", "node", opts.node)
-	err = agent.Run(ctx)
-	log.Info("node agent stopping: cluster IPs are no longer balanced on this node")
-	return err
+	return agent.Run(ctx)
 }
 
 // joinErrors is the errors' texts, one per line.

@@ -151,41 +151,55 @@ func TestAgentE2E(t *testing.T) {
 	}
 	listen := ln.Addr().String()
 	ln.Close()
-	agent := exec.Command(os.Args[0], "agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup, "--listen", listen)
-	agent.Env = append(os.Environ(), envDaemon+"=1")
-	logs, err := agent.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(logs)
-		for sc.Scan() {
-			t.Logf("[agent] %s", sc.Text())
+	pin := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix())
+	t.Cleanup(func() {
+		if err := cleanupPins(pin); err != nil {
+			t.Error(err)
 		}
-		exited <- agent.Wait()
-	}()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
+	})
+	// startAgent starts `xlb agent` and returns what stops it (SIGTERM, then a wait for a
+	// clean exit).
+	startAgent := func() (stop func()) {
+		t.Helper()
+		agent := exec.Command(os.Args[0], "agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup,
+			"--listen", listen, "--pin-path", pin)
+		agent.Env = append(os.Environ(), envDaemon+"=1")
+		logs, err := agent.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-		stopped = true
-		agent.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("agent exited: %v", err)
+		if err := agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() {
+			sc := bufio.NewScanner(logs)
+			for sc.Scan() {
+				t.Logf("[agent] %s", sc.Text())
 			}
-		case <-time.After(10 * time.Second):
-			agent.Process.Kill()
-			t.Error("agent did not stop within 10 s of SIGTERM")
+			exited <- agent.Wait()
+		}()
+		stopped := false
+		stop = func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			agent.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Errorf("agent exited: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				agent.Process.Kill()
+				t.Error("agent did not stop within 10 s of SIGTERM")
+			}
 		}
+		t.Cleanup(stop)
+		return stop
 	}
-	t.Cleanup(stop)
+	stop := startAgent()
 
 	// client runs the client in the namespace and the cgroup and returns its answers.
 	client := func(spec string) []string {
@@ -254,7 +268,7 @@ func TestAgentE2E(t *testing.T) {
 		return len(answers) == 80 && seen["b10"] && seen["b11"] && len(seen) == 2
 	})
 	sl.Endpoints = sl.Endpoints[1:]
-	if _, err := admin.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+	if sl, err = admin.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually("after the slice update every connection reaches b11", func() bool {
@@ -277,9 +291,26 @@ func TestAgentE2E(t *testing.T) {
 		t.Errorf("/healthz: %v %v", resp, err)
 	}
 
-	// Stopped, the agent leaves nothing attached: the cluster IP is no longer balanced.
+	// Stopped, the agent leaves balancing in place; a new one adopts it and catches up with
+	// what changed meanwhile; xlb cleanup detaches it.
 	stop()
+	if got := client(vip + "*5"); strings.Count(strings.Join(got, " "), "b11 "+vip) != 5 {
+		t.Errorf("with the agent stopped: %v, want b11 still", got)
+	}
+	sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"198.18.1.10"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}}
+	if _, err := admin.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop = startAgent()
+	eventually("the restarted agent follows the update made while it was down", func() bool {
+		answers = client(vip + "*10")
+		return strings.Count(strings.Join(answers, " "), "b10 "+vip) == 10
+	})
+	stop()
+	if err := cleanupPins(pin); err != nil {
+		t.Fatal(err)
+	}
 	if got := client(vip); strings.Join(got, " ") != "ENETUNREACH" {
-		t.Errorf("after the agent stopped: %v, want ENETUNREACH", got)
+		t.Errorf("after xlb cleanup: %v, want ENETUNREACH (not balanced)", got)
 	}
 }

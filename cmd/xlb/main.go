@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
 func main() {
@@ -35,15 +36,19 @@ const usage = `usage:
       stop the daemon and, unless --cleanup-on-exit, leave forwarding in place (maps and links
       stay pinned; with datapath.kind afxdp forwarding stops with the daemon).
   xlb cleanup [--pin-path DIR]
-      Detach every program and remove every pin xlb made (default DIR: /sys/fs/bpf/xlb).
+      Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
+      /sys/fs/bpf/xlb).
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
   xlb agent [--node NAME] [--kubeconfig FILE] [--cgroup DIR] [--listen ADDR]
+            [--pin-path DIR] [--cleanup-on-exit]
       Run the node agent (one per node, e.g. as a DaemonSet): connections from the node's
       processes and Pods to a Service's cluster IP go straight to one of its endpoints
-      (default NAME: $NODE_NAME; default DIR: the cgroup v2 root; /metrics and /healthz on
-      ADDR, default 127.0.0.1:9612, "" for none). SIGTERM/SIGINT detach it.
+      (default NAME: $NODE_NAME; default cgroup: the cgroup v2 root; /metrics and /healthz on
+      ADDR, default 127.0.0.1:9612, "" for none). SIGTERM/SIGINT stop it and, unless
+      --cleanup-on-exit, leave balancing in place (pinned in /sys/fs/bpf/xlb-agent, adopted
+      by the next agent; xlb cleanup --pin-path /sys/fs/bpf/xlb-agent removes it).
 `
 
 func cli(args []string, stderr io.Writer) int {
@@ -93,6 +98,8 @@ func cli(args []string, stderr io.Writer) int {
 		fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` (default: in-cluster)")
 		fs.StringVar(&o.cgroup, "cgroup", "", "cgroup v2 `directory` whose processes are balanced (default: the root)")
 		fs.StringVar(&o.listen, "listen", DefaultAgentListen, "`address` of /metrics and /healthz (\"\" for none)")
+		fs.StringVar(&o.pinPath, "pin-path", socklb.DefaultPinPath, "bpffs `directory` of the pins (\"\" pins nothing: balancing stops with the agent)")
+		fs.BoolVar(&o.cleanup, "cleanup-on-exit", false, "on SIGTERM/SIGINT, detach and unpin everything instead of leaving balancing in place")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -119,6 +126,9 @@ func cli(args []string, stderr io.Writer) int {
 func cleanupPins(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if socklb.IsPinned(dir) {
+		return socklb.RemovePinned(dir)
 	}
 	// Any conntrack size and Maglev capacity: adopt whatever is pinned.
 	d, err := xdp.LoadPinned(dir)

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -46,17 +48,25 @@ func RootCgroup() (string, error) {
 // MaxFrontends is how many frontends (cluster IP, port, protocol) the maps hold.
 const MaxFrontends = 65536
 
+// DefaultPinPath is where the node agent pins its maps and links.
+const DefaultPinPath = "/sys/fs/bpf/xlb-agent"
+
 // Options configure Load.
 type Options struct {
 	// Cgroup is the cgroup v2 directory whose processes' socket calls are balanced, with every
 	// cgroup below it; "" means RootCgroup().
 	Cgroup string
+	// PinPath is a bpffs directory for the maps and links. With one, the programs stay attached
+	// and the maps keep their entries after Close (a restarted agent adopts them: cluster IPs
+	// stay balanced while it is down) until Remove; "" pins nothing and Close detaches.
+	PinPath string
 }
 
 // Datapath is the loaded and attached socket load balancer. Not safe for concurrent use: one
 // reconciler owns it.
 type Datapath struct {
 	objs    socklbObjects
+	pin     string // Options.PinPath
 	links   []link.Link
 	current map[lb.Frontend]applied // what the maps hold, frontend → its slot set
 	nextID  uint32                  // the next slot set id (0 is never used: no slot set)
@@ -69,28 +79,32 @@ type applied struct {
 }
 
 // hooks are the attach points, in the order Load attaches them.
-func (d *Datapath) hooks() []struct {
-	typ  ebpf.AttachType
-	prog *ebpf.Program
-} {
+func (d *Datapath) hooks() []hook {
 	p := &d.objs.socklbPrograms
-	return []struct {
-		typ  ebpf.AttachType
-		prog *ebpf.Program
-	}{
-		{ebpf.AttachCGroupInet4Connect, p.SocklbConnect4},
-		{ebpf.AttachCGroupInet6Connect, p.SocklbConnect6},
-		{ebpf.AttachCGroupUDP4Sendmsg, p.SocklbSendmsg4},
-		{ebpf.AttachCGroupUDP6Sendmsg, p.SocklbSendmsg6},
-		{ebpf.AttachCGroupUDP4Recvmsg, p.SocklbRecvmsg4},
-		{ebpf.AttachCGroupUDP6Recvmsg, p.SocklbRecvmsg6},
-		{ebpf.AttachCgroupInet4GetPeername, p.SocklbGetpeername4},
-		{ebpf.AttachCgroupInet6GetPeername, p.SocklbGetpeername6},
+	return []hook{
+		{"connect4", ebpf.AttachCGroupInet4Connect, p.SocklbConnect4},
+		{"connect6", ebpf.AttachCGroupInet6Connect, p.SocklbConnect6},
+		{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, p.SocklbSendmsg4},
+		{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, p.SocklbSendmsg6},
+		{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, p.SocklbRecvmsg4},
+		{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, p.SocklbRecvmsg6},
+		{"getpeername4", ebpf.AttachCgroupInet4GetPeername, p.SocklbGetpeername4},
+		{"getpeername6", ebpf.AttachCgroupInet6GetPeername, p.SocklbGetpeername6},
 	}
 }
 
-// Load loads the programs and attaches them to opts.Cgroup. The maps start empty: no frontend
-// is balanced until Apply. Close detaches them.
+// hook is one attach point: its pin name ("link_" + name), attach type and program.
+type hook struct {
+	name string
+	typ  ebpf.AttachType
+	prog *ebpf.Program
+}
+
+// Load loads the programs and attaches them to opts.Cgroup. Without pins the maps start empty:
+// no frontend is balanced until Apply. With pins from an earlier Load (Options.PinPath), the
+// new programs replace the pinned ones in the same links, on the pinned maps, and what the maps
+// hold is read back, so the next Apply changes only what differs. Close detaches what is not
+// pinned.
 func Load(opts Options) (*Datapath, error) {
 	if opts.Cgroup == "" {
 		root, err := RootCgroup()
@@ -99,7 +113,14 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		opts.Cgroup = root
 	}
-	d := &Datapath{current: map[lb.Frontend]applied{}, nextID: 1}
+	d := &Datapath{pin: opts.PinPath, current: map[lb.Frontend]applied{}, nextID: 1}
+	if opts.PinPath != "" && IsPinned(opts.PinPath) {
+		if err := d.adopt(opts.Cgroup); err != nil {
+			d.Close()
+			return nil, err
+		}
+		return d, nil
+	}
 	if err := loadSocklbObjects(&d.objs, nil); err != nil {
 		return nil, fmt.Errorf("socklb: load programs: %w", err)
 	}
@@ -111,15 +132,176 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		d.links = append(d.links, l)
 	}
+	if opts.PinPath != "" {
+		if err := d.pinAll(); err != nil {
+			d.unpinAll()
+			d.Close()
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
-// Close detaches the programs and frees the maps: cluster IPs are no longer balanced.
+// Pin names inside Options.PinPath: "map_" + a map's name, "link_" + a hook's.
+func (d *Datapath) pinnedMaps() map[string]*ebpf.Map {
+	m := &d.objs.socklbMaps
+	return map[string]*ebpf.Map{"services": m.Services, "slots": m.Slots, "members": m.Members,
+		"affinity": m.Affinity, "revnat": m.Revnat, "stats": m.Stats}
+}
+
+// IsPinned reports whether dir holds the pins of a socket load balancer.
+func IsPinned(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "link_connect4"))
+	return err == nil
+}
+
+// pinAll pins every map and link under d.pin.
+func (d *Datapath) pinAll() error {
+	if err := os.MkdirAll(d.pin, 0o700); err != nil {
+		return fmt.Errorf("socklb: pin directory: %w", err)
+	}
+	for name, m := range d.pinnedMaps() {
+		if err := m.Pin(filepath.Join(d.pin, "map_"+name)); err != nil {
+			return fmt.Errorf("socklb: pin map %s: %w", name, err)
+		}
+	}
+	for i, h := range d.hooks() {
+		if err := d.links[i].Pin(filepath.Join(d.pin, "link_"+h.name)); err != nil {
+			return fmt.Errorf("socklb: pin link %s: %w", h.name, err)
+		}
+	}
+	return nil
+}
+
+// unpinAll removes every pin of d (what is not pinned is no error) and the directory.
+func (d *Datapath) unpinAll() error { return removePins(d.pin) }
+
+// removePins removes the pins of a socket load balancer from dir, links first (balancing
+// stops before the maps go), then dir itself; missing pins are no error.
+func removePins(dir string) error {
+	var names []string
+	for _, h := range (&Datapath{}).hooks() {
+		names = append(names, "link_"+h.name)
+	}
+	for name := range (&Datapath{}).pinnedMaps() {
+		names = append(names, "map_"+name)
+	}
+	var errs []error
+	for _, n := range names {
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("socklb: unpin %s: %w", n, err))
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("socklb: remove %s: %w", dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// adopt loads the programs on the pinned maps, swaps them into the pinned links (which must be
+// attached to cgroup) and reads back what the maps hold.
+func (d *Datapath) adopt(cgroup string) error {
+	spec, err := loadSocklb()
+	if err != nil {
+		return fmt.Errorf("socklb: %w", err)
+	}
+	repl := map[string]*ebpf.Map{}
+	defer func() {
+		for _, m := range repl {
+			m.Close()
+		}
+	}()
+	for _, name := range []string{"services", "slots", "members", "affinity", "revnat", "stats"} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(d.pin, "map_"+name), nil)
+		if err != nil {
+			return fmt.Errorf("socklb: open pinned map %s: %w (remove the pins with xlb cleanup --pin-path %s)", name, err, d.pin)
+		}
+		repl[name] = m
+	}
+	if err := spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return fmt.Errorf("socklb: load programs on the pinned maps (pinned by another version? remove them with xlb cleanup --pin-path %s): %w", d.pin, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(cgroup, &st); err != nil {
+		return fmt.Errorf("socklb: cgroup %s: %w", cgroup, err)
+	}
+	for _, h := range d.hooks() {
+		l, err := link.LoadPinnedLink(filepath.Join(d.pin, "link_"+h.name), nil)
+		if err != nil {
+			return fmt.Errorf("socklb: open pinned link %s: %w", h.name, err)
+		}
+		d.links = append(d.links, l)
+		info, err := l.Info()
+		if err != nil {
+			return fmt.Errorf("socklb: pinned link %s: %w", h.name, err)
+		}
+		if c := info.Cgroup(); c == nil || c.CgroupId != st.Ino {
+			return fmt.Errorf("socklb: the pinned programs are attached to another cgroup than %s: remove them with xlb cleanup --pin-path %s", cgroup, d.pin)
+		}
+		if err := l.Update(h.prog); err != nil {
+			return fmt.Errorf("socklb: replace the program of pinned link %s: %w", h.name, err)
+		}
+	}
+	return d.readBack()
+}
+
+// readBack rebuilds current from the maps, and deletes slot sets no frontend points to (left by
+// an agent that stopped inside an Apply).
+func (d *Datapath) readBack() error {
+	var k socklbSvcKey
+	var v socklbSvcValue
+	live := map[uint32]bool{}
+	it := d.objs.Services.Iterate()
+	for it.Next(&k, &v) {
+		f := lb.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: lb.Protocol(k.Proto)}
+		a := applied{id: v.Id}
+		for i := range v.Count {
+			var e socklbEndpoint
+			sk := socklbSlotKey{Id: v.Id, Slot: i}
+			if err := d.objs.Slots.Lookup(&sk, &e); err != nil {
+				return fmt.Errorf("socklb: pinned frontend %s: slot %d: %w", f, i, err)
+			}
+			a.eps = append(a.eps, netip.AddrPortFrom(fromWire(e.Addr.W, e.Family), htons(e.Port)))
+		}
+		d.current[f] = a
+		live[v.Id] = true
+		d.nextID = max(d.nextID, v.Id+1)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("socklb: read pinned frontends: %w", err)
+	}
+	var sk socklbSlotKey
+	var e socklbEndpoint
+	var stale []socklbSlotKey
+	for it := d.objs.Slots.Iterate(); it.Next(&sk, &e); {
+		if !live[sk.Id] {
+			stale = append(stale, sk)
+		}
+	}
+	for _, sk := range stale {
+		_ = d.objs.Slots.Delete(&sk)
+	}
+	var mk socklbMemberKey
+	var one uint8
+	var staleM []socklbMemberKey
+	for it := d.objs.Members.Iterate(); it.Next(&mk, &one); {
+		if !live[mk.Id] {
+			staleM = append(staleM, mk)
+		}
+	}
+	for _, mk := range staleM {
+		_ = d.objs.Members.Delete(&mk)
+	}
+	return nil
+}
+
+// Close releases the programs, maps and links: what is pinned stays attached and keeps
+// balancing (Remove detaches it); without pins the programs are detached.
 func (d *Datapath) Close() error {
 	var errs []error
 	for _, l := range d.links {
 		if err := l.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("socklb: detach: %w", err))
+			errs = append(errs, fmt.Errorf("socklb: close link: %w", err))
 		}
 	}
 	d.links = nil
@@ -127,6 +309,25 @@ func (d *Datapath) Close() error {
 		errs = append(errs, fmt.Errorf("socklb: close objects: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// Remove detaches the programs, deletes the pins and closes d: cluster IPs are no longer
+// balanced.
+func (d *Datapath) Remove() error {
+	var err error
+	if d.pin != "" {
+		err = d.unpinAll()
+	}
+	return errors.Join(err, d.Close())
+}
+
+// RemovePinned detaches and deletes what a socket load balancer pinned in dir (xlb cleanup).
+// Nothing pinned there is no error.
+func RemovePinned(dir string) error {
+	if !IsPinned(dir) {
+		return nil
+	}
+	return removePins(dir)
 }
 
 // Changes counts what an Apply changed.
@@ -328,7 +529,19 @@ func wireAddr(a netip.Addr) ([4]uint32, uint8) {
 	return w, familyV6
 }
 
-// htons converts a port to the network order the maps hold.
+// fromWire converts a struct addr and family back to an address.
+func fromWire(w [4]uint32, family uint8) netip.Addr {
+	var b [16]byte
+	for i := range 4 {
+		binary.NativeEndian.PutUint32(b[i*4:], w[i])
+	}
+	if family == familyV4 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+// htons converts a port to the network order the maps hold (and back).
 func htons(p uint16) uint16 {
 	var b [2]byte
 	binary.BigEndian.PutUint16(b[:], p)

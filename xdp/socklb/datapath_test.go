@@ -301,3 +301,71 @@ func mapLen(t *testing.T, m *ebpf.Map) int {
 	}
 	return n
 }
+
+// TestPinnedRestart: with pins, balancing outlives the Datapath; the next Load adopts the maps
+// (reading back what they hold, dropping a stray slot set) and Remove detaches everything.
+func TestPinnedRestart(t *testing.T) {
+	s := newSite(t)
+	pin := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix())
+	t.Cleanup(func() {
+		if err := RemovePinned(pin); err != nil {
+			t.Error(err)
+		}
+	})
+	plan := lb.ConnectPlan{
+		front("198.18.200.1", 80, lb.TCP): {ep(b10, 8080), ep(b11, 8080)},
+		front("198.18.200.1", 53, lb.UDP): {ep(b10, 5353)},
+	}
+	d1, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d1.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	// A slot set no frontend points to, as an agent killed inside an Apply leaves.
+	stray := socklbSlotKey{Id: 999, Slot: 0}
+	e := endpointOf(ep(b11, 1))
+	if err := d1.objs.Slots.Put(&stray, &e); err != nil {
+		t.Fatal(err)
+	}
+	if err := d1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.1:80*20"); r[0].Err != "" || len(count(r[0].Answers)) != 2 {
+		t.Errorf("with the agent gone: %+v, want both backends still", r[0])
+	}
+
+	if _, err := Load(Options{Cgroup: filepath.Dir(s.cgroup), PinPath: pin}); err == nil || !strings.Contains(err.Error(), "another cgroup") {
+		t.Errorf("Load for another cgroup over the pins: %v, want a refusal", err)
+	}
+	d2, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2.Frontends() != 2 || d2.nextID <= 2 {
+		t.Errorf("adopted %d frontends, next id %d", d2.Frontends(), d2.nextID)
+	}
+	if n := mapLen(t, d2.objs.Slots); n != 3 {
+		t.Errorf("slots holds %d entries after adoption, want 3 (the stray set dropped)", n)
+	}
+	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Unchanged: 2}) {
+		t.Errorf("the same plan again: %+v, %v; want nothing changed", ch, err)
+	}
+	plan[front("198.18.200.1", 80, lb.TCP)] = []netip.AddrPort{ep(b10, 8080)}
+	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Updated: 1, Unchanged: 1}) {
+		t.Errorf("one change: %+v, %v", ch, err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.1:80*10", "udp=198.18.200.1:53*3"); !allEqual(r[0].Answers, "b10") || !allEqual(r[1].Peers, "198.18.200.1:53") {
+		t.Errorf("after adoption: %+v", r)
+	}
+	if err := d2.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if IsPinned(pin) {
+		t.Error("pins left after Remove")
+	}
+	if r := s.client(t, false, "tcp=198.18.200.1:80"); r[0].Err != "ENETUNREACH" {
+		t.Errorf("after Remove: %+v, want ENETUNREACH", r[0])
+	}
+}
