@@ -5,18 +5,32 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 )
 
-// ConnectPlan is the node agent's desired state (the socket load balancer, xdp/socklb): for
-// each frontend (a cluster IP, port and protocol), the endpoints (Pod address and target port)
-// new connections go to, sorted. An empty list means the frontend refuses connections: the
-// service exists but no endpoint serves it.
-type ConnectPlan map[Frontend][]netip.AddrPort
+// ConnectPlan is the node agent's desired state (the socket load balancer, xdp/socklb): what
+// each frontend (a cluster IP, port and protocol) does with new connections.
+type ConnectPlan map[Frontend]ConnectFrontend
+
+// ConnectFrontend is one frontend of a ConnectPlan.
+type ConnectFrontend struct {
+	// Endpoints are the Pod addresses and target ports new connections go to, sorted. None
+	// means the frontend refuses connections: the service exists but no endpoint serves it.
+	Endpoints []netip.AddrPort
+	// AffinityTimeout, when not zero, keeps each client's connections on one endpoint while
+	// it serves and until the client has made none for that long (sessionAffinity: ClientIP).
+	AffinityTimeout time.Duration
+}
+
+// Equal reports whether f and g are the same.
+func (f ConnectFrontend) Equal(g ConnectFrontend) bool {
+	return f.AffinityTimeout == g.AffinityTimeout && slices.Equal(f.Endpoints, g.Endpoints)
+}
 
 // PlanConnect computes the socket load balancer's desired state from services (cluster IPs in
 // VIPs). A frontend takes the Active backends of its address's family with a weight above zero,
-// each once: a connection picks one of them at random, so weights beyond zero and affinity do
-// not apply. A service that is invalid, has an all-ports port (the socket hooks need a port to
+// each once: a connection picks one of them at random (weights beyond zero do not apply), or
+// with AffinityClientIP the client's earlier one. A service that is invalid, has an all-ports port (the socket hooks need a port to
 // match), or claims a frontend an earlier service (by name) has, is left out and reported in
 // errs; the others are planned as if it were not there.
 func PlanConnect(services []Service) (ConnectPlan, []error) {
@@ -50,8 +64,8 @@ func PlanConnect(services []Service) (ConnectPlan, []error) {
 			errs = append(errs, err)
 			continue
 		}
-		for f, eps := range fronts {
-			plan[f] = eps
+		for f, cf := range fronts {
+			plan[f] = cf
 			owner[f] = s.Name
 		}
 	}
@@ -80,7 +94,11 @@ func connectFrontends(s *Service) (ConnectPlan, error) {
 				eps = append(eps, netip.AddrPortFrom(a, port))
 			}
 			slices.SortFunc(eps, netip.AddrPort.Compare)
-			out[Frontend{Addr: v, Port: p.Port, Proto: p.Protocol}] = slices.Compact(eps)
+			cf := ConnectFrontend{Endpoints: slices.Compact(eps)}
+			if s.Affinity == AffinityClientIP {
+				cf.AffinityTimeout = max(s.AffinityTimeout, time.Second)
+			}
+			out[Frontend{Addr: v, Port: p.Port, Proto: p.Protocol}] = cf
 		}
 	}
 	return out, nil

@@ -2,9 +2,9 @@ package lb
 
 import (
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlanConnect(t *testing.T) {
@@ -36,25 +36,31 @@ func TestPlanConnect(t *testing.T) {
 		Ports:    []Port{{Port: 80, Protocol: TCP}},
 		Backends: []Backend{{Addr: a("198.18.1.99"), Weight: 1}},
 	}
+	sticky := Service{
+		Name: "default/sticky", VIPs: []netip.Addr{a("198.18.200.4")}, Ports: []Port{{Port: 80, Protocol: TCP}},
+		Backends: []Backend{{Addr: a("198.18.1.10"), Weight: 1}}, Affinity: AffinityClientIP, AffinityTimeout: 30 * time.Second,
+	}
 	allPorts := Service{Name: "default/all", VIPs: []netip.Addr{a("198.18.200.3")}, Ports: []Port{{Port: 0, Protocol: TCP}}}
 	invalid := Service{Name: "default/bad", Ports: []Port{{Port: 1, Protocol: TCP}}}
 
-	plan, errs := PlanConnect([]Service{clash, web, empty, allPorts, invalid})
+	plan, errs := PlanConnect([]Service{clash, web, empty, sticky, allPorts, invalid})
 	ap := netip.MustParseAddrPort
+	eps := func(e ...netip.AddrPort) ConnectFrontend { return ConnectFrontend{Endpoints: e} }
 	want := ConnectPlan{
-		{Addr: a("198.18.200.1"), Port: 80, Proto: TCP}:    {ap("198.18.1.10:8080"), ap("198.18.1.11:9090")},
-		{Addr: a("198.18.200.1"), Port: 53, Proto: UDP}:    {ap("198.18.1.10:53"), ap("198.18.1.11:53")},
-		{Addr: a("2001:db8:200::1"), Port: 80, Proto: TCP}: {ap("[2001:db8:1::10]:8080")},
-		{Addr: a("2001:db8:200::1"), Port: 53, Proto: UDP}: {ap("[2001:db8:1::10]:53")},
-		{Addr: a("198.18.200.2"), Port: 443, Proto: TCP}:   {},
+		{Addr: a("198.18.200.1"), Port: 80, Proto: TCP}:    eps(ap("198.18.1.10:8080"), ap("198.18.1.11:9090")),
+		{Addr: a("198.18.200.1"), Port: 53, Proto: UDP}:    eps(ap("198.18.1.10:53"), ap("198.18.1.11:53")),
+		{Addr: a("2001:db8:200::1"), Port: 80, Proto: TCP}: eps(ap("[2001:db8:1::10]:8080")),
+		{Addr: a("2001:db8:200::1"), Port: 53, Proto: UDP}: eps(ap("[2001:db8:1::10]:53")),
+		{Addr: a("198.18.200.2"), Port: 443, Proto: TCP}:   eps(),
+		{Addr: a("198.18.200.4"), Port: 80, Proto: TCP}:    {Endpoints: []netip.AddrPort{ap("198.18.1.10:80")}, AffinityTimeout: 30 * time.Second},
 	}
 	if len(plan) != len(want) {
 		t.Errorf("plan has %d frontends, want %d: %v", len(plan), len(want), plan)
 	}
-	for f, eps := range want {
+	for f, wf := range want {
 		got, ok := plan[f]
-		if !ok || !slices.Equal(got, eps) {
-			t.Errorf("frontend %s: endpoints %v (present %v), want %v", f, got, ok, eps)
+		if !ok || !got.Equal(wf) {
+			t.Errorf("frontend %s: %+v (present %v), want %+v", f, got, ok, wf)
 		}
 	}
 	var msgs []string

@@ -99,11 +99,11 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 			if ch.Added+ch.Updated+ch.Removed > 0 {
 				log.Info("cluster IPs applied", "frontends", frontends, "added", ch.Added, "updated", ch.Updated, "removed", ch.Removed)
 			}
-			if err != nil {
-				return err
-			}
+			// Healthy once applied, even with frontends that could not be written (they are
+			// retried, and the rest serve): a liveness probe restarting the agent for a bad
+			// Service would help nobody.
 			applied.Store(true)
-			return nil
+			return err
 		},
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ type agentCollector struct {
 
 var (
 	agentFrontends = prometheus.NewDesc("xlb_agent_frontends", "Cluster IP frontends (address, port, protocol) balanced on this node.", nil, nil)
-	agentEvents    = prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), no_slot (never, unless a map write failed).", []string{"event"}, nil)
+	agentEvents    = prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), affinity_kept (a connection sent to its client's endpoint, sessionAffinity: ClientIP), no_slot (never, unless a map write failed).", []string{"event"}, nil)
 	agentErrors    = prometheus.NewDesc("xlb_agent_scrape_errors", "Counters that could not be read during this scrape.", nil, nil)
 )
 
@@ -173,7 +173,7 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		errs = 1
 	} else {
 		for ev, v := range map[string]uint64{"connect": cnt.Connects, "refused": cnt.Refused, "datagram": cnt.Datagrams,
-			"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "no_slot": cnt.NoSlot} {
+			"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "affinity_kept": cnt.AffinityKept, "no_slot": cnt.NoSlot} {
 			ch <- prometheus.MustNewConstMetric(agentEvents, prometheus.CounterValue, float64(v), ev)
 		}
 	}

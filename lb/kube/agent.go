@@ -26,9 +26,10 @@ import (
 // Service's clusterIPs as its addresses, its TCP and UDP ports, and its endpoints from endpointSlices
 // with their states as for a LoadBalancer Service (ready endpoints serve; serving-terminating
 // ones only when no ready one of their family is left). With internalTrafficPolicy: Local only
-// the endpoints on node serve; the others take no connection from it. Endpoints without a
-// nodeName count as local. The last result is false for a Service without cluster IP (headless, or of type
-// ExternalName): there is nothing to balance. Problems are the Service's, as ServiceModel
+// the endpoints on node serve (endpoints without a nodeName are on no node); with none there,
+// connections are refused where kube-proxy would drop them. The last result is false for a
+// Service without cluster IP (headless, or of type ExternalName) or without a TCP or UDP port:
+// there is nothing to balance. Problems are the Service's, as ServiceModel
 // reports them (the agent logs them; the gateway's controller makes the Events).
 func ClusterIPModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice, node string) (lb.Service, []Problem, bool) {
 	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
@@ -62,8 +63,18 @@ func ClusterIPModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointS
 	}
 	out.Affinity, out.AffinityTimeout = affinity(svc, &pb)
 	out.Ports = servicePorts(svc, &pb)
-	if len(out.Ports) > 0 {
-		out.Backends = backends(endpointSlices, key, out.Ports, local, onNode(node), &pb)
+	if len(out.Ports) == 0 {
+		return lb.Service{}, pb.done(), false
+	}
+	out.Backends = backends(endpointSlices, key, out.Ports, local, onNode(node), &pb)
+	if local {
+		// An endpoint without a nodeName is on no node, so not on this one (as kube-proxy
+		// sees it); the model takes such endpoints as local, since it cannot check them.
+		for i := range out.Backends {
+			if out.Backends[i].Node == "" && out.Backends[i].State == lb.Active {
+				out.Backends[i].State = lb.Draining
+			}
+		}
 	}
 	return out, pb.done(), true
 }
@@ -91,9 +102,13 @@ type AgentOptions struct {
 	// Debounce is how long the agent waits after a change for more before applying; 0 means
 	// 50 ms.
 	Debounce time.Duration
-	// RetryInterval is how long after a failed Apply it tries again; 0 means 1 s.
+	// RetryInterval is how long after a failed Apply it first tries again; 0 means 1 s. It
+	// doubles with each failure in a row, up to 30 s.
 	RetryInterval time.Duration
 }
+
+// maxRetryInterval bounds the agent's backoff after failed Applies.
+const maxRetryInterval = 30 * time.Second
 
 // Agent is the node agent's controller: it watches every Service and EndpointSlice of the
 // cluster and hands their cluster IP models to AgentOptions.Apply. It keeps no state of its own
@@ -166,6 +181,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("kubernetes caches synced", "node", a.opts.Node)
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	delay := a.opts.RetryInterval
 	for {
 		select {
 		case <-ctx.Done():
@@ -184,9 +200,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-retry.C:
 		}
 		if err := a.apply(); err != nil {
-			a.log.Error("applying cluster IPs failed; retrying", "err", err, "in", a.opts.RetryInterval)
-			retry.Reset(a.opts.RetryInterval)
+			a.log.Error("applying cluster IPs failed; retrying", "err", err, "in", delay)
+			retry.Reset(delay)
+			delay = min(2*delay, maxRetryInterval)
+			continue
 		}
+		delay = a.opts.RetryInterval
 	}
 }
 

@@ -53,12 +53,12 @@ func TestClusterIPModel(t *testing.T) {
 	front := func(a string) lb.Frontend {
 		return lb.Frontend{Addr: netip.MustParseAddr(a), Port: 80, Proto: lb.TCP}
 	}
-	eps := func(s ...string) []netip.AddrPort {
-		var out []netip.AddrPort
+	eps := func(s ...string) lb.ConnectFrontend {
+		out := []netip.AddrPort{}
 		for _, x := range s {
 			out = append(out, netip.MustParseAddrPort(x))
 		}
-		return out
+		return lb.ConnectFrontend{Endpoints: out}
 	}
 
 	t.Run("dual-stack, cluster policy", func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestClusterIPModel(t *testing.T) {
 		m, _, _ := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4, v6}, "n1")
 		p := connectPlan(t, m)
 		// n1's ready endpoint only; no IPv6 endpoint on n1: that frontend refuses.
-		want := lb.ConnectPlan{front("198.18.96.1"): eps("198.18.1.10:8080"), front("2001:db8:96::1"): {}}
+		want := lb.ConnectPlan{front("198.18.96.1"): eps("198.18.1.10:8080"), front("2001:db8:96::1"): eps()}
 		if fmt.Sprint(p) != fmt.Sprint(want) {
 			t.Errorf("plan %v, want %v", p, want)
 		}
@@ -90,15 +90,17 @@ func TestClusterIPModel(t *testing.T) {
 		noReady := e.slice("web", "web-v4", discoveryv1.AddressTypeIPv4, 8080,
 			ready("198.18.1.11", "n2"), endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
 		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{noReady}, "n1")
-		if p := connectPlan(t, m); !slices.Equal(p[front("198.18.96.1")], eps("198.18.1.12:8080")) {
+		if p := connectPlan(t, m); !p[front("198.18.96.1")].Equal(eps("198.18.1.12:8080")) {
 			t.Errorf("without a local ready endpoint: %v, want the local serving-terminating one", p)
 		}
 	})
 	t.Run("nothing to balance", func(t *testing.T) {
 		headless := clusterIPService("h", corev1.ClusterIPNone)
-		ext := clusterIPService("x")
+		ext := clusterIPService("x", "198.18.96.9") // a cluster IP it cannot have: the type decides
 		ext.Spec.Type, ext.Spec.ExternalName = corev1.ServiceTypeExternalName, "example.org"
-		for _, s := range []*corev1.Service{headless, ext, clusterIPService("pending"), nil} {
+		sctp := clusterIPService("s", "198.18.96.10")
+		sctp.Spec.Ports[0].Protocol = corev1.ProtocolSCTP
+		for _, s := range []*corev1.Service{headless, ext, sctp, clusterIPService("pending"), nil} {
 			if _, _, ok := ClusterIPModel(s, []*discoveryv1.EndpointSlice{v4}, "n1"); ok {
 				t.Errorf("%v: ok, want nothing to balance", s)
 			}
@@ -158,9 +160,9 @@ func TestAgent(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		eps, ok := plan[lb.Frontend{Addr: netip.MustParseAddr(s.Spec.ClusterIP), Port: 80, Proto: lb.TCP}]
+		cf, ok := plan[lb.Frontend{Addr: netip.MustParseAddr(s.Spec.ClusterIP), Port: 80, Proto: lb.TCP}]
 		var out []string
-		for _, ep := range eps {
+		for _, ep := range cf.Endpoints {
 			out = append(out, ep.String())
 		}
 		return out, ok
@@ -201,17 +203,33 @@ func TestAgent(t *testing.T) {
 	}
 	waitEndpoints("lb", "198.18.1.20:8080")
 
+	e.create(e.service("headless", plain, func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }))
+	if _, err := esc.Create(e.ctx, e.slice("headless", "headless-1", discoveryv1.AddressTypeIPv4, 8080, ready("198.18.1.30", "n1")), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	webFront := lb.Frontend{Addr: netip.MustParseAddr(e.get("web").Spec.ClusterIP), Port: 80, Proto: lb.TCP}
+	lbFront := lb.Frontend{Addr: netip.MustParseAddr(e.get("lb").Spec.ClusterIP), Port: 80, Proto: lb.TCP}
 	if err := e.admin.CoreV1().Services(e.ns).Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.eventually(10*time.Second, "the deleted service's frontend leaves the plan", func() bool {
+	e.eventually(10*time.Second, "the deleted service's frontend leaves the plan, the other stays", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		for f := range plan {
-			if f.Port == 80 && len(plan[f]) == 1 && plan[f][0].String() == "198.18.1.11:8080" {
-				return false
+		_, web := plan[webFront]
+		_, other := plan[lbFront]
+		return !web && other
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for f, cf := range plan {
+		for _, ep := range cf.Endpoints {
+			if ep.Addr() == netip.MustParseAddr("198.18.1.30") {
+				t.Errorf("the headless service's endpoint is in the plan (frontend %s)", f)
 			}
 		}
-		return true
-	})
+	}
+	if applies < 5 {
+		t.Errorf("%d applies, want one per change at least (5)", applies)
+	}
 }

@@ -139,6 +139,36 @@ func runAction(a string) report {
 			r.Answers = append(r.Answers, answer)
 			r.Peers = append(r.Peers, peer)
 		}
+	case "udpconnsendto":
+		// A connected UDP socket that names its peer on each send (sendto), as some resolvers
+		// do: the kernel only accepts replies from the connected endpoint, so every datagram
+		// must go there.
+		ap, err := netip.ParseAddrPort(addr)
+		if err != nil {
+			return fail(err)
+		}
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(err)
+		}
+		defer syscall.Close(fd)
+		tv := syscall.Timeval{Sec: 2}
+		syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
+		sa := &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+		if err := syscall.Connect(fd, sa); err != nil {
+			return fail(err)
+		}
+		buf := make([]byte, 64)
+		for range n {
+			if err := syscall.Sendto(fd, []byte("who"), 0, sa); err != nil {
+				return fail(err)
+			}
+			m, _, err := syscall.Recvfrom(fd, buf, 0)
+			if err != nil {
+				return fail(err)
+			}
+			r.Answers = append(r.Answers, string(buf[:m]))
+		}
 	default:
 		r.Err = "unknown action"
 	}

@@ -13,12 +13,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -69,13 +71,14 @@ type Datapath struct {
 	pin     string // Options.PinPath
 	links   []link.Link
 	current map[lb.Frontend]applied // what the maps hold, frontend → its slot set
+	retired []applied               // slot sets replaced by the last Apply, deleted by the next
 	nextID  uint32                  // the next slot set id (0 is never used: no slot set)
 }
 
 // applied is one frontend's slot set as written.
 type applied struct {
-	id  uint32 // 0 when eps is empty (the frontend refuses connections)
-	eps []netip.AddrPort
+	id uint32 // 0 when the frontend has no endpoints (it refuses connections)
+	lb.ConnectFrontend
 }
 
 // hooks are the attach points, in the order Load attaches them.
@@ -146,7 +149,8 @@ func Load(opts Options) (*Datapath, error) {
 func (d *Datapath) pinnedMaps() map[string]*ebpf.Map {
 	m := &d.objs.socklbMaps
 	return map[string]*ebpf.Map{"services": m.Services, "slots": m.Slots, "members": m.Members,
-		"affinity": m.Affinity, "revnat": m.Revnat, "stats": m.Stats}
+		"affinity": m.Affinity, "client_affinity": m.ClientAffinity, "revnat_udp": m.RevnatUdp,
+		"revnat_tcp": m.RevnatTcp, "stats": m.Stats}
 }
 
 // IsPinned reports whether dir holds the pins of a socket load balancer.
@@ -211,7 +215,7 @@ func (d *Datapath) adopt(cgroup string) error {
 			m.Close()
 		}
 	}()
-	for _, name := range []string{"services", "slots", "members", "affinity", "revnat", "stats"} {
+	for name := range d.pinnedMaps() {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(d.pin, "map_"+name), nil)
 		if err != nil {
 			return fmt.Errorf("socklb: open pinned map %s: %w (remove the pins with xlb cleanup --pin-path %s)", name, err, d.pin)
@@ -255,13 +259,15 @@ func (d *Datapath) readBack() error {
 	for it.Next(&k, &v) {
 		f := lb.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: lb.Protocol(k.Proto)}
 		a := applied{id: v.Id}
+		a.Endpoints = []netip.AddrPort{}
+		a.AffinityTimeout = time.Duration(v.AffinitySecs) * time.Second
 		for i := range v.Count {
 			var e socklbEndpoint
 			sk := socklbSlotKey{Id: v.Id, Slot: i}
 			if err := d.objs.Slots.Lookup(&sk, &e); err != nil {
 				return fmt.Errorf("socklb: pinned frontend %s: slot %d: %w", f, i, err)
 			}
-			a.eps = append(a.eps, netip.AddrPortFrom(fromWire(e.Addr.W, e.Family), htons(e.Port)))
+			a.Endpoints = append(a.Endpoints, netip.AddrPortFrom(fromWire(e.Addr.W, e.Family), htons(e.Port)))
 		}
 		d.current[f] = a
 		live[v.Id] = true
@@ -336,36 +342,19 @@ type Changes struct {
 	Added, Updated, Removed, Unchanged int
 }
 
-// Apply makes the maps hold plan: frontends that are new or whose endpoints changed get a new
-// slot set, written before the frontend points to it (a connect sees the old endpoints or the
-// new ones, never a mix), and the old set is deleted after; frontends not in plan are removed.
+// Apply makes the maps hold plan: frontends that are new or changed get a new slot set,
+// written before the frontend points to it (a connect sees the old endpoints or the new ones,
+// never a mix); the old set is deleted by the next Apply, long after any program that read the
+// old id has finished. Frontends not in plan are removed (first, so that their room is free).
 // Equal frontends are not touched. A frontend that cannot be written (an endpoint of the other
 // family, a full map) is reported in the error and keeps what it had; the others are applied.
 func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 	var ch Changes
 	var errs []error
-	fronts := make([]lb.Frontend, 0, len(plan))
-	for f := range plan {
-		fronts = append(fronts, f)
+	for _, r := range d.retired {
+		d.deleteSet(r)
 	}
-	sort.Slice(fronts, func(i, j int) bool { return compareFrontends(fronts[i], fronts[j]) < 0 })
-	for _, f := range fronts {
-		eps := plan[f]
-		cur, had := d.current[f]
-		if had && slices.Equal(cur.eps, eps) {
-			ch.Unchanged++
-			continue
-		}
-		if err := d.put(f, eps, cur, had); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if had {
-			ch.Updated++
-		} else {
-			ch.Added++
-		}
-	}
+	d.retired = d.retired[:0]
 	for f, cur := range d.current {
 		if _, keep := plan[f]; keep {
 			continue
@@ -375,53 +364,96 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 			errs = append(errs, fmt.Errorf("socklb: remove frontend %s: %w", f, err))
 			continue
 		}
-		d.deleteSet(cur)
+		d.retired = append(d.retired, cur)
 		delete(d.current, f)
 		ch.Removed++
+	}
+	fronts := make([]lb.Frontend, 0, len(plan))
+	for f := range plan {
+		fronts = append(fronts, f)
+	}
+	sort.Slice(fronts, func(i, j int) bool { return compareFrontends(fronts[i], fronts[j]) < 0 })
+	for _, f := range fronts {
+		cf := plan[f]
+		cur, had := d.current[f]
+		if had && cur.Equal(cf) {
+			ch.Unchanged++
+			continue
+		}
+		if err := d.put(f, cf, cur, had); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if had {
+			ch.Updated++
+		} else {
+			ch.Added++
+		}
 	}
 	return ch, errors.Join(errs...)
 }
 
-// put writes frontend f with endpoints eps in place of cur (when had).
-func (d *Datapath) put(f lb.Frontend, eps []netip.AddrPort, cur applied, had bool) error {
-	if err := checkFrontend(f, eps); err != nil {
+// put writes frontend f as cf in place of cur (when had).
+func (d *Datapath) put(f lb.Frontend, cf lb.ConnectFrontend, cur applied, had bool) error {
+	if err := checkFrontend(f, cf); err != nil {
 		return err
 	}
 	if len(d.current) >= MaxFrontends && !had {
 		return fmt.Errorf("socklb: frontend %s: the map is full (%d frontends)", f, MaxFrontends)
 	}
-	next := applied{eps: slices.Clone(eps)}
-	if len(eps) > 0 {
-		next.id = d.nextID
-		d.nextID++
-		if d.nextID == 0 {
-			d.nextID = 1
-		}
+	next := applied{ConnectFrontend: lb.ConnectFrontend{Endpoints: slices.Clone(cf.Endpoints), AffinityTimeout: cf.AffinityTimeout}}
+	if len(cf.Endpoints) > 0 {
+		next.id = d.newID()
 		if err := d.writeSet(next); err != nil {
 			d.deleteSet(next)
 			return fmt.Errorf("socklb: frontend %s: %w", f, err)
 		}
 	}
 	k := svcKey(f)
-	v := socklbSvcValue{Id: next.id, Count: uint32(len(eps))}
+	v := socklbSvcValue{Id: next.id, Count: uint32(len(cf.Endpoints)), AffinitySecs: uint32(cf.AffinityTimeout / time.Second)}
 	if err := d.objs.Services.Put(&k, &v); err != nil {
 		d.deleteSet(next)
 		return fmt.Errorf("socklb: frontend %s: write: %w", f, err)
 	}
 	if had {
-		d.deleteSet(cur)
+		d.retired = append(d.retired, cur)
 	}
 	d.current[f] = next
 	return nil
 }
 
-// checkFrontend says what makes f and its endpoints impossible to balance.
-func checkFrontend(f lb.Frontend, eps []netip.AddrPort) error {
+// newID returns a slot set id no frontend and no retired set uses (ids wrap after 2^32 - 1).
+func (d *Datapath) newID() uint32 {
+	used := func(id uint32) bool {
+		if id == 0 || slices.ContainsFunc(d.retired, func(a applied) bool { return a.id == id }) {
+			return true
+		}
+		for _, a := range d.current {
+			if a.id == id {
+				return true
+			}
+		}
+		return false
+	}
+	for used(d.nextID) {
+		d.nextID++
+	}
+	id := d.nextID
+	d.nextID++
+	return id
+}
+
+// checkFrontend says what makes f and cf impossible to balance.
+func checkFrontend(f lb.Frontend, cf lb.ConnectFrontend) error {
+	eps := cf.Endpoints
 	if f.Proto != lb.TCP && f.Proto != lb.UDP {
 		return fmt.Errorf("socklb: frontend %s: protocol %s is not supported (TCP or UDP)", f, f.Proto)
 	}
 	if f.Port == 0 || !f.Addr.IsValid() {
 		return fmt.Errorf("socklb: frontend %s: needs an address and a port", f)
+	}
+	if cf.AffinityTimeout < 0 || cf.AffinityTimeout/time.Second > math.MaxUint32 {
+		return fmt.Errorf("socklb: frontend %s: affinity timeout %v out of range", f, cf.AffinityTimeout)
 	}
 	for _, ep := range eps {
 		if !ep.IsValid() || ep.Port() == 0 || ep.Addr().Unmap().Is4() != f.Addr.Unmap().Is4() {
@@ -433,7 +465,7 @@ func checkFrontend(f lb.Frontend, eps []netip.AddrPort) error {
 
 // writeSet writes slot set s: its slots and its members.
 func (d *Datapath) writeSet(s applied) error {
-	for i, ep := range s.eps {
+	for i, ep := range s.Endpoints {
 		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
 		e := endpointOf(ep)
 		if err := d.objs.Slots.Put(&sk, &e); err != nil {
@@ -454,7 +486,7 @@ func (d *Datapath) deleteSet(s applied) {
 	if s.id == 0 {
 		return
 	}
-	for i, ep := range s.eps {
+	for i, ep := range s.Endpoints {
 		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
 		_ = d.objs.Slots.Delete(&sk)
 		mk := socklbMemberKey{Id: s.id, Ep: endpointOf(ep)}
@@ -476,12 +508,14 @@ type Counters struct {
 	Revnat uint64
 	// NoSlot counts slot sets found without a slot: never, unless map writes failed.
 	NoSlot uint64
+	// AffinityKept counts connections sent to their client's endpoint (sessionAffinity).
+	AffinityKept uint64
 }
 
 // Counters reads the counters.
 func (d *Datapath) Counters() (Counters, error) {
 	var c Counters
-	for i, dst := range []*uint64{&c.Connects, &c.Refused, &c.Datagrams, &c.DatagramsKept, &c.Revnat, &c.NoSlot} {
+	for i, dst := range []*uint64{&c.Connects, &c.Refused, &c.Datagrams, &c.DatagramsKept, &c.Revnat, &c.NoSlot, &c.AffinityKept} {
 		var per []uint64
 		if err := d.objs.Stats.Lookup(uint32(i), &per); err != nil {
 			return Counters{}, fmt.Errorf("socklb: read counter %d: %w", i, err)

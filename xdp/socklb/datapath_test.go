@@ -164,6 +164,9 @@ func (s *site) client(t *testing.T, outside bool, actions ...string) []report {
 
 func ep(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 
+// eps is a frontend without affinity sending to endpoints e.
+func eps(e ...netip.AddrPort) lb.ConnectFrontend { return lb.ConnectFrontend{Endpoints: e} }
+
 func front(addr string, port uint16, proto lb.Protocol) lb.Frontend {
 	return lb.Frontend{Addr: netip.MustParseAddr(addr), Port: port, Proto: proto}
 }
@@ -184,10 +187,10 @@ func allEqual(xs []string, want string) bool {
 func TestSocketBalancing(t *testing.T) {
 	s := newSite(t)
 	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, lb.TCP):    {ep(b10, 8080), ep(b11, 8080)},
-		front("198.18.200.1", 53, lb.UDP):    {ep(b10, 5353), ep(b11, 5353)},
-		front("2001:db8:200::1", 80, lb.TCP): {ep(b10s, 8080), ep(b11s, 8080)},
-		front("198.18.200.2", 80, lb.TCP):    {},
+		front("198.18.200.1", 80, lb.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
+		front("198.18.200.1", 53, lb.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
+		front("2001:db8:200::1", 80, lb.TCP): eps(ep(b10s, 8080), ep(b11s, 8080)),
+		front("198.18.200.2", 80, lb.TCP):    eps(),
 	}
 	ch, err := s.dp.Apply(plan)
 	if err != nil || ch != (Changes{Added: 4}) {
@@ -236,7 +239,7 @@ func TestSocketBalancing(t *testing.T) {
 	}
 
 	// One backend left: every connection goes there; a removed frontend is left alone.
-	plan[front("198.18.200.1", 80, lb.TCP)] = []netip.AddrPort{ep(b11, 8080)}
+	plan[front("198.18.200.1", 80, lb.TCP)] = eps(ep(b11, 8080))
 	delete(plan, front("2001:db8:200::1", 80, lb.TCP))
 	ch, err = s.dp.Apply(plan)
 	if err != nil || ch != (Changes{Updated: 1, Removed: 1, Unchanged: 2}) {
@@ -249,7 +252,14 @@ func TestSocketBalancing(t *testing.T) {
 	if r[1].Err != "ENETUNREACH" {
 		t.Errorf("removed frontend: error %q, want ENETUNREACH", r[1].Err)
 	}
-	// The old slot sets are gone: only the live ones remain.
+	// The replaced and removed slot sets stay until the next Apply (a program may have read
+	// their id just before), which deletes them.
+	if n := mapLen(t, s.dp.objs.Slots); n != 3+4 {
+		t.Errorf("slots holds %d entries, want 7 (3 live, 4 retired)", n)
+	}
+	if ch, err := s.dp.Apply(plan); err != nil || ch != (Changes{Unchanged: 3}) {
+		t.Fatalf("Apply again: %+v, %v", ch, err)
+	}
 	if n := mapLen(t, s.dp.objs.Slots); n != 1+2 {
 		t.Errorf("slots holds %d entries, want 3", n)
 	}
@@ -261,16 +271,16 @@ func TestSocketBalancing(t *testing.T) {
 func TestApplyRefusesBadFrontends(t *testing.T) {
 	s := newSite(t)
 	good := front("198.18.200.1", 80, lb.TCP)
-	_, err := s.dp.Apply(lb.ConnectPlan{good: {ep(b10, 8080)}})
+	_, err := s.dp.Apply(lb.ConnectPlan{good: eps(ep(b10, 8080))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := lb.ConnectPlan{
-		good:                               {ep(b10s, 8080)}, // the other family: keeps what it had
-		front("198.18.200.3", 0, lb.TCP):   {ep(b10, 8080)},
-		front("198.18.200.4", 80, 132):     {ep(b10, 8080)},
-		front("198.18.200.5", 80, lb.TCP):  {ep(b10, 0)},
-		front("198.18.200.6", 443, lb.TCP): {ep(b11, 8080)},
+		good:                               eps(ep(b10s, 8080)), // the other family: keeps what it had
+		front("198.18.200.3", 0, lb.TCP):   eps(ep(b10, 8080)),
+		front("198.18.200.4", 80, 132):     eps(ep(b10, 8080)),
+		front("198.18.200.5", 80, lb.TCP):  eps(ep(b10, 0)),
+		front("198.18.200.6", 443, lb.TCP): eps(ep(b11, 8080)),
 	}
 	ch, err := s.dp.Apply(bad)
 	if err == nil || ch.Added != 1 {
@@ -313,8 +323,8 @@ func TestPinnedRestart(t *testing.T) {
 		}
 	})
 	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, lb.TCP): {ep(b10, 8080), ep(b11, 8080)},
-		front("198.18.200.1", 53, lb.UDP): {ep(b10, 5353)},
+		front("198.18.200.1", 80, lb.TCP): eps(ep(b10, 8080), ep(b11, 8080)),
+		front("198.18.200.1", 53, lb.UDP): eps(ep(b10, 5353)),
 	}
 	d1, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
 	if err != nil {
@@ -352,7 +362,7 @@ func TestPinnedRestart(t *testing.T) {
 	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Unchanged: 2}) {
 		t.Errorf("the same plan again: %+v, %v; want nothing changed", ch, err)
 	}
-	plan[front("198.18.200.1", 80, lb.TCP)] = []netip.AddrPort{ep(b10, 8080)}
+	plan[front("198.18.200.1", 80, lb.TCP)] = eps(ep(b10, 8080))
 	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Updated: 1, Unchanged: 1}) {
 		t.Errorf("one change: %+v, %v", ch, err)
 	}
@@ -367,5 +377,64 @@ func TestPinnedRestart(t *testing.T) {
 	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80"); r[0].Err != "ENETUNREACH" {
 		t.Errorf("after Remove: %+v, want ENETUNREACH", r[0])
+	}
+}
+
+// TestUDPAndAffinity: IPv6 datagrams, a connected UDP socket that names its peer on every send,
+// and sessionAffinity: ClientIP (the client being the network namespace).
+func TestUDPAndAffinity(t *testing.T) {
+	s := newSite(t)
+	sticky := front("198.18.200.9", 80, lb.TCP)
+	plan := lb.ConnectPlan{
+		front("198.18.200.1", 53, lb.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
+		front("2001:db8:200::1", 53, lb.UDP): eps(ep(b10s, 5353), ep(b11s, 5353)),
+		sticky:                               {Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute},
+	}
+	if _, err := s.dp.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	r := s.client(t, false, "udp=[2001:db8:200::1]:53*8", "udpconnsendto=198.18.200.1:53*20", "tcp=198.18.200.9:80*20")
+	if c := count(r[0].Answers); r[0].Err != "" || len(c) != 1 || len(r[0].Answers) != 8 || !allEqual(r[0].Peers, "[2001:db8:200::1]:53") {
+		t.Errorf("IPv6 datagrams: %+v: want 8 answers from one backend, from the cluster IP", r[0])
+	}
+	if c := count(r[1].Answers); r[1].Err != "" || len(c) != 1 || len(r[1].Answers) != 20 {
+		t.Errorf("connected socket with sendto: %+v: want 20 answers from its one endpoint", r[1])
+	}
+	c := count(r[2].Answers)
+	if r[2].Err != "" || len(c) != 1 {
+		t.Fatalf("affinity: %+v: want every connection on one backend", r[2])
+	}
+	first := r[2].Answers[0]
+	// Another process of the same client (namespace) gets the same endpoint.
+	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, first) {
+		t.Errorf("affinity, second process: %v, want %s throughout", r[0].Answers, first)
+	}
+	cnt, err := s.dp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cnt.AffinityKept != 29 {
+		t.Errorf("AffinityKept = %d, want 29 (every connection but the first)", cnt.AffinityKept)
+	}
+	// The client's endpoint leaves: it moves to the other, and stays there when the first
+	// comes back.
+	other := "b11"
+	if first == "b11" {
+		other = "b10"
+	}
+	keep := map[string]netip.AddrPort{"b10": ep(b10, 8080), "b11": ep(b11, 8080)}
+	plan[sticky] = lb.ConnectFrontend{Endpoints: []netip.AddrPort{keep[other]}, AffinityTimeout: time.Minute}
+	if _, err := s.dp.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.9:80*5"); !allEqual(r[0].Answers, other) {
+		t.Errorf("after its endpoint left: %v, want %s throughout", r[0].Answers, other)
+	}
+	plan[sticky] = lb.ConnectFrontend{Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute}
+	if _, err := s.dp.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, other) {
+		t.Errorf("after the first endpoint came back: %v, want %s throughout", r[0].Answers, other)
 	}
 }

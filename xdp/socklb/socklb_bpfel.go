@@ -20,6 +20,20 @@ type socklbAffinityKey struct {
 	Pad    uint32
 }
 
+type socklbClientKey struct {
+	_     structs.HostLayout
+	Netns uint64
+	Svc   socklbSvcKey
+	Pad   uint32
+}
+
+type socklbClientValue struct {
+	_      structs.HostLayout
+	Ep     socklbEndpoint
+	Pad    uint32
+	LastNs uint64
+}
+
 type socklbEndpoint struct {
 	_    structs.HostLayout
 	Addr struct {
@@ -62,9 +76,11 @@ type socklbSvcKey struct {
 }
 
 type socklbSvcValue struct {
-	_     structs.HostLayout
-	Id    uint32
-	Count uint32
+	_            structs.HostLayout
+	Id           uint32
+	Count        uint32
+	AffinitySecs uint32
+	Pad          uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -72,8 +88,10 @@ type socklbSvcValue struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	socklbMapAffinity            = "affinity"
+	socklbMapClientAffinity      = "client_affinity"
 	socklbMapMembers             = "members"
-	socklbMapRevnat              = "revnat"
+	socklbMapRevnatTcp           = "revnat_tcp"
+	socklbMapRevnatUdp           = "revnat_udp"
 	socklbMapServices            = "services"
 	socklbMapSlots               = "slots"
 	socklbMapStats               = "stats"
@@ -143,12 +161,14 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
-	Affinity *ebpf.MapSpec `ebpf:"affinity"`
-	Members  *ebpf.MapSpec `ebpf:"members"`
-	Revnat   *ebpf.MapSpec `ebpf:"revnat"`
-	Services *ebpf.MapSpec `ebpf:"services"`
-	Slots    *ebpf.MapSpec `ebpf:"slots"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
+	Affinity       *ebpf.MapSpec `ebpf:"affinity"`
+	ClientAffinity *ebpf.MapSpec `ebpf:"client_affinity"`
+	Members        *ebpf.MapSpec `ebpf:"members"`
+	RevnatTcp      *ebpf.MapSpec `ebpf:"revnat_tcp"`
+	RevnatUdp      *ebpf.MapSpec `ebpf:"revnat_udp"`
+	Services       *ebpf.MapSpec `ebpf:"services"`
+	Slots          *ebpf.MapSpec `ebpf:"slots"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -177,19 +197,23 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
-	Affinity *ebpf.Map `ebpf:"affinity"`
-	Members  *ebpf.Map `ebpf:"members"`
-	Revnat   *ebpf.Map `ebpf:"revnat"`
-	Services *ebpf.Map `ebpf:"services"`
-	Slots    *ebpf.Map `ebpf:"slots"`
-	Stats    *ebpf.Map `ebpf:"stats"`
+	Affinity       *ebpf.Map `ebpf:"affinity"`
+	ClientAffinity *ebpf.Map `ebpf:"client_affinity"`
+	Members        *ebpf.Map `ebpf:"members"`
+	RevnatTcp      *ebpf.Map `ebpf:"revnat_tcp"`
+	RevnatUdp      *ebpf.Map `ebpf:"revnat_udp"`
+	Services       *ebpf.Map `ebpf:"services"`
+	Slots          *ebpf.Map `ebpf:"slots"`
+	Stats          *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
 		m.Affinity,
+		m.ClientAffinity,
 		m.Members,
-		m.Revnat,
+		m.RevnatTcp,
+		m.RevnatUdp,
 		m.Services,
 		m.Slots,
 		m.Stats,

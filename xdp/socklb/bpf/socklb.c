@@ -78,6 +78,12 @@ static __always_inline int set_dest(struct bpf_sock_addr *ctx, const struct endp
 	return 0;
 }
 
+/* revnat_of is the revnat map of a socket of protocol proto. */
+static __always_inline void *revnat_of(__u32 proto)
+{
+	return proto == PROTO_UDP ? (void *)&revnat_udp : (void *)&revnat_tcp;
+}
+
 /* remember records, for the socket, that endpoint ep stands for frontend k. */
 static __always_inline void remember(__u64 cookie, const struct endpoint *ep,
 				     const struct svc_key *k)
@@ -93,8 +99,18 @@ static __always_inline void remember(__u64 cookie, const struct endpoint *ep,
 	front.addr = k->addr;
 	front.port = k->port;
 	front.family = k->family;
+	bpf_map_update_elem(revnat_of(k->proto), &rk, &front, BPF_ANY);
+}
 
-	bpf_map_update_elem(&revnat, &rk, &front, BPF_ANY);
+/* serving reports whether endpoint ep is in slot set id. */
+static __always_inline int serving(__u32 id, const struct endpoint *ep)
+{
+	struct member_key mk;
+
+	__builtin_memset(&mk, 0, sizeof(mk));
+	mk.id = id;
+	mk.ep = *ep;
+	return bpf_map_lookup_elem(&members, &mk) != NULL;
 }
 
 /* refuse fails the socket call with ECONNREFUSED. */
@@ -106,69 +122,95 @@ static __always_inline int refuse(void)
 }
 
 /* balance handles a connect (sendmsg = 0) or an unconnected sendmsg (sendmsg = 1) of an IPv4
- * (v6 = 0) or IPv6 (v6 = 1) socket. */
+ * (v6 = 0) or IPv6 (v6 = 1) socket. The endpoint is, in this order: the one the socket's
+ * earlier datagrams to the frontend went to (UDP), the client's (sessionAffinity: ClientIP,
+ * the client being the socket's network namespace: a Pod, or the host), or one picked at
+ * random among those that serve. Each must still serve. */
 static __always_inline int balance(struct bpf_sock_addr *ctx, int v6, int sendmsg)
 {
+	struct affinity_key ak;
+	struct client_key ck;
+	struct endpoint ep;
 	struct svc_key k;
 	struct svc_value *s;
-	struct endpoint *ep;
-	__u64 cookie;
-	int mapped;
+	__u32 id, n, aff_secs;
+	__u64 cookie, now = 0;
+	int mapped, udp;
 
 	if (ctx->protocol != PROTO_TCP && ctx->protocol != PROTO_UDP)
 		return SOCK_ALLOW;
+	udp = ctx->protocol == PROTO_UDP;
 	__builtin_memset(&k, 0, sizeof(k));
 	key_of(ctx, &k, v6, &mapped);
 	s = bpf_map_lookup_elem(&services, &k);
 	if (!s)
 		return SOCK_ALLOW;
-	if (s->count == 0)
+	/* One read of each field: Go may replace the entry meanwhile. */
+	id = s->id;
+	n = s->count;
+	aff_secs = s->affinity_secs;
+	if (n == 0)
 		return refuse();
 	cookie = bpf_get_socket_cookie(ctx);
+
+	__builtin_memset(&ak, 0, sizeof(ak));
+	ak.cookie = cookie;
+	ak.svc = k;
 	if (sendmsg) {
-		/* A socket's datagrams to one frontend keep their endpoint while it serves. */
-		struct affinity_key ak;
+		struct endpoint *kept = bpf_map_lookup_elem(&affinity, &ak);
 
-		__builtin_memset(&ak, 0, sizeof(ak));
-		ak.cookie = cookie;
-		ak.svc = k;
-		ep = bpf_map_lookup_elem(&affinity, &ak);
-		if (ep) {
-			struct member_key mk;
-
-			__builtin_memset(&mk, 0, sizeof(mk));
-			mk.id = s->id;
-			mk.ep = *ep;
-
-			if (bpf_map_lookup_elem(&members, &mk) && set_dest(ctx, ep, v6, mapped) == 0) {
+		if (kept) {
+			ep = *kept;
+			if (serving(id, &ep) && set_dest(ctx, &ep, v6, mapped) == 0) {
+				remember(cookie, &ep, &k);
 				count(STAT_SENDMSG);
 				count(STAT_SENDMSG_KEPT);
 				return SOCK_ALLOW;
 			}
 		}
 	}
-	struct slot_key sk = { .id = s->id, .slot = bpf_get_prandom_u32() % s->count };
-	/* (slot_key has no padding.) */
 
-	ep = bpf_map_lookup_elem(&slots, &sk);
-	if (!ep) {
+	__builtin_memset(&ck, 0, sizeof(ck));
+	if (aff_secs) {
+		struct client_value *cv;
+
+		ck.netns = bpf_get_netns_cookie(ctx);
+		ck.svc = k;
+		now = bpf_ktime_get_ns();
+		cv = bpf_map_lookup_elem(&client_affinity, &ck);
+		if (cv && now - cv->last_ns < (__u64)aff_secs * 1000000000ull) {
+			ep = cv->ep;
+			if (serving(id, &ep)) {
+				cv->last_ns = now;
+				count(STAT_AFFINITY_KEPT);
+				goto chosen;
+			}
+		}
+	}
+
+	struct slot_key sk = { .id = id, .slot = bpf_get_prandom_u32() % n }; /* no padding */
+	struct endpoint *picked = bpf_map_lookup_elem(&slots, &sk);
+
+	if (!picked) {
 		count(STAT_NO_SLOT);
 		return refuse();
 	}
-	if (set_dest(ctx, ep, v6, mapped) < 0)
-		return refuse();
-	remember(cookie, ep, &k);
-	if (sendmsg) {
-		struct affinity_key ak;
+	ep = *picked;
+	if (aff_secs) {
+		struct client_value cv;
 
-		__builtin_memset(&ak, 0, sizeof(ak));
-		ak.cookie = cookie;
-		ak.svc = k;
-		bpf_map_update_elem(&affinity, &ak, ep, BPF_ANY);
-		count(STAT_SENDMSG);
-	} else {
-		count(STAT_CONNECT);
+		__builtin_memset(&cv, 0, sizeof(cv));
+		cv.ep = ep;
+		cv.last_ns = now;
+		bpf_map_update_elem(&client_affinity, &ck, &cv, BPF_ANY);
 	}
+chosen:
+	if (set_dest(ctx, &ep, v6, mapped) < 0)
+		return refuse();
+	remember(cookie, &ep, &k);
+	if (udp)
+		bpf_map_update_elem(&affinity, &ak, &ep, BPF_ANY);
+	count(sendmsg ? STAT_SENDMSG : STAT_CONNECT);
 	return SOCK_ALLOW;
 }
 
@@ -181,6 +223,8 @@ static __always_inline int unbalance(struct bpf_sock_addr *ctx, int v6)
 	struct svc_key k;
 	int mapped;
 
+	if (ctx->protocol != PROTO_TCP && ctx->protocol != PROTO_UDP)
+		return SOCK_ALLOW;
 	__builtin_memset(&rk, 0, sizeof(rk));
 	__builtin_memset(&k, 0, sizeof(k));
 	rk.cookie = bpf_get_socket_cookie(ctx);
@@ -188,7 +232,7 @@ static __always_inline int unbalance(struct bpf_sock_addr *ctx, int v6)
 	rk.ep.addr = k.addr;
 	rk.ep.port = k.port;
 	rk.ep.family = k.family;
-	front = bpf_map_lookup_elem(&revnat, &rk);
+	front = bpf_map_lookup_elem(revnat_of(ctx->protocol), &rk);
 	if (!front || set_dest(ctx, front, v6, mapped) < 0)
 		return SOCK_ALLOW;
 	count(STAT_REVNAT);

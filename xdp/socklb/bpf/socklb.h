@@ -47,8 +47,10 @@ struct svc_key {
 
 /* Value of services. */
 struct svc_value {
-	__u32 id;     /* the frontend's current slot set: slots {id, 0..count-1} */
-	__u32 count;  /* endpoints taking new connections; 0 = refuse them */
+	__u32 id;            /* the frontend's current slot set: slots {id, 0..count-1} */
+	__u32 count;         /* endpoints taking new connections; 0 = refuse them */
+	__u32 affinity_secs; /* sessionAffinity: ClientIP timeout in seconds; 0 = no affinity */
+	__u32 pad;
 };
 
 /* Key of slots: one endpoint of a frontend's slot set. */
@@ -78,7 +80,22 @@ struct affinity_key {
 	__u32 pad;    /* explicit, so that a zeroed key has no stray bytes */
 };
 
-/* Key of revnat: a socket and the endpoint it was sent to. */
+/* Key of client_affinity: a client (its network namespace: a Pod, or the host) and a
+ * frontend. */
+struct client_key {
+	__u64 netns;  /* bpf_get_netns_cookie */
+	struct svc_key svc;
+	__u32 pad;
+};
+
+/* Value of client_affinity. */
+struct client_value {
+	struct endpoint ep;
+	__u32 pad;
+	__u64 last_ns; /* bpf_ktime_get_ns of the client's last connection to the frontend */
+};
+
+/* Key of revnat_udp and revnat_tcp: a socket and the endpoint it was sent to. */
 struct revnat_key {
 	__u64 cookie;
 	struct endpoint ep;
@@ -87,12 +104,16 @@ struct revnat_key {
 
 /* services: frontend -> its slot set. Written by Go: a changed frontend gets a new id whose
  * slots and members are written first, so a program sees the old set or the new one, never a
- * mix. */
+ * mix; the old set is deleted only at the next Apply, long after any program that read the
+ * old id has finished. The three Go-written maps are not preallocated: an entry replaced or
+ * deleted is freed after an RCU grace period, never reused under a reader, and memory follows
+ * the cluster's size rather than MAX_SLOTS. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct svc_key);
 	__type(value, struct svc_value);
 	__uint(max_entries, MAX_SERVICES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 } services SEC(".maps");
 
 /* slots: {id, i} -> the i-th endpoint of slot set id. Written by Go. */
@@ -101,19 +122,32 @@ struct {
 	__type(key, struct slot_key);
 	__type(value, struct endpoint);
 	__uint(max_entries, MAX_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 } slots SEC(".maps");
 
-/* members: {id, endpoint} -> 1 when the endpoint is in slot set id (so that a socket's
- * datagrams keep their endpoint for as long as it serves). Written by Go. */
+/* members: {id, endpoint} -> 1 when the endpoint is in slot set id (so that a socket, or a
+ * client with affinity, keeps its endpoint for as long as it serves). Written by Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct member_key);
 	__type(value, __u8);
 	__uint(max_entries, MAX_SLOTS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 } members SEC(".maps");
 
-/* affinity: {socket, frontend} -> the endpoint an unconnected UDP socket's datagrams to that
- * frontend go to. Written by sendmsg. */
+/* client_affinity: {client, frontend} -> the endpoint its connections go to while the
+ * frontend's sessionAffinity timeout has not run out since the last one. Written by connect
+ * and sendmsg. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct client_key);
+	__type(value, struct client_value);
+	__uint(max_entries, MAX_SOCKETS);
+} client_affinity SEC(".maps");
+
+/* affinity: {socket, frontend} -> the endpoint a UDP socket's datagrams to that frontend go
+ * to (sendto on a connected socket included: its replies come only from its peer). Written by
+ * connect and sendmsg of UDP sockets. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct affinity_key);
@@ -121,15 +155,24 @@ struct {
 	__uint(max_entries, MAX_SOCKETS);
 } affinity SEC(".maps");
 
-/* revnat: {socket, endpoint} -> the frontend the application asked for (its svc_key's address
- * and port, in an endpoint), given back as the peer's address by recvmsg and getpeername.
- * Written by connect and sendmsg. */
+/* revnat_udp: {UDP socket, endpoint} -> the frontend the application asked for (its svc_key's
+ * address and port, in an endpoint), given back as the source of replies (recvmsg) and as the
+ * peer (getpeername). Written by connect and sendmsg. Apart from revnat_tcp, so that a churn
+ * of short TCP connections cannot evict a long-lived UDP socket's entry. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct revnat_key);
 	__type(value, struct endpoint);
 	__uint(max_entries, MAX_SOCKETS);
-} revnat SEC(".maps");
+} revnat_udp SEC(".maps");
+
+/* revnat_tcp: the same for TCP sockets, read by getpeername. Written by connect. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct revnat_key);
+	__type(value, struct endpoint);
+	__uint(max_entries, MAX_SOCKETS);
+} revnat_tcp SEC(".maps");
 
 /* Counters, indices of stats (xdp/socklb's Counter mirrors them). */
 #define STAT_CONNECT 0        /* connects sent to an endpoint */
@@ -138,7 +181,8 @@ struct {
 #define STAT_SENDMSG_KEPT 3   /* of those, to the endpoint the socket's earlier ones went to */
 #define STAT_REVNAT 4         /* replies and getpeername answers given the frontend's address */
 #define STAT_NO_SLOT 5        /* a slot set without its slot (never, unless Go's writes fail) */
-#define NUM_STATS 6
+#define STAT_AFFINITY_KEPT 6  /* connections sent to the client's endpoint (sessionAffinity) */
+#define NUM_STATS 7
 
 /* stats: per CPU, STAT_* -> count. Written by the programs, read by Go. */
 struct {
