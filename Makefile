@@ -6,7 +6,8 @@ PKGS    ?= ./...
 # the real BGP routers bgp/'s tests peer with, each run inside a test namespace; nftables: the
 # DNAT datapath bench/ compares xlb with).
 DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables
-# What a person uses to poke at the lab (make lab): curl and ping inside its namespaces.
+# curl: the lab's pods reach cluster IPs with it (through the node agents); curl and ping are
+# also what a person uses to poke at the lab.
 LAB_PKGS = curl iputils-ping
 
 export GOTOOLCHAIN ?= local

@@ -47,10 +47,10 @@ var (
 const (
 	// PoolName is the gateways' one address pool.
 	PoolName = "lab"
-	// serviceIPv6Range is the apiserver's IPv6 ClusterIP range (next to
-	// kubetest.ServiceClusterIPRange), needed by dual-stack Services; like the IPv4 one it only
-	// exists in the apiserver's allocator: nothing is ever sent to it.
-	serviceIPv6Range = "2001:db8:ffff:96::/112"
+	// serviceClusterIPRange4 and serviceIPv6Range are the apiserver's ClusterIP ranges (IPv6
+	// for dual-stack Services): lab ranges, since the pods reach them through the node agents.
+	serviceClusterIPRange4 = "198.18.96.0/24"
+	serviceIPv6Range       = "2001:db8:ffff:96::/112"
 	// kubeSetupTimeout bounds the control plane's start and the objects' creation.
 	kubeSetupTimeout = 120 * time.Second
 	// serviceAddrTimeout bounds the wait for a Service's status addresses.
@@ -85,6 +85,8 @@ type Kube struct {
 	mu     sync.Mutex
 	// proxies: node name → its kube-proxy health servers.
 	proxies map[string]*nodeProxy
+	// agents are the nodes' `xlb agent`s (agent.go).
+	agents []*NodeAgent
 }
 
 // nodeProxy is one node's kube-proxy health servers: the node server on
@@ -169,7 +171,7 @@ func (s *Site) addControl() (wait func() error, err error) {
 		cp, err := kubetest.Start(ctx, kubetest.Options{
 			Dir: filepath.Join(s.Dir, "kube"), NetNS: ns.Name, Address: ControlAddr4,
 			StartTimeout:   kubeSetupTimeout,
-			APIServerFlags: []string{"--service-cluster-ip-range", kubetest.ServiceClusterIPRange + "," + serviceIPv6Range},
+			APIServerFlags: []string{"--service-cluster-ip-range", serviceClusterIPRange4 + "," + serviceIPv6Range},
 		})
 		done <- result{cp, err}
 	}()

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +63,8 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Scale", func(t *testing.T) { testScale(t, s) })
 	t.Run("LocalHealth", func(t *testing.T) { testLocalHealth(t, s) })
 	t.Run("LeaderKilled", func(t *testing.T) { testLeaderKilled(t, s) })
+	// Last: it adds a pod of its own to the site.
+	t.Run("ClusterIPs", func(t *testing.T) { testClusterIPs(t, s) })
 }
 
 // newLBService returns a LoadBalancer Service of xlb's class in KubeNamespace: HTTP port 80 to
@@ -562,5 +565,75 @@ func testLeaderKilled(t *testing.T, s *Site) {
 	}
 	if h := holder(); h != other.GatewayName() {
 		t.Errorf("lease holder after %s came back: %q, want %s to keep it", leader.Name, h, other.GatewayName())
+	}
+}
+
+// testClusterIPs: the node agents balance every example Service's cluster IPs (both families of
+// the dual-stack one) over its pods, from pods on every node, without NAT; a Service added later
+// is reached as soon as it has pods, and one without pods refuses connections.
+func testClusterIPs(t *testing.T, s *Site) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	svcs, err := s.Kube.ExampleServices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, svc := range svcs {
+		if !slices.Contains([]string{"web", "web-dual", "web-local"}, svc.Name) { // deploy/examples'
+			continue // (the other subtests' Services may be on their way out)
+		}
+		for _, ip := range svc.Spec.ClusterIPs {
+			dst := netip.AddrPortFrom(netip.MustParseAddr(ip), PortHTTP)
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+				return p.Port == PortHTTP && p.Protocol == corev1.ProtocolTCP
+			}) {
+				continue
+			}
+			seen := map[string]bool{}
+			for _, p := range s.Pods {
+				for range 4 {
+					a, err := s.podGet(p, dst)
+					if err != nil {
+						t.Fatalf("%s: %v", svc.Name, err)
+					}
+					seen[a.Pod] = true
+				}
+			}
+			if len(seen) < 2 {
+				t.Errorf("%s at %s: answered only by %v, want the requests spread over its pods", svc.Name, dst, seen)
+			}
+			checked++
+		}
+	}
+	if checked < 4 {
+		t.Errorf("checked %d cluster IP frontends, want the example Services' (at least 4)", checked)
+	}
+
+	// A Service without pods refuses; once a pod has its label, it answers.
+	svc := newLBService("agent-late", "agent-late", TargetHTTP+8, false)
+	svc.Spec.Type, svc.Spec.LoadBalancerClass, svc.Spec.AllocateLoadBalancerNodePorts = corev1.ServiceTypeClusterIP, nil, nil
+	created, err := s.Kube.Client.CoreV1().Services(KubeNamespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteService(t, s, svc.Name)
+	dst := netip.AddrPortFrom(netip.MustParseAddr(created.Spec.ClusterIP), PortHTTP)
+	p := s.Pods[0]
+	if !waitFor(10*time.Second, func() bool {
+		_, err := s.podGet(p, dst)
+		return err != nil && strings.Contains(err.Error(), "exit status 7") // curl: could not connect (refused at once)
+	}) {
+		t.Fatalf("%s at %s: the Service without pods does not refuse connections", svc.Name, dst)
+	}
+	pod, err := s.AddPodLabeled(s.Nodes[len(s.Nodes)-1], map[string]string{LabelApp: "agent-late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*time.Second, func() bool {
+		a, err := s.podGet(p, dst)
+		return err == nil && a.Pod == pod.Name
+	}) {
+		t.Fatalf("%s at %s: the new pod %s does not answer", svc.Name, dst, pod.Name)
 	}
 }

@@ -63,6 +63,72 @@ func (s *Site) demoKube(ctx context.Context, w io.Writer, fail func(string, ...a
 			}
 		}
 	}
+	s.demoClusterIPs(w, fail, svcs)
+}
+
+// demoClusterIPs shows pods reaching the Services' cluster IPs through their nodes' agents:
+// the answering pod sees the asking pod's own address (no NAT anywhere).
+func (s *Site) demoClusterIPs(w io.Writer, fail func(string, ...any), svcs []corev1.Service) {
+	k := s.Kube
+	fmt.Fprintf(w, "\n== Requests from pods to the Services' cluster IPs (xlb agent on every node) ==\n")
+	for _, n := range s.Nodes {
+		if a := k.Agent(n); a != nil {
+			m, err := a.Metrics()
+			if err != nil {
+				fail("%v", err)
+				continue
+			}
+			fmt.Fprintf(w, "  node %s: xlb agent balances %v cluster IP frontends\n", n.Name, m.Sum("xlb_agent_frontends"))
+		}
+	}
+	var from []*Pod
+	for _, n := range s.Nodes {
+		if i := slices.IndexFunc(s.Pods, func(p *Pod) bool { return p.Node == n }); i >= 0 {
+			from = append(from, s.Pods[i])
+		}
+	}
+	for _, svc := range svcs {
+		for _, ip := range svc.Spec.ClusterIPs {
+			addr, err := netip.ParseAddr(ip)
+			if err != nil {
+				continue
+			}
+			for _, p := range svc.Spec.Ports {
+				if p.Protocol != corev1.ProtocolTCP || p.Port != PortHTTP {
+					continue
+				}
+				dst := netip.AddrPortFrom(addr, uint16(p.Port))
+				var got []string
+				for _, pod := range from {
+					a, err := s.podGet(pod, dst)
+					if err != nil {
+						fail("%s/%s: %v", svc.Namespace, svc.Name, err)
+						return
+					}
+					got = append(got, fmt.Sprintf("%s@%s -> %s@%s", pod.Name, pod.Node.Name, a.Pod, a.Node))
+				}
+				fmt.Fprintf(w, "  %-18s GET http://%-24s %s\n", svc.Namespace+"/"+svc.Name, dst.String()+"/", strings.Join(got, ", "))
+			}
+		}
+	}
+	fmt.Fprintf(w, "  (each answering pod saw the asking pod's own address)\n")
+}
+
+// podGet fetches http://dst/ from pod p (ClusterIPGet) and checks that the answering pod saw p's
+// own address.
+func (s *Site) podGet(p *Pod, dst netip.AddrPort) (Answer, error) {
+	body, err := s.Kube.ClusterIPGet(p, dst, "/")
+	if err != nil {
+		return Answer{}, err
+	}
+	a, err := ParseAnswer(strings.TrimSpace(body))
+	if err != nil {
+		return Answer{}, fmt.Errorf("pod %s: GET http://%s/: %w", p.Name, dst, err)
+	}
+	if want := p.Addr4; dst.Addr().Is6() && a.Client.Addr() != p.Addr6 || dst.Addr().Is4() && a.Client.Addr() != want {
+		return a, fmt.Errorf("pod %s: GET http://%s/: pod %s saw client %s, not the asking pod's address", p.Name, dst, a.Pod, a.Client)
+	}
+	return a, nil
 }
 
 // demoRequest sends requests to one port of a Service's address: HTTP or TCP echo, UDP who or

@@ -269,6 +269,21 @@ func (s *Site) build() error {
 			return err
 		}
 	}
+	// Nodes route each other's Pod CIDRs directly over the cluster L2, as a CNI's host routes
+	// would: pod-to-pod traffic (a pod reaching a cluster IP's endpoint on another node) never
+	// crosses the gateways, whose reverse NAT would take a pod's reply for a Service's.
+	for _, n := range s.Nodes {
+		for _, m := range s.Nodes {
+			if m == n {
+				continue
+			}
+			if err := ipc(n.NS,
+				fmt.Sprintf("-4 route add %s via %s dev eth0", m.PodCIDR4, m.Addr4),
+				fmt.Sprintf("-6 route add %s via %s dev eth0", m.PodCIDR6, m.Addr6)); err != nil {
+				return err
+			}
+		}
+	}
 	// Gateways route each node's Pod CIDR via that node.
 	for _, g := range s.Gateways {
 		for _, n := range s.Nodes {
@@ -326,6 +341,9 @@ func (s *Site) build() error {
 		return err
 	}
 	if o.Mode == Kubernetes {
+		if err := s.Kube.startAgents(); err != nil {
+			return err
+		}
 		return s.waitKubeRoutes()
 	}
 	if o.Routing.BGP() {

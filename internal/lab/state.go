@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
 // Live sites of this process, for CloseAll.
@@ -122,7 +124,7 @@ func ownerAlive(dir string) bool {
 var (
 	prefixRE   = regexp.MustCompile(`^` + NamePrefixTag + `[0-9a-f]{6}$`)
 	nsNameRE   = regexp.MustCompile(`^(` + NamePrefixTag + `[0-9a-f]{6})-[a-z0-9]+$`)
-	pinNameRE  = regexp.MustCompile(`^(` + NamePrefixTag + `[0-9a-f]{6})-g[0-9]+$`)
+	pinNameRE  = regexp.MustCompile(`^(` + NamePrefixTag + `[0-9a-f]{6})-(g|agent-n)[0-9]+$`)
 	bpffsRoot  = "/sys/fs/bpf"
 	procRoot   = "/proc"
 	downWaitTO = 5 * time.Second
@@ -130,8 +132,8 @@ var (
 
 // Down removes the leftovers of lab sites: for every site whose owner process is gone (every
 // site when all is set), the xlb processes it started (found by their command line, which names
-// the site's config file under stateDir), its namespaces, its pins under /sys/fs/bpf and its
-// state directory; and namespaces and pins with a lab name whose site has no state directory.
+// the site's config file under stateDir), its namespaces, its pins under /sys/fs/bpf, its node
+// agents' cgroups and its state directory; and namespaces and pins with a lab name whose site has no state directory.
 // Sites of running lab processes are left alone unless all.
 func Down(stateDir string, all bool, log io.Writer) error {
 	if stateDir == "" {
@@ -205,7 +207,24 @@ func Down(stateDir string, all bool, log io.Writer) error {
 		}
 	}
 
-	// 4. State directories.
+	// 4. The node agents' cgroups (empty once their processes are gone).
+	if root, err := socklb.RootCgroup(); err == nil {
+		if ents, err := os.ReadDir(root); err == nil {
+			for _, e := range ents {
+				m := pinNameRE.FindStringSubmatch(e.Name())
+				if !e.IsDir() || m == nil || !remove(m[1]) {
+					continue
+				}
+				if err := removeCgroup(filepath.Join(root, e.Name())); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintf(log, "removed cgroup %s\n", filepath.Join(root, e.Name()))
+			}
+		}
+	}
+
+	// 5. State directories.
 	for p := range stale {
 		if err := os.RemoveAll(filepath.Join(stateDir, p)); err != nil {
 			errs = append(errs, err)
@@ -247,6 +266,10 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 		// `/usr/lib/frr/zebra|bgpd ... -f <file> ...`; the control plane's etcd and apiserver.
 		i := slices.Index(args, "--config")
 		isXLB := i >= 1 && i+1 < len(args) && slices.Contains(args[:i], "run")
+		if !isXLB && slices.Contains(args, "agent") { // a node agent: `... agent ... --kubeconfig <file>`
+			i = slices.Index(args, "--kubeconfig")
+			isXLB = i >= 1 && i+1 < len(args)
+		}
 		if !isXLB {
 			switch filepath.Base(args[0]) {
 			case "bird":
