@@ -56,9 +56,17 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes: %w", err)
 	}
+	if opts.pinPath == "" && socklb.HasPins(socklb.DefaultPinPath) {
+		// Those programs would keep balancing from frozen maps, ahead of ours.
+		return fmt.Errorf("agent: an earlier agent's programs are still pinned in %s: remove them with xlb cleanup --pin-path %s, or run with that pin path",
+			socklb.DefaultPinPath, socklb.DefaultPinPath)
+	}
 	dp, err := socklb.Load(socklb.Options{Cgroup: opts.cgroup, PinPath: opts.pinPath})
 	if err != nil {
 		return err
+	}
+	if r := dp.Replaced(); r != nil {
+		log.Warn("replaced the pinned socket load balancer instead of adopting it", "pin_path", opts.pinPath, "reason", r)
 	}
 	if n := dp.Frontends(); n > 0 {
 		log.Info("adopted the pinned socket load balancer", "pin_path", opts.pinPath, "frontends", n)

@@ -127,7 +127,7 @@ func cleanupPins(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if socklb.IsPinned(dir) {
+	if socklb.HasPins(dir) {
 		return socklb.RemovePinned(dir)
 	}
 	// Any conntrack size and Maglev capacity: adopt whatever is pinned.

@@ -59,6 +59,8 @@ func (k *Kube) startAgents() error {
 	if err != nil {
 		return fmt.Errorf("lab: node agents: %w", err)
 	}
+	// Registered first: agents started before a failure are stopped too.
+	s.onClose(k.stopAgents)
 	for _, n := range s.Nodes {
 		a := &NodeAgent{Node: n, Cgroup: filepath.Join(root, s.agentName(n)),
 			PinPath: filepath.Join(bpffsRoot, s.agentName(n)), LogPath: filepath.Join(s.Dir, "agent-"+n.Name+".log"),
@@ -73,7 +75,6 @@ func (k *Kube) startAgents() error {
 			return err
 		}
 	}
-	s.onClose(k.stopAgents)
 	for _, a := range k.agents {
 		if err := a.waitReady(); err != nil {
 			return err

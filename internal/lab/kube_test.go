@@ -609,6 +609,21 @@ func testClusterIPs(t *testing.T, s *Site) {
 	if checked < 4 {
 		t.Errorf("checked %d cluster IP frontends, want the example Services' (at least 4)", checked)
 	}
+	// A pod reaching web's load balancer address goes straight to a pod too (the reply would
+	// otherwise come back past the gateways' reverse NAT).
+	for _, svc := range svcs {
+		if svc.Name != "web" {
+			continue
+		}
+		for _, vip := range ingressAddrs(&svc) {
+			for _, p := range s.Pods {
+				if _, err := s.podGet(p, netip.AddrPortFrom(vip, PortHTTP)); err != nil {
+					t.Errorf("web's load balancer address from a pod: %v", err)
+				}
+			}
+			checked++
+		}
+	}
 
 	// A Service without pods refuses; once a pod has its label, it answers.
 	svc := newLBService("agent-late", "agent-late", TargetHTTP+8, false)

@@ -22,8 +22,9 @@ import (
 	"github.com/xlb-dev/xlb/lb"
 )
 
-// ClusterIPModel models the cluster IPs of svc for the node agent running on node: the
-// Service's clusterIPs as its addresses, its TCP and UDP ports, and its endpoints from endpointSlices
+// ClusterIPModel models svc for the node agent running on node: the addresses Pods reach it at
+// (its clusterIPs, its externalIPs and its load balancer's ingress IPs of ipMode VIP), its TCP
+// and UDP ports, and its endpoints from endpointSlices
 // with their states as for a LoadBalancer Service (ready endpoints serve; serving-terminating
 // ones only when no ready one of their family is left). With internalTrafficPolicy: Local only
 // the endpoints on node serve (endpoints without a nodeName are on no node); with none there,
@@ -54,6 +55,26 @@ func ClusterIPModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointS
 	}
 	if len(vips) == 0 {
 		return lb.Service{}, pb.done(), false
+	}
+	// The Service's other addresses, as Pods reach them too: a connection to a load balancer's
+	// address from inside the cluster would otherwise come back from the Pod, past the
+	// gateway's reverse NAT. ipMode Proxy addresses are left to the load balancer (as
+	// kube-proxy leaves them).
+	other := slices.Clone(svc.Spec.ExternalIPs)
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if in.IP != "" && (in.IPMode == nil || *in.IPMode == corev1.LoadBalancerIPModeVIP) {
+			other = append(other, in.IP)
+		}
+	}
+	for _, ip := range other {
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" {
+			pb.warn("InvalidExternalIP", "%q (spec.externalIPs or status.loadBalancer.ingress) is not an IP address; it is not balanced", ip)
+			continue
+		}
+		if a = a.Unmap(); !slices.Contains(vips, a) {
+			vips = append(vips, a)
+		}
 	}
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	out := lb.Service{Name: key.String(), VIPs: vips}

@@ -94,6 +94,19 @@ func TestClusterIPModel(t *testing.T) {
 			t.Errorf("without a local ready endpoint: %v, want the local serving-terminating one", p)
 		}
 	})
+	t.Run("external and load-balancer addresses", func(t *testing.T) {
+		svc := clusterIPService("web", "198.18.96.1")
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Spec.ExternalIPs = []string{"198.18.99.7"}
+		proxy := corev1.LoadBalancerIPModeProxy
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
+			{IP: "198.18.100.1"}, {IP: "198.18.100.2", IPMode: &proxy}, {Hostname: "lb.example.org"}, {IP: "198.18.96.1"}}
+		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1")
+		want := []netip.Addr{netip.MustParseAddr("198.18.96.1"), netip.MustParseAddr("198.18.99.7"), netip.MustParseAddr("198.18.100.1")}
+		if !ok || len(problems) != 0 || !slices.Equal(m.VIPs, want) {
+			t.Errorf("VIPs %v (ok %v, problems %v), want %v: ipMode Proxy and hostnames left out, no duplicate", m.VIPs, ok, problems, want)
+		}
+	})
 	t.Run("nothing to balance", func(t *testing.T) {
 		headless := clusterIPService("h", corev1.ClusterIPNone)
 		ext := clusterIPService("x", "198.18.96.9") // a cluster IP it cannot have: the type decides

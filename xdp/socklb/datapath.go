@@ -72,13 +72,18 @@ type Datapath struct {
 	links   []link.Link
 	current map[lb.Frontend]applied // what the maps hold, frontend → its slot set
 	retired []applied               // slot sets replaced by the last Apply, deleted by the next
-	nextID  uint32                  // the next slot set id (0 is never used: no slot set)
+	used    map[uint32]bool         // the ids of current and retired slot sets
+	nextID  uint32                  // the next slot set id to try (0 is never used: no slot set)
+
+	lockf    *os.File // the pin directory, flock'ed while d holds it
+	replaced error    // why Load replaced pins it found (Replaced)
 }
 
 // applied is one frontend's slot set as written.
 type applied struct {
 	id uint32 // 0 when the frontend has no endpoints (it refuses connections)
 	lb.ConnectFrontend
+	stale bool // read back incomplete from pinned maps: rewrite it at the next Apply
 }
 
 // hooks are the attach points, in the order Load attaches them.
@@ -106,43 +111,97 @@ type hook struct {
 // Load loads the programs and attaches them to opts.Cgroup. Without pins the maps start empty:
 // no frontend is balanced until Apply. With pins from an earlier Load (Options.PinPath), the
 // new programs replace the pinned ones in the same links, on the pinned maps, and what the maps
-// hold is read back, so the next Apply changes only what differs. Close detaches what is not
-// pinned.
+// hold is read back, so the next Apply changes only what differs. Pins that cannot be adopted
+// (another version's layout, another cgroup, a missing pin) are replaced, make before break:
+// the new programs are attached before the old pins go (Replaced says why). Close detaches what
+// is not pinned. One Datapath at a time holds a pin directory.
 func Load(opts Options) (*Datapath, error) {
-	if opts.Cgroup == "" {
-		root, err := RootCgroup()
-		if err != nil {
-			return nil, err
-		}
-		opts.Cgroup = root
+	cg, err := resolveCgroup(opts.Cgroup)
+	if err != nil {
+		return nil, err
 	}
-	d := &Datapath{pin: opts.PinPath, current: map[lb.Frontend]applied{}, nextID: 1}
-	if opts.PinPath != "" && IsPinned(opts.PinPath) {
-		if err := d.adopt(opts.Cgroup); err != nil {
-			d.Close()
+	d := &Datapath{pin: opts.PinPath, current: map[lb.Frontend]applied{}, used: map[uint32]bool{}, nextID: 1}
+	if opts.PinPath != "" {
+		if err := d.lock(); err != nil {
 			return nil, err
 		}
-		return d, nil
+		if HasPins(opts.PinPath) {
+			err := d.adopt(cg)
+			if err == nil {
+				return d, nil
+			}
+			// Make before break: attach fresh programs, then drop the old pins (their links
+			// detach with them; meanwhile both run, and the second leaves the endpoint
+			// addresses the first wrote alone).
+			d.closeObjects()
+			d.current, d.used, d.nextID, d.replaced = map[lb.Frontend]applied{}, map[uint32]bool{}, 1, err
+		}
 	}
 	if err := loadSocklbObjects(&d.objs, nil); err != nil {
+		d.Close()
 		return nil, fmt.Errorf("socklb: load programs: %w", err)
 	}
 	for _, h := range d.hooks() {
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: opts.Cgroup, Attach: h.typ, Program: h.prog})
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: h.typ, Program: h.prog})
 		if err != nil {
 			d.Close()
-			return nil, fmt.Errorf("socklb: attach %s to cgroup %s: %w", h.typ, opts.Cgroup, err)
+			return nil, fmt.Errorf("socklb: attach %s to cgroup %s: %w", h.typ, cg, err)
 		}
 		d.links = append(d.links, l)
 	}
 	if opts.PinPath != "" {
+		if err := removePinFiles(opts.PinPath); err != nil {
+			d.Close()
+			return nil, err
+		}
 		if err := d.pinAll(); err != nil {
-			d.unpinAll()
+			_ = removePinFiles(opts.PinPath)
 			d.Close()
 			return nil, err
 		}
 	}
 	return d, nil
+}
+
+// Replaced returns why Load replaced the pins it found instead of adopting them, nil when it
+// adopted them or found none.
+func (d *Datapath) Replaced() error { return d.replaced }
+
+// resolveCgroup returns the cgroup v2 directory to attach to: RootCgroup() for "", dir when it
+// is a cgroup v2 directory, dir/unified when dir is a hybrid host's /sys/fs/cgroup (a
+// container's view of it included).
+func resolveCgroup(dir string) (string, error) {
+	if dir == "" {
+		return RootCgroup()
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "unified")} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("socklb: %s is not a cgroup v2 directory (nor is %s)", dir, filepath.Join(dir, "unified"))
+}
+
+// lock creates the pin directory and takes its lock, so that two agents on one node (a rolling
+// update's surge, a second agent run by hand) never share the maps and their slot set ids.
+func (d *Datapath) lock() error {
+	if err := os.MkdirAll(d.pin, 0o700); err != nil {
+		return fmt.Errorf("socklb: pin directory: %w", err)
+	}
+	f, err := os.Open(d.pin)
+	if err != nil {
+		return fmt.Errorf("socklb: pin directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("socklb: %s is in use by another agent on this node", d.pin)
+		}
+		return fmt.Errorf("socklb: lock %s: %w", d.pin, err)
+	}
+	d.lockf = f
+	return nil
 }
 
 // Pin names inside Options.PinPath: "map_" + a map's name, "link_" + a hook's.
@@ -153,10 +212,26 @@ func (d *Datapath) pinnedMaps() map[string]*ebpf.Map {
 		"revnat_tcp": m.RevnatTcp, "stats": m.Stats}
 }
 
-// IsPinned reports whether dir holds the pins of a socket load balancer.
-func IsPinned(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, "link_connect4"))
-	return err == nil
+// HasPins reports whether dir holds any pin of a socket load balancer.
+func HasPins(dir string) bool {
+	for _, n := range pinNames() {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pinNames are the names of every pin of a socket load balancer, links first.
+func pinNames() []string {
+	var names []string
+	for _, h := range (&Datapath{}).hooks() {
+		names = append(names, "link_"+h.name)
+	}
+	for name := range (&Datapath{}).pinnedMaps() {
+		names = append(names, "map_"+name)
+	}
+	return names
 }
 
 // pinAll pins every map and link under d.pin.
@@ -177,29 +252,25 @@ func (d *Datapath) pinAll() error {
 	return nil
 }
 
-// unpinAll removes every pin of d (what is not pinned is no error) and the directory.
-func (d *Datapath) unpinAll() error { return removePins(d.pin) }
-
-// removePins removes the pins of a socket load balancer from dir, links first (balancing
-// stops before the maps go), then dir itself; missing pins are no error.
-func removePins(dir string) error {
-	var names []string
-	for _, h := range (&Datapath{}).hooks() {
-		names = append(names, "link_"+h.name)
-	}
-	for name := range (&Datapath{}).pinnedMaps() {
-		names = append(names, "map_"+name)
-	}
+// removePinFiles removes the pins of a socket load balancer from dir, links first (balancing
+// stops before the maps go); missing pins are no error.
+func removePinFiles(dir string) error {
 	var errs []error
-	for _, n := range names {
+	for _, n := range pinNames() {
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("socklb: unpin %s: %w", n, err))
 		}
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("socklb: remove %s: %w", dir, err))
-	}
 	return errors.Join(errs...)
+}
+
+// removePins removes the pins and then dir itself.
+func removePins(dir string) error {
+	err := removePinFiles(dir)
+	if err2 := os.Remove(dir); err2 != nil && !errors.Is(err2, os.ErrNotExist) {
+		err = errors.Join(err, fmt.Errorf("socklb: remove %s: %w", dir, err2))
+	}
+	return err
 }
 
 // adopt loads the programs on the pinned maps, swaps them into the pinned links (which must be
@@ -262,24 +333,29 @@ func (d *Datapath) readBack() error {
 		a.Endpoints = []netip.AddrPort{}
 		a.AffinityTimeout = time.Duration(v.AffinitySecs) * time.Second
 		for i := range v.Count {
-			var e socklbEndpoint
+			var sv socklbSlotValue
 			sk := socklbSlotKey{Id: v.Id, Slot: i}
-			if err := d.objs.Slots.Lookup(&sk, &e); err != nil {
-				return fmt.Errorf("socklb: pinned frontend %s: slot %d: %w", f, i, err)
+			if err := d.objs.Slots.Lookup(&sk, &sv); err != nil || sv.Front != k {
+				a.stale = true // rewritten by the next Apply
+				break
 			}
+			e := sv.Ep
 			a.Endpoints = append(a.Endpoints, netip.AddrPortFrom(fromWire(e.Addr.W, e.Family), htons(e.Port)))
 		}
 		d.current[f] = a
-		live[v.Id] = true
+		if v.Id != 0 {
+			live[v.Id] = true
+			d.used[v.Id] = true
+		}
 		d.nextID = max(d.nextID, v.Id+1)
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("socklb: read pinned frontends: %w", err)
 	}
 	var sk socklbSlotKey
-	var e socklbEndpoint
+	var sv socklbSlotValue
 	var stale []socklbSlotKey
-	for it := d.objs.Slots.Iterate(); it.Next(&sk, &e); {
+	for it := d.objs.Slots.Iterate(); it.Next(&sk, &sv); {
 		if !live[sk.Id] {
 			stale = append(stale, sk)
 		}
@@ -301,9 +377,20 @@ func (d *Datapath) readBack() error {
 	return nil
 }
 
-// Close releases the programs, maps and links: what is pinned stays attached and keeps
-// balancing (Remove detaches it); without pins the programs are detached.
+// Close releases the programs, maps and links and the pin directory's lock: what is pinned
+// stays attached and keeps balancing (Remove detaches it); without pins the programs are
+// detached.
 func (d *Datapath) Close() error {
+	err := d.closeObjects()
+	if d.lockf != nil {
+		d.lockf.Close()
+		d.lockf = nil
+	}
+	return err
+}
+
+// closeObjects closes the links, programs and maps.
+func (d *Datapath) closeObjects() error {
 	var errs []error
 	for _, l := range d.links {
 		if err := l.Close(); err != nil {
@@ -314,6 +401,7 @@ func (d *Datapath) Close() error {
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("socklb: close objects: %w", err))
 	}
+	d.objs = socklbObjects{}
 	return errors.Join(errs...)
 }
 
@@ -322,15 +410,15 @@ func (d *Datapath) Close() error {
 func (d *Datapath) Remove() error {
 	var err error
 	if d.pin != "" {
-		err = d.unpinAll()
+		err = removePins(d.pin)
 	}
 	return errors.Join(err, d.Close())
 }
 
-// RemovePinned detaches and deletes what a socket load balancer pinned in dir (xlb cleanup).
-// Nothing pinned there is no error.
+// RemovePinned detaches and deletes what a socket load balancer pinned in dir (xlb cleanup),
+// and dir. Nothing pinned there is no error.
 func RemovePinned(dir string) error {
-	if !IsPinned(dir) {
+	if !HasPins(dir) {
 		return nil
 	}
 	return removePins(dir)
@@ -353,6 +441,7 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 	var errs []error
 	for _, r := range d.retired {
 		d.deleteSet(r)
+		delete(d.used, r.id)
 	}
 	d.retired = d.retired[:0]
 	for f, cur := range d.current {
@@ -376,7 +465,7 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 	for _, f := range fronts {
 		cf := plan[f]
 		cur, had := d.current[f]
-		if had && cur.Equal(cf) {
+		if had && !cur.stale && cur.Equal(cf) {
 			ch.Unchanged++
 			continue
 		}
@@ -404,8 +493,9 @@ func (d *Datapath) put(f lb.Frontend, cf lb.ConnectFrontend, cur applied, had bo
 	next := applied{ConnectFrontend: lb.ConnectFrontend{Endpoints: slices.Clone(cf.Endpoints), AffinityTimeout: cf.AffinityTimeout}}
 	if len(cf.Endpoints) > 0 {
 		next.id = d.newID()
-		if err := d.writeSet(next); err != nil {
+		if err := d.writeSet(f, next); err != nil {
 			d.deleteSet(next)
+			delete(d.used, next.id)
 			return fmt.Errorf("socklb: frontend %s: %w", f, err)
 		}
 	}
@@ -413,6 +503,7 @@ func (d *Datapath) put(f lb.Frontend, cf lb.ConnectFrontend, cur applied, had bo
 	v := socklbSvcValue{Id: next.id, Count: uint32(len(cf.Endpoints)), AffinitySecs: uint32(cf.AffinityTimeout / time.Second)}
 	if err := d.objs.Services.Put(&k, &v); err != nil {
 		d.deleteSet(next)
+		delete(d.used, next.id)
 		return fmt.Errorf("socklb: frontend %s: write: %w", f, err)
 	}
 	if had {
@@ -422,24 +513,15 @@ func (d *Datapath) put(f lb.Frontend, cf lb.ConnectFrontend, cur applied, had bo
 	return nil
 }
 
-// newID returns a slot set id no frontend and no retired set uses (ids wrap after 2^32 - 1).
+// newID returns a slot set id no frontend and no retired set uses (ids wrap after 2^32 - 1),
+// and marks it used.
 func (d *Datapath) newID() uint32 {
-	used := func(id uint32) bool {
-		if id == 0 || slices.ContainsFunc(d.retired, func(a applied) bool { return a.id == id }) {
-			return true
-		}
-		for _, a := range d.current {
-			if a.id == id {
-				return true
-			}
-		}
-		return false
-	}
-	for used(d.nextID) {
+	for d.nextID == 0 || d.used[d.nextID] {
 		d.nextID++
 	}
 	id := d.nextID
 	d.nextID++
+	d.used[id] = true
 	return id
 }
 
@@ -463,12 +545,14 @@ func checkFrontend(f lb.Frontend, cf lb.ConnectFrontend) error {
 	return nil
 }
 
-// writeSet writes slot set s: its slots and its members.
-func (d *Datapath) writeSet(s applied) error {
+// writeSet writes slot set s of frontend f: its slots and its members.
+func (d *Datapath) writeSet(f lb.Frontend, s applied) error {
+	front := svcKey(f)
 	for i, ep := range s.Endpoints {
 		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
 		e := endpointOf(ep)
-		if err := d.objs.Slots.Put(&sk, &e); err != nil {
+		sv := socklbSlotValue{Ep: e, Front: front}
+		if err := d.objs.Slots.Put(&sk, &sv); err != nil {
 			return fmt.Errorf("write slot %d (%s): %w", i, ep, err)
 		}
 		mk := socklbMemberKey{Id: s.id, Ep: e}

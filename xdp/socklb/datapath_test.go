@@ -335,7 +335,7 @@ func TestPinnedRestart(t *testing.T) {
 	}
 	// A slot set no frontend points to, as an agent killed inside an Apply leaves.
 	stray := socklbSlotKey{Id: 999, Slot: 0}
-	e := endpointOf(ep(b11, 1))
+	e := socklbSlotValue{Ep: endpointOf(ep(b11, 1))}
 	if err := d1.objs.Slots.Put(&stray, &e); err != nil {
 		t.Fatal(err)
 	}
@@ -346,12 +346,15 @@ func TestPinnedRestart(t *testing.T) {
 		t.Errorf("with the agent gone: %+v, want both backends still", r[0])
 	}
 
-	if _, err := Load(Options{Cgroup: filepath.Dir(s.cgroup), PinPath: pin}); err == nil || !strings.Contains(err.Error(), "another cgroup") {
-		t.Errorf("Load for another cgroup over the pins: %v, want a refusal", err)
-	}
 	d2, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if d2.Replaced() != nil {
+		t.Errorf("pins replaced, not adopted: %v", d2.Replaced())
+	}
+	if _, err := Load(Options{Cgroup: s.cgroup, PinPath: pin}); err == nil || !strings.Contains(err.Error(), "in use by another agent") {
+		t.Errorf("a second Load on the same pins: %v, want a refusal", err)
 	}
 	if d2.Frontends() != 2 || d2.nextID <= 2 {
 		t.Errorf("adopted %d frontends, next id %d", d2.Frontends(), d2.nextID)
@@ -369,15 +372,47 @@ func TestPinnedRestart(t *testing.T) {
 	if r := s.client(t, false, "tcp=198.18.200.1:80*10", "udp=198.18.200.1:53*3"); !allEqual(r[0].Answers, "b10") || !allEqual(r[1].Peers, "198.18.200.1:53") {
 		t.Errorf("after adoption: %+v", r)
 	}
-	if err := d2.Remove(); err != nil {
+	// Pins attached to another cgroup are replaced, make before break: the new Load attaches
+	// to its own cgroup and the old pins go (the site's cgroup is no longer balanced).
+	if err := d2.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if IsPinned(pin) {
-		t.Error("pins left after Remove")
+	other := s.cgroup + "-b"
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = removeDirRetry(other) })
+	d3, err := Load(Options{Cgroup: other, PinPath: pin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := d3.Replaced(); r == nil || !strings.Contains(r.Error(), "another cgroup") || d3.Frontends() != 0 {
+		t.Errorf("Load for another cgroup over the pins: replaced %v, %d frontends; want a replacement", r, d3.Frontends())
 	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80"); r[0].Err != "ENETUNREACH" {
-		t.Errorf("after Remove: %+v, want ENETUNREACH", r[0])
+		t.Errorf("the old cgroup after the replacement: %+v, want ENETUNREACH", r[0])
 	}
+	if err := d3.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if HasPins(pin) {
+		t.Error("pins left after Remove")
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin directory left after Remove: %v", err)
+	}
+}
+
+// removeDirRetry removes an empty cgroup, waiting a little for its last processes to be reaped.
+func removeDirRetry(dir string) error {
+	var err error
+	for range 50 {
+		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
 }
 
 // TestUDPAndAffinity: IPv6 datagrams, a connected UDP socket that names its peer on every send,

@@ -64,6 +64,12 @@ type socklbSlotKey struct {
 	Slot uint32
 }
 
+type socklbSlotValue struct {
+	_     structs.HostLayout
+	Ep    socklbEndpoint
+	Front socklbSvcKey
+}
+
 type socklbSvcKey struct {
 	_    structs.HostLayout
 	Addr struct {

@@ -78,6 +78,14 @@ static __always_inline int set_dest(struct bpf_sock_addr *ctx, const struct endp
 	return 0;
 }
 
+/* svc_key_eq compares two frontends. */
+static __always_inline int svc_key_eq(const struct svc_key *a, const struct svc_key *b)
+{
+	return a->addr.w[0] == b->addr.w[0] && a->addr.w[1] == b->addr.w[1] &&
+	       a->addr.w[2] == b->addr.w[2] && a->addr.w[3] == b->addr.w[3] && a->port == b->port &&
+	       a->proto == b->proto && a->family == b->family;
+}
+
 /* revnat_of is the revnat map of a socket of protocol proto. */
 static __always_inline void *revnat_of(__u32 proto)
 {
@@ -163,6 +171,18 @@ static __always_inline int balance(struct bpf_sock_addr *ctx, int v6, int sendms
 			ep = *kept;
 			if (serving(id, &ep) && set_dest(ctx, &ep, v6, mapped) == 0) {
 				remember(cookie, &ep, &k);
+				if (aff_secs) {
+					/* The client is still using its endpoint: its affinity lives on. */
+					struct client_value cv;
+
+					__builtin_memset(&ck, 0, sizeof(ck));
+					ck.netns = bpf_get_netns_cookie(ctx);
+					ck.svc = k;
+					__builtin_memset(&cv, 0, sizeof(cv));
+					cv.ep = ep;
+					cv.last_ns = bpf_ktime_get_ns();
+					bpf_map_update_elem(&client_affinity, &ck, &cv, BPF_ANY);
+				}
 				count(STAT_SENDMSG);
 				count(STAT_SENDMSG_KEPT);
 				return SOCK_ALLOW;
@@ -189,13 +209,13 @@ static __always_inline int balance(struct bpf_sock_addr *ctx, int v6, int sendms
 	}
 
 	struct slot_key sk = { .id = id, .slot = bpf_get_prandom_u32() % n }; /* no padding */
-	struct endpoint *picked = bpf_map_lookup_elem(&slots, &sk);
+	struct slot_value *picked = bpf_map_lookup_elem(&slots, &sk);
 
-	if (!picked) {
+	if (!picked || !svc_key_eq(&picked->front, &k)) {
 		count(STAT_NO_SLOT);
 		return refuse();
 	}
-	ep = *picked;
+	ep = picked->ep;
 	if (aff_secs) {
 		struct client_value cv;
 

@@ -67,6 +67,15 @@ struct endpoint {
 	__u8 pad;
 };
 
+/* Value of slots: an endpoint, and the frontend whose slot set it is in. Hash map entries
+ * that are replaced or deleted can be reused at once (bpf_mem_alloc's per-CPU free lists), so a
+ * program that read a services entry while Go changed it may hold another frontend's id: the
+ * slot's frontend tells it so. */
+struct slot_value {
+	struct endpoint ep;
+	struct svc_key front;
+};
+
 /* Key of members: whether an endpoint is in a slot set. */
 struct member_key {
 	__u32 id;
@@ -105,9 +114,9 @@ struct revnat_key {
 /* services: frontend -> its slot set. Written by Go: a changed frontend gets a new id whose
  * slots and members are written first, so a program sees the old set or the new one, never a
  * mix; the old set is deleted only at the next Apply, long after any program that read the
- * old id has finished. The three Go-written maps are not preallocated: an entry replaced or
- * deleted is freed after an RCU grace period, never reused under a reader, and memory follows
- * the cluster's size rather than MAX_SLOTS. */
+ * old id has finished. The three Go-written maps are not preallocated, so that their memory
+ * follows the cluster's size rather than MAX_SLOTS (see struct slot_value for what that means
+ * for a reader). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct svc_key);
@@ -116,11 +125,11 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } services SEC(".maps");
 
-/* slots: {id, i} -> the i-th endpoint of slot set id. Written by Go. */
+/* slots: {id, i} -> the i-th endpoint of slot set id, and its frontend. Written by Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct slot_key);
-	__type(value, struct endpoint);
+	__type(value, struct slot_value);
 	__uint(max_entries, MAX_SLOTS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } slots SEC(".maps");
@@ -180,7 +189,7 @@ struct {
 #define STAT_SENDMSG 2        /* datagrams sent to an endpoint */
 #define STAT_SENDMSG_KEPT 3   /* of those, to the endpoint the socket's earlier ones went to */
 #define STAT_REVNAT 4         /* replies and getpeername answers given the frontend's address */
-#define STAT_NO_SLOT 5        /* a slot set without its slot (never, unless Go's writes fail) */
+#define STAT_NO_SLOT 5        /* no slot, or another frontend's: an entry read while Go replaced it */
 #define STAT_AFFINITY_KEPT 6  /* connections sent to the client's endpoint (sessionAffinity) */
 #define NUM_STATS 7
 
