@@ -108,9 +108,13 @@ static __always_inline __u16 fold(__u32 s)
 SEC("xdp")
 int bench_gen(struct xdp_md *ctx)
 {
+	__u32 zero = 0;
+
+	/* The frame starts GEN_ALIGN bytes in, on a cache line (see consts.h). */
+	if (bpf_xdp_adjust_head(ctx, GEN_ALIGN))
+		return XDP_ABORTED;
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 zero = 0;
 	struct gen_cfg *cfg = bpf_map_lookup_elem(&gen_config, &zero);
 	struct gen_counters *st = bpf_map_lookup_elem(&gen_state, &zero);
 

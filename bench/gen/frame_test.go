@@ -50,18 +50,22 @@ func TestFrames(t *testing.T) {
 		}
 		// Headers rewritten by someone else; the payload is zero, as the generator's initial
 		// data is and as nothing downstream writes payload.
-		garbage := make([]byte, spec.Size)
-		for i := range MinSize {
+		garbage := make([]byte, frameAlign+spec.Size)
+		for i := range frameAlign + MinSize {
 			garbage[i] = byte(0xa5 ^ i)
 		}
 		for i := range 10 {
-			out := make([]byte, spec.Size+256)
-			ret, err := g.Program().Run(&ebpf.RunOptions{Data: garbage, DataOut: out, Repeat: 1})
+			ro := &ebpf.RunOptions{Data: garbage, DataOut: make([]byte, spec.Size+256), Repeat: 1}
+			ret, err := g.Program().Run(ro)
+			out := ro.DataOut
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ret != 3 { // XDP_TX
 				t.Fatalf("%s frame %d: verdict %d, want XDP_TX", proto, i, ret)
+			}
+			if len(out) != spec.Size {
+				t.Fatalf("%s frame %d: %d bytes out, want %d (the %d in front moved past)", proto, i, len(out), spec.Size, frameAlign)
 			}
 			f := out[:spec.Size]
 			flow := i % spec.Flows
