@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"time"
 )
 
@@ -36,21 +35,8 @@ func (f ConnectFrontend) Equal(g ConnectFrontend) bool {
 func PlanConnect(services []Service) (ConnectPlan, []error) {
 	plan := ConnectPlan{}
 	owner := map[Frontend]string{}
-	var errs []error
-	sorted := slices.Clone(services)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	names := map[string]bool{}
-	for i := range sorted {
-		s := &sorted[i]
-		if err := s.Validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if names[s.Name] {
-			errs = append(errs, fmt.Errorf("service %s: defined twice", s.Name))
-			continue
-		}
-		names[s.Name] = true
+	valid, errs := validByName(services)
+	for _, s := range valid {
 		fronts, err := connectFrontends(s)
 		if err == nil {
 			for f := range fronts {

@@ -108,20 +108,8 @@ func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
 		opts.TableSize = DefaultTableSize
 	}
 	d = &Desired{Frontends: map[Frontend]*FrontendPlan{}, Reverse: map[Endpoint]ReversePlan{}}
-	sorted := slices.Clone(services)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	names := map[string]bool{}
-	for i := range sorted {
-		s := &sorted[i]
-		if err := s.Validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if names[s.Name] {
-			errs = append(errs, fmt.Errorf("service %s: defined twice", s.Name))
-			continue
-		}
-		names[s.Name] = true
+	valid, errs := validByName(services)
+	for _, s := range valid {
 		plans, err := planService(s, opts)
 		if err == nil {
 			for f := range plans {
@@ -141,6 +129,29 @@ func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
 	}
 	d.planReverse()
 	return d, errs
+}
+
+// validByName returns the valid services sorted by name, the first of each name only, and an
+// error for each of the others: the order in which planners give out frontends, so that the
+// same services always claim them.
+func validByName(services []Service) (valid []*Service, errs []error) {
+	sorted := slices.Clone(services)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	names := map[string]bool{}
+	for i := range sorted {
+		s := &sorted[i]
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if names[s.Name] {
+			errs = append(errs, fmt.Errorf("service %s: defined twice", s.Name))
+			continue
+		}
+		names[s.Name] = true
+		valid = append(valid, s)
+	}
+	return valid, errs
 }
 
 // planService plans every frontend of one valid service.

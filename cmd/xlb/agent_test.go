@@ -95,37 +95,9 @@ func TestAgentE2E(t *testing.T) {
 
 	// Backends b10 and b11 on the loopback of a namespace that routes nothing else.
 	ns := netlab.New(t, netlab.Prefix()+"ag")
-	var closers []func() error
-	t.Cleanup(func() {
-		for _, c := range closers {
-			c()
-		}
-	})
-	err = ns.Do(func() error {
-		for name, a := range map[string]string{"b10": "198.18.1.10", "b11": "198.18.1.11"} {
-			if err := ns.IP("addr add " + a + "/32 dev lo"); err != nil {
-				return err
-			}
-			l, err := net.Listen("tcp", a+":8080")
-			if err != nil {
-				return err
-			}
-			closers = append(closers, l.Close)
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					c.Write([]byte(name + "\n"))
-					c.Close()
-				}
-			}()
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	for name, a := range map[string]string{"b10": "198.18.1.10", "b11": "198.18.1.11"} {
+		ns.MustIP(t, "addr add "+a+"/32 dev lo")
+		ns.ServeName(t, "tcp", netip.MustParseAddrPort(a+":8080"), name)
 	}
 	root, err := socklb.RootCgroup()
 	if err != nil {
@@ -136,13 +108,9 @@ func TestAgentE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for range 50 {
-			if err := os.Remove(cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := netlab.RemoveCgroup(cgroup); err != nil {
+			t.Error(err)
 		}
-		t.Errorf("cgroup %s left behind", cgroup)
 	})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

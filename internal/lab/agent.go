@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/kubetest"
+	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -156,22 +157,10 @@ func (a *NodeAgent) stop() error {
 	if err := socklb.RemovePinned(a.PinPath); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroup(a.Cgroup); err != nil {
+	if err := netlab.RemoveCgroup(a.Cgroup); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// removeCgroup removes an (empty) cgroup, waiting a little for its last processes to be reaped.
-func removeCgroup(dir string) error {
-	var err error
-	for range 50 {
-		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("lab: remove cgroup %s: %w", dir, err)
 }
 
 // stopAgents stops every node's agent.

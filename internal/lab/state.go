@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -215,7 +216,7 @@ func Down(stateDir string, all bool, log io.Writer) error {
 				if !e.IsDir() || m == nil || !remove(m[1]) {
 					continue
 				}
-				if err := removeCgroup(filepath.Join(root, e.Name())); err != nil {
+				if err := netlab.RemoveCgroup(filepath.Join(root, e.Name())); err != nil {
 					errs = append(errs, err)
 					continue
 				}

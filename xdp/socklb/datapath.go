@@ -352,29 +352,24 @@ func (d *Datapath) readBack() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("socklb: read pinned frontends: %w", err)
 	}
-	var sk socklbSlotKey
-	var sv socklbSlotValue
-	var stale []socklbSlotKey
-	for it := d.objs.Slots.Iterate(); it.Next(&sk, &sv); {
-		if !live[sk.Id] {
-			stale = append(stale, sk)
-		}
-	}
-	for _, sk := range stale {
-		_ = d.objs.Slots.Delete(&sk)
-	}
-	var mk socklbMemberKey
-	var one uint8
-	var staleM []socklbMemberKey
-	for it := d.objs.Members.Iterate(); it.Next(&mk, &one); {
-		if !live[mk.Id] {
-			staleM = append(staleM, mk)
-		}
-	}
-	for _, mk := range staleM {
-		_ = d.objs.Members.Delete(&mk)
-	}
+	deleteStale(d.objs.Slots, func(k *socklbSlotKey) bool { return !live[k.Id] }, new(socklbSlotValue))
+	deleteStale(d.objs.Members, func(k *socklbMemberKey) bool { return !live[k.Id] }, new(uint8))
 	return nil
+}
+
+// deleteStale deletes the entries of m whose key stale says yes to (value is scratch for the
+// iteration).
+func deleteStale[K any, V any](m *ebpf.Map, stale func(*K) bool, value *V) {
+	var k K
+	var dead []K
+	for it := m.Iterate(); it.Next(&k, value); {
+		if stale(&k) {
+			dead = append(dead, k)
+		}
+	}
+	for i := range dead {
+		_ = m.Delete(&dead[i])
+	}
 }
 
 // Close releases the programs, maps and links and the pin directory's lock: what is pinned

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -52,50 +51,9 @@ func newSite(t *testing.T) *site {
 		}
 		s.ns.MustIP(t, "addr add "+netip.PrefixFrom(a, bits).String()+" dev lo nodad")
 	}
-	var closers []func() error
-	var err error
-	t.Cleanup(func() {
-		for _, c := range closers {
-			c()
-		}
-	})
-	err = s.ns.Do(func() error {
-		for a, name := range names {
-			l, err := net.Listen("tcp", netip.AddrPortFrom(a, 8080).String())
-			if err != nil {
-				return err
-			}
-			closers = append(closers, l.Close)
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					c.Write([]byte(name + "\n"))
-					c.Close()
-				}
-			}()
-			u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 5353)))
-			if err != nil {
-				return err
-			}
-			closers = append(closers, u.Close)
-			go func() {
-				buf := make([]byte, 64)
-				for {
-					_, from, err := u.ReadFromUDPAddrPort(buf)
-					if err != nil {
-						return
-					}
-					u.WriteToUDPAddrPort([]byte(name), from)
-				}
-			}()
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("servers: %v", err)
+	for a, name := range names {
+		s.ns.ServeName(t, "tcp", netip.AddrPortFrom(a, 8080), name)
+		s.ns.ServeName(t, "udp", netip.AddrPortFrom(a, 5353), name)
 	}
 	root, err := RootCgroup()
 	if err != nil {
@@ -106,15 +64,9 @@ func newSite(t *testing.T) *site {
 		t.Fatalf("create cgroup: %v", err)
 	}
 	t.Cleanup(func() {
-		// The clients have exited; their cgroup empties once the kernel has reaped them.
-		var err error
-		for range 50 {
-			if err = os.Remove(s.cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := netlab.RemoveCgroup(s.cgroup); err != nil {
+			t.Error(err)
 		}
-		t.Errorf("remove cgroup %s: %v", s.cgroup, err)
 	})
 	dp, err := Load(Options{Cgroup: s.cgroup})
 	if err != nil {
@@ -381,7 +333,7 @@ func TestPinnedRestart(t *testing.T) {
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = removeDirRetry(other) })
+	t.Cleanup(func() { _ = netlab.RemoveCgroup(other) })
 	d3, err := Load(Options{Cgroup: other, PinPath: pin})
 	if err != nil {
 		t.Fatal(err)
@@ -400,76 +352,5 @@ func TestPinnedRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pin directory left after Remove: %v", err)
-	}
-}
-
-// removeDirRetry removes an empty cgroup, waiting a little for its last processes to be reaped.
-func removeDirRetry(dir string) error {
-	var err error
-	for range 50 {
-		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return err
-}
-
-// TestUDPAndAffinity: IPv6 datagrams, a connected UDP socket that names its peer on every send,
-// and sessionAffinity: ClientIP (the client being the network namespace).
-func TestUDPAndAffinity(t *testing.T) {
-	s := newSite(t)
-	sticky := front("198.18.200.9", 80, lb.TCP)
-	plan := lb.ConnectPlan{
-		front("198.18.200.1", 53, lb.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
-		front("2001:db8:200::1", 53, lb.UDP): eps(ep(b10s, 5353), ep(b11s, 5353)),
-		sticky:                               {Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute},
-	}
-	if _, err := s.dp.Apply(plan); err != nil {
-		t.Fatal(err)
-	}
-	r := s.client(t, false, "udp=[2001:db8:200::1]:53*8", "udpconnsendto=198.18.200.1:53*20", "tcp=198.18.200.9:80*20")
-	if c := count(r[0].Answers); r[0].Err != "" || len(c) != 1 || len(r[0].Answers) != 8 || !allEqual(r[0].Peers, "[2001:db8:200::1]:53") {
-		t.Errorf("IPv6 datagrams: %+v: want 8 answers from one backend, from the cluster IP", r[0])
-	}
-	if c := count(r[1].Answers); r[1].Err != "" || len(c) != 1 || len(r[1].Answers) != 20 {
-		t.Errorf("connected socket with sendto: %+v: want 20 answers from its one endpoint", r[1])
-	}
-	c := count(r[2].Answers)
-	if r[2].Err != "" || len(c) != 1 {
-		t.Fatalf("affinity: %+v: want every connection on one backend", r[2])
-	}
-	first := r[2].Answers[0]
-	// Another process of the same client (namespace) gets the same endpoint.
-	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, first) {
-		t.Errorf("affinity, second process: %v, want %s throughout", r[0].Answers, first)
-	}
-	cnt, err := s.dp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cnt.AffinityKept != 29 {
-		t.Errorf("AffinityKept = %d, want 29 (every connection but the first)", cnt.AffinityKept)
-	}
-	// The client's endpoint leaves: it moves to the other, and stays there when the first
-	// comes back.
-	other := "b11"
-	if first == "b11" {
-		other = "b10"
-	}
-	keep := map[string]netip.AddrPort{"b10": ep(b10, 8080), "b11": ep(b11, 8080)}
-	plan[sticky] = lb.ConnectFrontend{Endpoints: []netip.AddrPort{keep[other]}, AffinityTimeout: time.Minute}
-	if _, err := s.dp.Apply(plan); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.client(t, false, "tcp=198.18.200.9:80*5"); !allEqual(r[0].Answers, other) {
-		t.Errorf("after its endpoint left: %v, want %s throughout", r[0].Answers, other)
-	}
-	plan[sticky] = lb.ConnectFrontend{Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute}
-	if _, err := s.dp.Apply(plan); err != nil {
-		t.Fatal(err)
-	}
-	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, other) {
-		t.Errorf("after the first endpoint came back: %v, want %s throughout", r[0].Answers, other)
 	}
 }
