@@ -262,20 +262,20 @@ func (d *Desired) planReverse() {
 func ambiguous(fs []Frontend) ReversePlan {
 	r := ReversePlan{Ambiguous: true}
 	fs = slices.Clone(fs)
-	slices.SortFunc(fs, compareFrontends)
+	slices.SortFunc(fs, Frontend.Compare)
 	if fs = slices.Compact(fs); len(fs) <= MaxReverseCandidates {
 		r.Candidates = fs
 	}
 	return r
 }
 
-// compareFrontends orders frontends by address, port and protocol.
-func compareFrontends(a, b Frontend) int {
-	if c := a.Addr.Compare(b.Addr); c != 0 {
+// Compare orders frontends by address, port and protocol.
+func (f Frontend) Compare(g Frontend) int {
+	if c := f.Addr.Compare(g.Addr); c != 0 {
 		return c
 	}
-	if a.Port != b.Port {
-		return int(a.Port) - int(b.Port)
+	if f.Port != g.Port {
+		return int(f.Port) - int(g.Port)
 	}
-	return int(a.Proto) - int(b.Proto)
+	return int(f.Proto) - int(g.Proto)
 }

@@ -200,6 +200,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	a.log.Info("kubernetes caches synced", "node", a.opts.Node)
+	// The first pass now: the events of the initial listing are folded into it.
+	select {
+	case <-a.changed:
+	default:
+	}
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	delay := a.opts.RetryInterval
@@ -208,7 +213,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-a.changed:
-			// More changes of the same burst are folded into this pass.
+			// More changes of the same burst (within Debounce of its first) are folded into
+			// this pass.
 			select {
 			case <-ctx.Done():
 				return nil
@@ -226,6 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			delay = min(2*delay, maxRetryInterval)
 			continue
 		}
+		retry.Stop() // a retry still pending has nothing left to do
 		delay = a.opts.RetryInterval
 	}
 }

@@ -438,15 +438,7 @@ func sortedFrontends(d *lb.Desired) []lb.Frontend {
 	for f := range d.Frontends {
 		out = append(out, f)
 	}
-	slices.SortFunc(out, func(a, b lb.Frontend) int {
-		if c := a.Addr.Compare(b.Addr); c != 0 {
-			return c
-		}
-		if a.Port != b.Port {
-			return int(a.Port) - int(b.Port)
-		}
-		return int(a.Proto) - int(b.Proto)
-	})
+	slices.SortFunc(out, lb.Frontend.Compare)
 	return out
 }
 

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -39,8 +38,7 @@ var cgroup2Mounts = []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}
 // process on the node, Pods and host processes alike.
 func RootCgroup() (string, error) {
 	for _, p := range cgroup2Mounts {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		if isCgroup2(p) {
 			return p, nil
 		}
 	}
@@ -75,8 +73,9 @@ type Datapath struct {
 	used    map[uint32]bool         // the ids of current and retired slot sets
 	nextID  uint32                  // the next slot set id to try (0 is never used: no slot set)
 
-	lockf    *os.File // the pin directory, flock'ed while d holds it
-	replaced error    // why Load replaced pins it found (Replaced)
+	lockf     *os.File // the pin directory, flock'ed while d holds it
+	replaced  error    // why Load replaced pins it found (Replaced)
+	replacing bool     // the old pins still stand, until the first successful Apply
 }
 
 // applied is one frontend's slot set as written.
@@ -130,11 +129,13 @@ func Load(opts Options) (*Datapath, error) {
 			if err == nil {
 				return d, nil
 			}
-			// Make before break: attach fresh programs, then drop the old pins (their links
-			// detach with them; meanwhile both run, and the second leaves the endpoint
-			// addresses the first wrote alone).
+			// Make before break: fresh programs are attached now, unpinned, while the old
+			// pinned ones keep balancing (they run first; the new ones leave the endpoint
+			// addresses they wrote alone). The first successful Apply drops the old pins and
+			// pins the new objects (finishReplace).
 			d.closeObjects()
 			d.current, d.used, d.nextID, d.replaced = map[lb.Frontend]applied{}, map[uint32]bool{}, 1, err
+			d.replacing = true
 		}
 	}
 	if err := loadSocklbObjects(&d.objs, nil); err != nil {
@@ -149,11 +150,7 @@ func Load(opts Options) (*Datapath, error) {
 		}
 		d.links = append(d.links, l)
 	}
-	if opts.PinPath != "" {
-		if err := removePinFiles(opts.PinPath); err != nil {
-			d.Close()
-			return nil, err
-		}
+	if opts.PinPath != "" && !d.replacing {
 		if err := d.pinAll(); err != nil {
 			_ = removePinFiles(opts.PinPath)
 			d.Close()
@@ -161,6 +158,19 @@ func Load(opts Options) (*Datapath, error) {
 		}
 	}
 	return d, nil
+}
+
+// finishReplace ends a replacement (see Load) once the new maps hold a whole plan: the old pins
+// go, which detaches the old programs, and the new objects take their place.
+func (d *Datapath) finishReplace() error {
+	if err := removePinFiles(d.pin); err != nil {
+		return err
+	}
+	if err := d.pinAll(); err != nil {
+		return err
+	}
+	d.replacing = false
+	return nil
 }
 
 // Replaced returns why Load replaced the pins it found instead of adopting them, nil when it
@@ -175,12 +185,17 @@ func resolveCgroup(dir string) (string, error) {
 		return RootCgroup()
 	}
 	for _, p := range []string{dir, filepath.Join(dir, "unified")} {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		if isCgroup2(p) {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("socklb: %s is not a cgroup v2 directory (nor is %s)", dir, filepath.Join(dir, "unified"))
+}
+
+// isCgroup2 reports whether dir is in a cgroup v2 hierarchy.
+func isCgroup2(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // lock creates the pin directory and takes its lock, so that two agents on one node (a rolling
@@ -456,7 +471,7 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 	for f := range plan {
 		fronts = append(fronts, f)
 	}
-	sort.Slice(fronts, func(i, j int) bool { return compareFrontends(fronts[i], fronts[j]) < 0 })
+	slices.SortFunc(fronts, lb.Frontend.Compare)
 	for _, f := range fronts {
 		cf := plan[f]
 		cur, had := d.current[f]
@@ -472,6 +487,11 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 			ch.Updated++
 		} else {
 			ch.Added++
+		}
+	}
+	if d.replacing && len(errs) == 0 {
+		if err := d.finishReplace(); err != nil {
+			errs = append(errs, fmt.Errorf("socklb: replace the old pins: %w", err))
 		}
 	}
 	return ch, errors.Join(errs...)
@@ -565,6 +585,11 @@ func (d *Datapath) deleteSet(s applied) {
 	if s.id == 0 {
 		return
 	}
+	if s.stale { // read back in part: its entries are found by id
+		deleteStale(d.objs.Slots, func(k *socklbSlotKey) bool { return k.Id == s.id }, new(socklbSlotValue))
+		deleteStale(d.objs.Members, func(k *socklbMemberKey) bool { return k.Id == s.id }, new(uint8))
+		return
+	}
 	for i, ep := range s.Endpoints {
 		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
 		_ = d.objs.Slots.Delete(&sk)
@@ -608,17 +633,6 @@ func (d *Datapath) Counters() (Counters, error) {
 
 // Frontends returns how many frontends the maps hold.
 func (d *Datapath) Frontends() int { return len(d.current) }
-
-// compareFrontends orders frontends by address, port and protocol.
-func compareFrontends(a, b lb.Frontend) int {
-	if c := a.Addr.Compare(b.Addr); c != 0 {
-		return c
-	}
-	if a.Port != b.Port {
-		return int(a.Port) - int(b.Port)
-	}
-	return int(a.Proto) - int(b.Proto)
-}
 
 // Address families as the maps store them.
 const (

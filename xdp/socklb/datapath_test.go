@@ -325,7 +325,8 @@ func TestPinnedRestart(t *testing.T) {
 		t.Errorf("after adoption: %+v", r)
 	}
 	// Pins attached to another cgroup are replaced, make before break: the new Load attaches
-	// to its own cgroup and the old pins go (the site's cgroup is no longer balanced).
+	// to its own cgroup, the old pins keep balancing until its first Apply, then go (the site's
+	// cgroup is no longer balanced).
 	if err := d2.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -341,8 +342,17 @@ func TestPinnedRestart(t *testing.T) {
 	if r := d3.Replaced(); r == nil || !strings.Contains(r.Error(), "another cgroup") || d3.Frontends() != 0 {
 		t.Errorf("Load for another cgroup over the pins: replaced %v, %d frontends; want a replacement", r, d3.Frontends())
 	}
+	if r := s.client(t, false, "tcp=198.18.200.1:80*3"); !allEqual(r[0].Answers, "b10") {
+		t.Errorf("the old cgroup before the new Datapath's first Apply: %+v, want still balanced", r[0])
+	}
+	if _, err := d3.Apply(lb.ConnectPlan{}); err != nil {
+		t.Fatal(err)
+	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80"); r[0].Err != "ENETUNREACH" {
 		t.Errorf("the old cgroup after the replacement: %+v, want ENETUNREACH", r[0])
+	}
+	if !HasPins(pin) || d3.Replaced() == nil {
+		t.Error("the new objects are not pinned after the replacement")
 	}
 	if err := d3.Remove(); err != nil {
 		t.Fatal(err)

@@ -92,12 +92,15 @@ static __always_inline void *revnat_of(__u32 proto)
 	return proto == PROTO_UDP ? (void *)&revnat_udp : (void *)&revnat_tcp;
 }
 
-/* remember records, for the socket, that endpoint ep stands for frontend k. */
+/* remember records, for the socket, that endpoint ep stands for frontend k. An entry that
+ * already says so is left as it is (an LRU update takes a new element; a lookup marks the
+ * entry used). */
 static __always_inline void remember(__u64 cookie, const struct endpoint *ep,
 				     const struct svc_key *k)
 {
+	void *map = revnat_of(k->proto);
 	struct revnat_key rk;
-	struct endpoint front;
+	struct endpoint front, *have;
 
 	/* Keys are hashed byte for byte: every byte is written, padding included. */
 	__builtin_memset(&rk, 0, sizeof(rk));
@@ -107,7 +110,12 @@ static __always_inline void remember(__u64 cookie, const struct endpoint *ep,
 	front.addr = k->addr;
 	front.port = k->port;
 	front.family = k->family;
-	bpf_map_update_elem(revnat_of(k->proto), &rk, &front, BPF_ANY);
+	have = bpf_map_lookup_elem(map, &rk);
+	if (have && have->addr.w[0] == front.addr.w[0] && have->addr.w[1] == front.addr.w[1] &&
+	    have->addr.w[2] == front.addr.w[2] && have->addr.w[3] == front.addr.w[3] &&
+	    have->port == front.port && have->family == front.family)
+		return;
+	bpf_map_update_elem(map, &rk, &front, BPF_ANY);
 }
 
 /* serving reports whether endpoint ep is in slot set id. */
@@ -173,15 +181,14 @@ static __always_inline int balance(struct bpf_sock_addr *ctx, int v6, int sendms
 				remember(cookie, &ep, &k);
 				if (aff_secs) {
 					/* The client is still using its endpoint: its affinity lives on. */
-					struct client_value cv;
+					struct client_value *cv;
 
 					__builtin_memset(&ck, 0, sizeof(ck));
 					ck.netns = bpf_get_netns_cookie(ctx);
 					ck.svc = k;
-					__builtin_memset(&cv, 0, sizeof(cv));
-					cv.ep = ep;
-					cv.last_ns = bpf_ktime_get_ns();
-					bpf_map_update_elem(&client_affinity, &ck, &cv, BPF_ANY);
+					cv = bpf_map_lookup_elem(&client_affinity, &ck);
+					if (cv)
+						cv->last_ns = bpf_ktime_get_ns();
 				}
 				count(STAT_SENDMSG);
 				count(STAT_SENDMSG_KEPT);
