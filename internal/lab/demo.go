@@ -264,6 +264,16 @@ Try it (as root, in another shell):
 			"                                             (if you have kubectl: the administrator, inside the control namespace)\n",
 			k.NS.Name, k.AdminKubeconfig)
 		fmt.Fprintf(w, "  %s/kube/kube-apiserver.log, etcd.log     (the control plane's logs)\n", s.Dir)
+		if len(s.Pods) > 0 {
+			if a := k.Agent(s.Pods[0].Node); a != nil {
+				p := s.Pods[0]
+				fmt.Fprintf(w, "  sh -c 'echo $$ > %s/cgroup.procs; exec ip netns exec %s curl -s http://<cluster IP>/'\n"+
+					"                                             (pod %s reaching a Service's cluster IP through node %s's agent)\n",
+					a.Cgroup, p.NS.Name, p.Name, p.Node.Name)
+				fmt.Fprintf(w, "  ip netns exec %s curl -s http://%s/metrics | grep ^xlb_agent   (node %s's agent)\n",
+					p.Node.NS.Name, agentListen, p.Node.Name)
+			}
+		}
 	}
 }
 
