@@ -31,6 +31,7 @@ type agentOptions struct {
 	listen     string // address of /metrics and /healthz; "" = none
 	pinPath    string // bpffs directory of the pins; "" = nothing pinned
 	cleanup    bool   // detach and unpin at exit
+	netnsDir   string // where Pods' network namespaces are pinned ("" = the agent's own only)
 }
 
 // DefaultAgentListen is where `xlb agent` serves /metrics and /healthz unless told otherwise.
@@ -71,6 +72,9 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	if n := dp.Frontends(); n > 0 {
 		log.Info("adopted the pinned socket load balancer", "pin_path", opts.pinPath, "frontends", n)
 	}
+	if err := dp.ReapUDPErr(); err != nil {
+		log.Warn("connected UDP sockets will keep a removed endpoint until their application closes them", "err", err)
+	}
 	defer func() {
 		if opts.cleanup || opts.pinPath == "" {
 			if err := dp.Remove(); err != nil {
@@ -88,6 +92,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 		mu       sync.Mutex // guards dp against /metrics
 		applied  atomic.Bool
 		lastErrs string
+		reaped   atomic.Uint64 // connected UDP sockets closed
 	)
 	agent, err := kube.NewAgent(client, kube.AgentOptions{
 		Node: opts.node,
@@ -107,6 +112,10 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 			if ch.Added+ch.Updated+ch.Removed > 0 {
 				log.Info("cluster IPs applied", "frontends", frontends, "added", ch.Added, "updated", ch.Updated, "removed", ch.Removed)
 			}
+			if ch.UDPLost > 0 {
+				// Endpoints left UDP frontends: their connected sockets go.
+				reaped.Add(uint64(reapUDP(log, dp, opts.netnsDir)))
+			}
 			// Healthy once applied, even with frontends that could not be written (they are
 			// retried, and the rest serve): a liveness probe restarting the agent for a bad
 			// Service would help nobody.
@@ -119,7 +128,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	}
 	if opts.listen != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(&agentCollector{dp: dp, mu: &mu})
+		reg.MustRegister(&agentCollector{dp: dp, mu: &mu, reaped: &reaped})
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -152,15 +161,43 @@ func joinErrors(errs []error) string {
 	return b.String()
 }
 
+// reapUDP closes, in the agent's network namespace and the Pods' pinned in netnsDir, the
+// connected UDP sockets whose endpoint no longer serves their frontend, logs them and returns
+// how many it closed. Failures are logged: balancing goes on without it.
+func reapUDP(log *slog.Logger, dp *socklb.Datapath, netnsDir string) int {
+	if dp.ReapUDPErr() != nil {
+		return 0 // said once at start
+	}
+	netns, err := socklb.Namespaces(netnsDir)
+	if err != nil {
+		log.Warn("listing the Pods' network namespaces", "err", err)
+	}
+	reaped, err := dp.ReapUDP(netns)
+	if err != nil {
+		log.Warn("closing connected UDP sockets of removed endpoints", "err", err)
+	}
+	closed := 0
+	for _, r := range reaped {
+		if r.Err != nil {
+			log.Warn("could not close a connected UDP socket of a removed endpoint", "netns", r.Netns, "endpoint", r.Endpoint, "frontend", r.Frontend, "err", r.Err)
+			continue
+		}
+		closed++
+		log.Info("closed a connected UDP socket: its endpoint left the frontend", "netns", r.Netns, "endpoint", r.Endpoint, "frontend", r.Frontend)
+	}
+	return closed
+}
+
 // agentCollector exports the socket load balancer's counters.
 type agentCollector struct {
-	dp *socklb.Datapath
-	mu *sync.Mutex
+	dp     *socklb.Datapath
+	mu     *sync.Mutex
+	reaped *atomic.Uint64
 }
 
 var (
 	agentFrontends = prometheus.NewDesc("xlb_agent_frontends", "Cluster IP frontends (address, port, protocol) balanced on this node.", nil, nil)
-	agentEvents    = prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), affinity_kept (a connection sent to its client's endpoint, sessionAffinity: ClientIP), no_slot (never, unless a map write failed).", []string{"event"}, nil)
+	agentEvents    = prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), affinity_kept (a connection sent to its client's endpoint, sessionAffinity: ClientIP), no_slot (never, unless a map write failed), udp_closed (a connected UDP socket closed by the agent: its endpoint left the frontend).", []string{"event"}, nil)
 	agentErrors    = prometheus.NewDesc("xlb_agent_scrape_errors", "Counters that could not be read during this scrape.", nil, nil)
 )
 
@@ -181,7 +218,8 @@ func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 		errs = 1
 	} else {
 		for ev, v := range map[string]uint64{"connect": cnt.Connects, "refused": cnt.Refused, "datagram": cnt.Datagrams,
-			"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "affinity_kept": cnt.AffinityKept, "no_slot": cnt.NoSlot} {
+			"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "affinity_kept": cnt.AffinityKept, "no_slot": cnt.NoSlot,
+			"udp_closed": c.reaped.Load()} {
 			ch <- prometheus.MustNewConstMetric(agentEvents, prometheus.CounterValue, float64(v), ev)
 		}
 	}

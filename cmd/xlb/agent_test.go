@@ -62,6 +62,51 @@ func agentClient(spec string) int {
 	return 0
 }
 
+// envAgentHold makes the test binary a UDP client that holds one connected socket (see
+// agentHold) to the address it holds.
+const envAgentHold = "XLB_AGENT_HOLD"
+
+// agentHold connects a UDP socket to addr, then asks on it once at start and once per line read
+// from stdin, printing each answer, or the send's and the receive's errno names ("send/recv").
+func agentHold(addr string) int {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	defer c.Close()
+	name := func(err error) string {
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			switch en {
+			case syscall.ECONNABORTED:
+				return "ECONNABORTED"
+			case syscall.EDESTADDRREQ:
+				return "EDESTADDRREQ"
+			}
+		}
+		if err == nil {
+			return "-"
+		}
+		return strings.ReplaceAll(err.Error(), " ", "_")
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for {
+		buf := make([]byte, 64)
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, werr := c.Write([]byte("who"))
+		m, rerr := c.Read(buf)
+		if werr != nil || rerr != nil {
+			fmt.Println(name(werr) + "/" + name(rerr))
+		} else {
+			fmt.Println(string(buf[:m]))
+		}
+		if !in.Scan() {
+			return 0
+		}
+	}
+}
+
 // TestAgentE2E runs `xlb agent` against a real kube-apiserver (cluster IPs from a lab range)
 // as its own ServiceAccount with deploy/agent.yaml's RBAC, and a client process in the agent's
 // cgroup reaching a ClusterIP Service whose endpoints are servers in a namespace.
@@ -98,6 +143,7 @@ func TestAgentE2E(t *testing.T) {
 	for name, a := range map[string]string{"b10": "198.18.1.10", "b11": "198.18.1.11"} {
 		ns.MustIP(t, "addr add "+a+"/32 dev lo")
 		ns.ServeName(t, "tcp", netip.MustParseAddrPort(a+":8080"), name)
+		ns.ServeName(t, "udp", netip.MustParseAddrPort(a+":5353"), name)
 	}
 	root, err := socklb.RootCgroup()
 	if err != nil {
@@ -244,13 +290,57 @@ func TestAgentE2E(t *testing.T) {
 		return strings.Count(strings.Join(answers, " "), "b11 "+vip) == 20
 	})
 
+	// A connected UDP socket whose endpoint leaves the Service is closed by the agent (it lives
+	// in the namespace pinned in /run/netns, as a Pod's); the next socket reaches the endpoint
+	// left.
+	dns, err := admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "dns"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnsIP := netip.AddrPortFrom(netip.MustParseAddr(dns.Spec.ClusterIP), 53).String()
+	dnsName, dnsPort, udp := "dns", int32(5353), corev1.ProtocolUDP
+	dsl := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "dns-1", Labels: map[string]string{discoveryv1.LabelServiceName: "dns"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &dnsName, Port: &dnsPort, Protocol: &udp}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"198.18.1.10"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}},
+	}
+	if dsl, err = admin.DiscoveryV1().EndpointSlices("default").Create(ctx, dsl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var held *heldUDP
+	eventually("a connected UDP socket to the dns Service reaches b10", func() bool {
+		if held != nil {
+			held.close()
+		}
+		held = holdUDP(t, ns, cgroup, dnsIP)
+		return held.first == "b10"
+	})
+	dsl.Endpoints[0].Addresses = []string{"198.18.1.11"}
+	if _, err := admin.DiscoveryV1().EndpointSlices("default").Update(ctx, dsl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The close may land between an ask's send and its receive: either errno says it.
+	eventually("the agent closes the socket whose endpoint left", func() bool {
+		got := held.ask()
+		return strings.Contains(got, "EDESTADDRREQ") || strings.Contains(got, "ECONNABORTED")
+	})
+	held.close()
+	if got := holdUDP(t, ns, cgroup, dnsIP); got.first != "b11" {
+		t.Errorf("a new socket after the endpoint moved: %q, want b11", got.first)
+	}
+
 	resp, err := http.Get("http://" + listen + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"xlb_agent_frontends 2" /* web, and the apiserver's default/kubernetes */, `xlb_agent_socket_events_total{event="refused"}`, `xlb_agent_socket_events_total{event="connect"}`, "xlb_agent_scrape_errors 0"} {
+	for _, want := range []string{"xlb_agent_frontends 3" /* web, dns, and the apiserver's default/kubernetes */, `xlb_agent_socket_events_total{event="refused"}`, `xlb_agent_socket_events_total{event="connect"}`,
+		`xlb_agent_socket_events_total{event="udp_closed"} 1`, "xlb_agent_scrape_errors 0"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
@@ -281,4 +371,59 @@ func TestAgentE2E(t *testing.T) {
 	if got := client(vip); strings.Join(got, " ") != "ENETUNREACH" {
 		t.Errorf("after xlb cleanup: %v, want ENETUNREACH (not balanced)", got)
 	}
+}
+
+// heldUDP is a running agentHold client.
+type heldUDP struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	first string // its first answer
+}
+
+// holdUDP starts an agentHold client to addr in ns and cgroup and reads its first answer.
+func holdUDP(t *testing.T, ns *netlab.NS, cgroup, addr string) *heldUDP {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0])
+	cmd.Env = append(os.Environ(), envAgentHold+"="+addr)
+	f, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &heldUDP{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(h.close)
+	if h.out.Scan() {
+		h.first = h.out.Text()
+	}
+	return h
+}
+
+// ask has the client ask once more on its socket and returns what it printed.
+func (h *heldUDP) ask() string {
+	if _, err := io.WriteString(h.in, "again\n"); err != nil || !h.out.Scan() {
+		return "client gone"
+	}
+	return h.out.Text()
+}
+
+// close ends the client.
+func (h *heldUDP) close() {
+	h.in.Close()
+	if h.cmd.Process != nil {
+		h.cmd.Process.Kill()
+	}
+	h.cmd.Wait()
 }

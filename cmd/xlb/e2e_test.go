@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(envAgentClient); spec != "" {
 		os.Exit(agentClient(spec))
 	}
+	if addr := os.Getenv(envAgentHold); addr != "" {
+		os.Exit(agentHold(addr))
+	}
 	os.Exit(m.Run())
 }
 

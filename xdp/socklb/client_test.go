@@ -1,6 +1,7 @@
 package socklb
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,9 @@ import (
 
 const (
 	envClient = "XLB_SOCKLB_CLIENT" // the client's actions, comma-separated (see TestClientHelper)
+	envHold   = "XLB_SOCKLB_HOLD"   // addresses for held UDP sockets, comma-separated (see holdUDP)
 	reportTag = "SOCKLB-REPORT "
+	heldTag   = "SOCKLB-HELD "
 )
 
 // report is what one action saw.
@@ -29,10 +32,15 @@ type report struct {
 	Answers []string `json:"answers"` // the servers' names, one per connection or datagram
 	Peers   []string `json:"peers"`   // the remote address the socket reported, one per answer
 	Err     string   `json:"err"`     // the first error
+	RecvErr string   `json:"recvErr"` // holdUDP: the receive's error, after a send that failed
 }
 
 // TestClientHelper is not a test: it is the client process (see envClient).
 func TestClientHelper(t *testing.T) {
+	if hold := os.Getenv(envHold); hold != "" {
+		holdUDP(strings.Split(hold, ","))
+		return
+	}
 	actions := os.Getenv(envClient)
 	if actions == "" {
 		return
@@ -175,6 +183,81 @@ func runAction(a string) report {
 	return r
 }
 
+// holdUDP is the long-lived client: it connects one UDP socket to each address and asks each
+// once, prints the answers (heldTag), waits for a line on stdin, then asks each socket again
+// and prints that (reportTag): a report per socket, with the send's error (or else the
+// receive's) and, after a failed send, the receive's.
+func holdUDP(addrs []string) {
+	ask := func(c net.Conn) report {
+		r := report{Action: c.RemoteAddr().String()}
+		buf := make([]byte, 64)
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, werr := c.Write([]byte("who"))
+		m, rerr := c.Read(buf)
+		if werr != nil {
+			r.Err = errName(werr)
+			if rerr != nil {
+				r.RecvErr = errName(rerr)
+			}
+			return r
+		}
+		if rerr != nil {
+			r.Err = errName(rerr)
+			return r
+		}
+		r.Answers = []string{string(buf[:m])}
+		return r
+	}
+	var (
+		conns []net.Conn
+		out   []report
+	)
+	for _, a := range addrs {
+		c, err := dialUDP(a)
+		if err != nil {
+			out = append(out, report{Action: a, Err: errName(err)})
+			continue
+		}
+		defer c.Close()
+		conns = append(conns, c)
+		out = append(out, ask(c))
+	}
+	b, _ := json.Marshal(out)
+	fmt.Println(heldTag + string(b))
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	out = out[:0]
+	for _, c := range conns {
+		out = append(out, ask(c))
+	}
+	b, _ = json.Marshal(out)
+	fmt.Println(reportTag + string(b))
+}
+
+// dialUDP connects a UDP socket to addr; "mapped=" before an IPv4 address and port makes it a
+// dual-stack socket (AF_INET6) connected to the IPv4-mapped address, which Go's net package
+// would make an AF_INET one.
+func dialUDP(addr string) (net.Conn, error) {
+	v4, ok := strings.CutPrefix(addr, "mapped=")
+	if !ok {
+		return net.Dial("udp", addr)
+	}
+	ap, err := netip.ParseAddrPort(v4)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET6, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "mapped-udp")
+	defer f.Close()
+	sa := &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: netip.AddrFrom16(ap.Addr().As16()).As16()}
+	if err := syscall.Connect(fd, sa); err != nil {
+		return nil, err
+	}
+	return net.FileConn(f)
+}
+
 // errName names the errno under err (ECONNREFUSED...), or gives its text.
 func errName(err error) string {
 	var en syscall.Errno
@@ -186,6 +269,10 @@ func errName(err error) string {
 			return "ENETUNREACH"
 		case syscall.EPERM:
 			return "EPERM"
+		case syscall.ECONNABORTED:
+			return "ECONNABORTED"
+		case syscall.EDESTADDRREQ:
+			return "EDESTADDRREQ"
 		}
 	}
 	return err.Error()

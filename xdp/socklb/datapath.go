@@ -73,6 +73,9 @@ type Datapath struct {
 	used    map[uint32]bool         // the ids of current and retired slot sets
 	nextID  uint32                  // the next slot set id to try (0 is never used: no slot set)
 
+	reap    *reaper // the UDP socket iterator (ReapUDP); nil when it could not be loaded
+	reapErr error   // why it could not
+
 	lockf     *os.File // the pin directory, flock'ed while d holds it
 	replaced  error    // why Load replaced pins it found (Replaced)
 	replacing bool     // the old pins still stand, until the first successful Apply
@@ -127,6 +130,7 @@ func Load(opts Options) (*Datapath, error) {
 		if HasPins(opts.PinPath) {
 			err := d.adopt(cg)
 			if err == nil {
+				d.loadReaper()
 				return d, nil
 			}
 			// Make before break: fresh programs are attached now, unpinned, while the old
@@ -157,6 +161,7 @@ func Load(opts Options) (*Datapath, error) {
 			return nil, err
 		}
 	}
+	d.loadReaper()
 	return d, nil
 }
 
@@ -408,6 +413,12 @@ func (d *Datapath) closeObjects() error {
 		}
 	}
 	d.links = nil
+	if d.reap != nil {
+		if err := d.reap.close(); err != nil {
+			errs = append(errs, fmt.Errorf("socklb: close the UDP socket iterator: %w", err))
+		}
+		d.reap = nil
+	}
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("socklb: close objects: %w", err))
 	}
@@ -438,6 +449,9 @@ func RemovePinned(dir string) error {
 type Changes struct {
 	// Added, Updated and Removed count frontends; Unchanged those left as they were.
 	Added, Updated, Removed, Unchanged int
+	// UDPLost counts the UDP frontends, among the updated and removed, that lost an endpoint:
+	// connected sockets may still be sent there, for ReapUDP to close.
+	UDPLost int
 }
 
 // Apply makes the maps hold plan: frontends that are new or changed get a new slot set,
@@ -466,6 +480,9 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 		d.retired = append(d.retired, cur)
 		delete(d.current, f)
 		ch.Removed++
+		if f.Proto == lb.UDP && (len(cur.Endpoints) > 0 || cur.stale) {
+			ch.UDPLost++
+		}
 	}
 	fronts := make([]lb.Frontend, 0, len(plan))
 	for f := range plan {
@@ -485,6 +502,11 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 		}
 		if had {
 			ch.Updated++
+			if f.Proto == lb.UDP && (cur.stale || slices.ContainsFunc(cur.Endpoints, func(e netip.AddrPort) bool {
+				return !slices.Contains(cf.Endpoints, e)
+			})) {
+				ch.UDPLost++
+			}
 		} else {
 			ch.Added++
 		}

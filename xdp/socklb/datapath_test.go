@@ -305,6 +305,9 @@ func TestPinnedRestart(t *testing.T) {
 	if d2.Replaced() != nil {
 		t.Errorf("pins replaced, not adopted: %v", d2.Replaced())
 	}
+	if d2.reap == nil {
+		t.Errorf("no UDP socket iterator on the adopted maps: %v", d2.reapErr)
+	}
 	if _, err := Load(Options{Cgroup: s.cgroup, PinPath: pin}); err == nil || !strings.Contains(err.Error(), "in use by another agent") {
 		t.Errorf("a second Load on the same pins: %v, want a refusal", err)
 	}

@@ -1,0 +1,200 @@
+package socklb
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/lb"
+)
+
+// heldClient is a running holdUDP client.
+type heldClient struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+// hold starts a holdUDP client in the site's namespace and cgroup and returns it with what its
+// sockets' first exchanges saw.
+func (s *site) hold(t *testing.T, addrs ...string) (*heldClient, []report) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", s.ns.Name, os.Args[0], "-test.run=^TestClientHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envHold+"="+strings.Join(addrs, ","))
+	f, err := os.Open(s.cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	c := &heldClient{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	return c, c.next(t, heldTag)
+}
+
+// next reads the client's output up to its next line tagged tag and decodes it.
+func (c *heldClient) next(t *testing.T, tag string) []report {
+	t.Helper()
+	for c.out.Scan() {
+		if rest, ok := strings.CutPrefix(c.out.Text(), tag); ok {
+			var r []report
+			if err := json.Unmarshal([]byte(rest), &r); err != nil {
+				t.Fatalf("client line %q: %v", rest, err)
+			}
+			return r
+		}
+	}
+	t.Fatalf("client ended without a %q line: %v", tag, c.out.Err())
+	return nil
+}
+
+// again has the client ask every socket once more and returns what each saw.
+func (c *heldClient) again(t *testing.T) []report {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	return c.next(t, reportTag)
+}
+
+func TestReapUDP(t *testing.T) {
+	s := newSite(t)
+	if s.dp.reap == nil {
+		t.Fatalf("the UDP socket iterator did not load: %v", s.dp.reapErr)
+	}
+	fa, fb, fc := front("198.18.200.1", 53, lb.UDP), front("198.18.200.2", 53, lb.UDP), front("198.18.200.3", 53, lb.UDP)
+	fd, fe := front("2001:db8:200::1", 53, lb.UDP), front("198.18.200.5", 53, lb.UDP)
+	plan := lb.ConnectPlan{
+		fa: eps(ep(b10, 5353)),
+		fb: eps(ep(b11, 5353)),
+		fc: eps(ep(b10, 5353)),
+		fd: eps(ep(b10s, 5353)),
+		fe: eps(ep(b10, 5353)),
+	}
+	if _, err := s.dp.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	// Seven connected sockets: to A, B, C, D and E's cluster IPs, one straight to b10 (not
+	// balanced by the programs), and a dual-stack one to A's IPv4-mapped address.
+	cl, first := s.hold(t, "198.18.200.1:53", "198.18.200.2:53", "198.18.200.3:53", "198.18.1.10:5353",
+		"[2001:db8:200::1]:53", "198.18.200.5:53", "mapped=198.18.200.1:53")
+	for i, want := range []string{"b10", "b11", "b10", "b10", "b10", "b10", "b10"} {
+		if first[i].Err != "" || !slices.Equal(first[i].Answers, []string{want}) {
+			t.Fatalf("socket %d before: %+v, want %s", i, first[i], want)
+		}
+	}
+	netns := filepath.Join("/run/netns", s.ns.Name)
+
+	// Nothing changed: nothing is destroyed.
+	if got, err := s.dp.ReapUDP([]string{netns}); err != nil || len(got) != 0 {
+		t.Fatalf("ReapUDP with every endpoint serving: %+v, %v", got, err)
+	}
+
+	// A's and D's endpoints move from b10 to b11, B is unchanged, C is deleted, E has no
+	// endpoint left.
+	plan[fa] = eps(ep(b11, 5353))
+	plan[fd] = eps(ep(b11s, 5353))
+	plan[fe] = eps()
+	delete(plan, fc)
+	if ch, err := s.dp.Apply(plan); err != nil || ch.UDPLost != 4 {
+		t.Fatalf("Apply: %+v, %v; want 4 UDP frontends that lost an endpoint", ch, err)
+	}
+	// The namespace twice (under another name too) and one that is gone: visited once, skipped.
+	self := filepath.Join("/proc", "self", "ns", "net")
+	got, err := s.dp.ReapUDP([]string{netns, netns, filepath.Join("/run/netns", s.ns.Name+"-gone"), self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Reaped{
+		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.1:53")},
+		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.1:53")},
+		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.3:53")},
+		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.5:53")},
+		{Netns: netns, Endpoint: ep(b10s, 5353), Frontend: netip.MustParseAddrPort("[2001:db8:200::1]:53")},
+	}
+	slices.SortFunc(got, func(a, b Reaped) int { return a.Frontend.Compare(b.Frontend) })
+	if !slices.EqualFunc(got, want, func(a, b Reaped) bool { return a == b }) {
+		t.Errorf("ReapUDP destroyed %+v, want %+v", got, want)
+	}
+
+	after := cl.again(t)
+	for i, r := range after {
+		switch i {
+		case 0, 2, 4, 5, 6: // destroyed, and so no longer connected: the application learns it
+			if r.Err != "EDESTADDRREQ" || r.RecvErr != "ECONNABORTED" {
+				t.Errorf("socket %d (%s) after its endpoint left: %+v, want send EDESTADDRREQ, receive ECONNABORTED", i, first[i].Action, r)
+			}
+		case 1:
+			if r.Err != "" || !slices.Equal(r.Answers, []string{"b11"}) {
+				t.Errorf("socket to B (unchanged) after: %+v, want b11 still", r)
+			}
+		case 3:
+			if r.Err != "" || !slices.Equal(r.Answers, []string{"b10"}) {
+				t.Errorf("socket straight to b10 after: %+v, want it untouched", r)
+			}
+		}
+	}
+	if r := s.client(t, false, "udpconn=198.18.200.1:53*5"); r[0].Err != "" || !allEqual(r[0].Answers, "b11") {
+		t.Errorf("a new socket to A: %+v, want b11", r[0])
+	}
+	// Once destroyed, a socket is not found again.
+	if got, err := s.dp.ReapUDP([]string{netns}); err != nil || len(got) != 0 {
+		t.Errorf("second ReapUDP: %+v, %v, want nothing", got, err)
+	}
+}
+
+func TestReapUnsupported(t *testing.T) {
+	d := &Datapath{reapErr: ErrReapUnsupported}
+	if _, err := d.ReapUDP([]string{"/proc/self/ns/net"}); !errors.Is(err, ErrReapUnsupported) {
+		t.Errorf("ReapUDP without the iterator: %v, want ErrReapUnsupported", err)
+	}
+}
+
+func TestNamespaces(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"cni-b", "cni-a"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Namespaces(dir)
+	want := []string{"/proc/self/ns/net", filepath.Join(dir, "cni-a"), filepath.Join(dir, "cni-b")}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Namespaces(%s) = %v, %v, want %v", dir, got, err, want)
+	}
+	if got, err := Namespaces(filepath.Join(dir, "missing")); err != nil || len(got) != 1 {
+		t.Errorf("Namespaces of a missing dir = %v, %v, want the caller's only", got, err)
+	}
+}
