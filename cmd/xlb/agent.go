@@ -32,6 +32,7 @@ type agentOptions struct {
 	pinPath    string // bpffs directory of the pins; "" = nothing pinned
 	cleanup    bool   // detach and unpin at exit
 	netnsDir   string // where Pods' network namespaces are pinned ("" = the agent's own only)
+	sockets    int    // size of the socket load balancer's LRU maps (socklb.Options.Sockets)
 }
 
 // DefaultAgentListen is where `xlb agent` serves /metrics and /healthz unless told otherwise.
@@ -62,7 +63,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 		return fmt.Errorf("agent: an earlier agent's programs are still pinned in %s: remove them with xlb cleanup --pin-path %s, or run with that pin path",
 			socklb.DefaultPinPath, socklb.DefaultPinPath)
 	}
-	dp, err := socklb.Load(socklb.Options{Cgroup: opts.cgroup, PinPath: opts.pinPath})
+	dp, err := socklb.Load(socklb.Options{Cgroup: opts.cgroup, PinPath: opts.pinPath, Sockets: opts.sockets})
 	if err != nil {
 		return err
 	}

@@ -42,13 +42,14 @@ const usage = `usage:
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
   xlb agent [--node NAME] [--kubeconfig FILE] [--cgroup DIR] [--listen ADDR]
-            [--pin-path DIR] [--cleanup-on-exit] [--netns-dir DIR]
+            [--pin-path DIR] [--cleanup-on-exit] [--netns-dir DIR] [--max-sockets N]
       Run the node agent (one per node, e.g. as a DaemonSet): connections from the node's
       processes and Pods to a Service's cluster IP go straight to one of its endpoints
       (default NAME: $NODE_NAME; default cgroup: the cgroup v2 root; /metrics and /healthz on
       ADDR, default 127.0.0.1:9612, "" for none). Connected UDP sockets whose endpoint is
       removed are closed, in the agent's network namespace and the Pods' pinned in the netns
-      DIR (default /run/netns). SIGTERM/SIGINT stop it and, unless
+      DIR (default /run/netns). Its four LRU maps hold N entries each (default 262144, ~120
+      MiB preallocated; 65536 takes ~30 MiB). SIGTERM/SIGINT stop it and, unless
       --cleanup-on-exit, leave balancing in place (pinned in /sys/fs/bpf/xlb-agent, adopted
       by the next agent; xlb cleanup --pin-path /sys/fs/bpf/xlb-agent removes it).
 `
@@ -102,6 +103,7 @@ func cli(args []string, stderr io.Writer) int {
 		fs.StringVar(&o.listen, "listen", DefaultAgentListen, "`address` of /metrics and /healthz (\"\" for none)")
 		fs.StringVar(&o.pinPath, "pin-path", socklb.DefaultPinPath, "bpffs `directory` of the pins (\"\" pins nothing: balancing stops with the agent)")
 		fs.BoolVar(&o.cleanup, "cleanup-on-exit", false, "on SIGTERM/SIGINT, detach and unpin everything instead of leaving balancing in place")
+		fs.IntVar(&o.sockets, "max-sockets", socklb.DefaultSockets, fmt.Sprintf("`entries` of each of the four LRU maps (live {socket, endpoint} pairs per protocol remembered; ~120 bytes each, preallocated: %d to %d)", socklb.MinSockets, socklb.MaxSockets))
 		fs.StringVar(&o.netnsDir, "netns-dir", socklb.DefaultNetnsDir, "`directory` where the container runtime pins Pods' network namespaces: their connected UDP sockets to removed endpoints are closed (\"\" for the agent's own namespace only)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2

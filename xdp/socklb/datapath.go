@@ -60,6 +60,33 @@ type Options struct {
 	// and the maps keep their entries after Close (a restarted agent adopts them: cluster IPs
 	// stay balanced while it is down) until Remove; "" pins nothing and Close detaches.
 	PinPath string
+	// Sockets sizes the four LRU maps (affinity, client_affinity, revnat_udp, revnat_tcp):
+	// how many {socket, endpoint} pairs per protocol, UDP sockets' kept endpoints and clients'
+	// affinities are remembered. 0 means DefaultSockets; MinSockets to MaxSockets. Their memory
+	// is preallocated: about 120 bytes per entry and map. Pins of another size are replaced.
+	Sockets int
+}
+
+// DefaultSockets is the LRU maps' size unless Options.Sockets says otherwise (~120 MiB for
+// the four).
+const DefaultSockets = 262144
+
+// MinSockets and MaxSockets bound the size Options.Sockets may give them.
+const (
+	MinSockets = 1024
+	MaxSockets = 1 << 24
+)
+
+// lruMaps are the maps Options.Sockets sizes.
+var lruMaps = []string{"affinity", "client_affinity", "revnat_udp", "revnat_tcp"}
+
+// sizeMaps gives the LRU maps of spec n entries each.
+func sizeMaps(spec *ebpf.CollectionSpec, n int) {
+	for _, name := range lruMaps {
+		if m := spec.Maps[name]; m != nil {
+			m.MaxEntries = uint32(n)
+		}
+	}
 }
 
 // Datapath is the loaded and attached socket load balancer. Not safe for concurrent use: one
@@ -67,6 +94,7 @@ type Options struct {
 type Datapath struct {
 	objs    socklbObjects
 	pin     string // Options.PinPath
+	sockets int    // Options.Sockets
 	links   []link.Link
 	current map[lb.Frontend]applied // what the maps hold, frontend → its slot set
 	retired []applied               // slot sets replaced by the last Apply, deleted by the next
@@ -122,7 +150,13 @@ func Load(opts Options) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Datapath{pin: opts.PinPath, current: map[lb.Frontend]applied{}, used: map[uint32]bool{}, nextID: 1}
+	switch {
+	case opts.Sockets == 0:
+		opts.Sockets = DefaultSockets
+	case opts.Sockets < MinSockets || opts.Sockets > MaxSockets:
+		return nil, fmt.Errorf("socklb: %d sockets: the LRU maps hold between %d and %d entries", opts.Sockets, MinSockets, MaxSockets)
+	}
+	d := &Datapath{pin: opts.PinPath, sockets: opts.Sockets, current: map[lb.Frontend]applied{}, used: map[uint32]bool{}, nextID: 1}
 	if opts.PinPath != "" {
 		if err := d.lock(); err != nil {
 			return nil, err
@@ -142,7 +176,12 @@ func Load(opts Options) (*Datapath, error) {
 			d.replacing = true
 		}
 	}
-	if err := loadSocklbObjects(&d.objs, nil); err != nil {
+	spec, err := loadSocklb()
+	if err == nil {
+		sizeMaps(spec, d.sockets)
+		err = spec.LoadAndAssign(&d.objs, nil)
+	}
+	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("socklb: load programs: %w", err)
 	}
@@ -300,6 +339,7 @@ func (d *Datapath) adopt(cgroup string) error {
 	if err != nil {
 		return fmt.Errorf("socklb: %w", err)
 	}
+	sizeMaps(spec, d.sockets)
 	repl := map[string]*ebpf.Map{}
 	defer func() {
 		for _, m := range repl {
@@ -314,7 +354,7 @@ func (d *Datapath) adopt(cgroup string) error {
 		repl[name] = m
 	}
 	if err := spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return fmt.Errorf("socklb: load programs on the pinned maps (pinned by another version? remove them with xlb cleanup --pin-path %s): %w", d.pin, err)
+		return fmt.Errorf("socklb: load programs on the pinned maps (pinned by another version, or with another size of the LRU maps? remove them with xlb cleanup --pin-path %s): %w", d.pin, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(cgroup, &st); err != nil {

@@ -367,3 +367,40 @@ func TestPinnedRestart(t *testing.T) {
 		t.Errorf("pin directory left after Remove: %v", err)
 	}
 }
+
+// TestSockets: Options.Sockets sizes the LRU maps (the iterator's included), out-of-range sizes
+// are refused, and pins of another size are replaced rather than adopted.
+func TestSockets(t *testing.T) {
+	s := newSite(t)
+	for _, n := range []int{MinSockets - 1, MaxSockets + 1, -5} {
+		if d, err := Load(Options{Cgroup: s.cgroup, Sockets: n}); err == nil {
+			d.Close()
+			t.Errorf("Load with %d sockets: no error", n)
+		}
+	}
+	pin := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix()+"-sz")
+	t.Cleanup(func() { _ = RemovePinned(pin) })
+	d, err := Load(Options{Cgroup: s.cgroup, PinPath: pin, Sockets: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*ebpf.Map{d.objs.Affinity, d.objs.ClientAffinity, d.objs.RevnatUdp, d.objs.RevnatTcp} {
+		if m.MaxEntries() != 2048 {
+			t.Errorf("map %v holds %d entries, want 2048", m, m.MaxEntries())
+		}
+	}
+	if d.reap == nil {
+		t.Errorf("no UDP socket iterator on resized maps: %v", d.reapErr)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := Load(Options{Cgroup: s.cgroup, PinPath: pin, Sockets: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Remove()
+	if d2.Replaced() == nil || d2.objs.RevnatUdp.MaxEntries() != 4096 {
+		t.Errorf("Load with another size over the pins: replaced %v, %d entries; want a replacement with 4096", d2.Replaced(), d2.objs.RevnatUdp.MaxEntries())
+	}
+}

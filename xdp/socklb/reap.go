@@ -49,6 +49,7 @@ func (d *Datapath) loadReaper() {
 		d.reapErr = fmt.Errorf("socklb: the UDP socket iterator's spec: %w", err)
 		return
 	}
+	sizeMaps(spec, d.sockets)
 	r := &reaper{}
 	err = spec.LoadAndAssign(&r.objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"services":   d.objs.Services,
