@@ -87,21 +87,15 @@ func ClusterIPModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointS
 	if len(out.Ports) == 0 {
 		return lb.Service{}, pb.done(), false
 	}
+	// With a Local policy only this node's endpoints serve; one without a nodeName is on no
+	// node, so not on this one (as kube-proxy sees it).
 	out.Backends = backends(endpointSlices, key, out.Ports, local, onNode(node), &pb)
-	if local {
-		// An endpoint without a nodeName is on no node, so not on this one (as kube-proxy
-		// sees it); the model takes such endpoints as local, since it cannot check them.
-		for i := range out.Backends {
-			if out.Backends[i].Node == "" && out.Backends[i].State == lb.Active {
-				out.Backends[i].State = lb.Draining
-			}
-		}
-	}
 	return out, pb.done(), true
 }
 
 // onNode is the NodeView of a node agent: no node is excluded (that label concerns external
-// load balancers), and with a Local policy only the agent's own node counts as healthy.
+// load balancers), and with a Local policy only the agent's own node counts as healthy (not
+// "", an endpoint's missing nodeName).
 type onNode string
 
 func (n onNode) Excluded(string) bool { return false }

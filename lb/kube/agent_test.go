@@ -93,6 +93,14 @@ func TestClusterIPModel(t *testing.T) {
 		if p := connectPlan(t, m); !p[front("198.18.96.1")].Equal(eps("198.18.1.12:8080")) {
 			t.Errorf("without a local ready endpoint: %v, want the local serving-terminating one", p)
 		}
+		// A ready endpoint without a nodeName is on no node: not local, so it neither serves
+		// nor stops the local serving-terminating one from taking over.
+		nodeless := e.slice("web", "web-v4", discoveryv1.AddressTypeIPv4, 8080,
+			ready("198.18.1.13", ""), endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
+		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{nodeless}, "n1")
+		if p := connectPlan(t, m); !p[front("198.18.96.1")].Equal(eps("198.18.1.12:8080")) {
+			t.Errorf("with a nodeless ready endpoint: %v, want the local serving-terminating one", p)
+		}
 	})
 	t.Run("external and load-balancer addresses", func(t *testing.T) {
 		svc := clusterIPService("web", "198.18.96.1")

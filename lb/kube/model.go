@@ -57,8 +57,12 @@ type NodeView interface {
 	// not know (not in its cache yet, or gone) must be reported as not excluded: endpoints
 	// often appear before their Node does, and node health, not this label, covers dead nodes.
 	Excluded(node string) bool
-	// LocalHealthy reports, for externalTrafficPolicy: Local, whether node passes its health
-	// checks for service (kube-proxy's /healthz and the Service's healthCheckNodePort).
+	// LocalHealthy reports, for a Local traffic policy, whether endpoints on node may serve:
+	// for the controller (externalTrafficPolicy), whether node passes its health checks for
+	// service (kube-proxy's /healthz and the Service's healthCheckNodePort); for a node agent
+	// (internalTrafficPolicy), whether node is its own. An endpoint without a nodeName is asked
+	// about as node "": the controller, which cannot check it, finds it healthy; an agent finds
+	// it on another node.
 	LocalHealthy(node string, service types.NamespacedName) bool
 }
 
@@ -524,7 +528,7 @@ func assignStates(cands []candidate, resolved []resolvedSlice, svc types.Namespa
 		return v
 	}
 	isHealthy := func(n string) bool {
-		if !local || n == "" || nodes == nil {
+		if !local || nodes == nil {
 			return true
 		}
 		v, ok := healthy[n]
