@@ -254,3 +254,32 @@ func TestAgent(t *testing.T) {
 		t.Errorf("%d applies, want one per change at least (5)", applies)
 	}
 }
+
+// BenchmarkClusterIPRebuild10k: what the agent does after every burst of changes with 10,000
+// Services of 3 ready endpoints: model each from its slice and plan the whole node (Apply's
+// cost, in xdp/socklb, comes on top).
+func BenchmarkClusterIPRebuild10k(b *testing.B) {
+	const n = 10000
+	e := &env{ns: "ns"}
+	svcs := make([]*corev1.Service, n)
+	slices := make([][]*discoveryv1.EndpointSlice, n)
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		svcs[i] = clusterIPService(name, fmt.Sprintf("198.18.%d.%d", 96+i>>8, i&255))
+		slices[i] = []*discoveryv1.EndpointSlice{e.slice(name, name+"-1", discoveryv1.AddressTypeIPv4, 8080,
+			ready(fmt.Sprintf("198.19.%d.%d", i>>8, i&255), "n1"), ready(fmt.Sprintf("198.20.%d.%d", i>>8, i&255), "n2"),
+			ready(fmt.Sprintf("198.21.%d.%d", i>>8, i&255), "n3"))}
+	}
+	for b.Loop() {
+		models := make([]lb.Service, 0, n)
+		for i, svc := range svcs {
+			if m, _, ok := ClusterIPModel(svc, slices[i], "n1"); ok {
+				models = append(models, m)
+			}
+		}
+		p, errs := lb.PlanConnect(models)
+		if len(errs) > 0 || len(p) != n {
+			b.Fatalf("PlanConnect: %d frontends, %v", len(p), errs)
+		}
+	}
+}

@@ -524,18 +524,20 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 			ch.UDPLost++
 		}
 	}
-	fronts := make([]lb.Frontend, 0, len(plan))
-	for f := range plan {
+	// The frontends to write, in order (so that ids are given out the same way every time):
+	// sorting only those keeps an Apply of one change among many cheap.
+	var fronts []lb.Frontend
+	for f, cf := range plan {
+		if cur, had := d.current[f]; had && !cur.stale && cur.Equal(cf) {
+			ch.Unchanged++
+			continue
+		}
 		fronts = append(fronts, f)
 	}
 	slices.SortFunc(fronts, lb.Frontend.Compare)
 	for _, f := range fronts {
 		cf := plan[f]
 		cur, had := d.current[f]
-		if had && !cur.stale && cur.Equal(cf) {
-			ch.Unchanged++
-			continue
-		}
 		if err := d.put(f, cf, cur, had); err != nil {
 			errs = append(errs, err)
 			continue
