@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,14 +44,7 @@ func agentClient(spec string) int {
 	for range n {
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err != nil {
-			var en syscall.Errno
-			if errors.As(err, &en) && en == syscall.ECONNREFUSED {
-				fmt.Println("ECONNREFUSED")
-			} else if errors.As(err, &en) && en == syscall.ENETUNREACH {
-				fmt.Println("ENETUNREACH")
-			} else {
-				fmt.Println("error:", err)
-			}
+			fmt.Println(netlab.ErrnoName(err))
 			continue
 		}
 		c.SetDeadline(time.Now().Add(2 * time.Second))
@@ -75,21 +68,7 @@ func agentHold(addr string) int {
 		return 1
 	}
 	defer c.Close()
-	name := func(err error) string {
-		var en syscall.Errno
-		if errors.As(err, &en) {
-			switch en {
-			case syscall.ECONNABORTED:
-				return "ECONNABORTED"
-			case syscall.EDESTADDRREQ:
-				return "EDESTADDRREQ"
-			}
-		}
-		if err == nil {
-			return "-"
-		}
-		return strings.ReplaceAll(err.Error(), " ", "_")
-	}
+	name := func(err error) string { return cmp.Or(netlab.ErrnoName(err), "-") }
 	in := bufio.NewScanner(os.Stdin)
 	for {
 		buf := make([]byte, 64)
@@ -220,12 +199,11 @@ func TestAgentE2E(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0])
 		cmd.Env = append(os.Environ(), envAgentClient+"="+spec)
-		f, err := os.Open(cgroup)
+		cg, err := netlab.InCgroup(cmd, cgroup)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+		defer cg.Close()
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("client: %v", err)
@@ -386,12 +364,11 @@ func holdUDP(t *testing.T, ns *netlab.NS, cgroup, addr string) *heldUDP {
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", ns.Name, os.Args[0])
 	cmd.Env = append(os.Environ(), envAgentHold+"="+addr)
-	f, err := os.Open(cgroup)
+	cg, err := netlab.InCgroup(cmd, cgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	defer cg.Close()
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

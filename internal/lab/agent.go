@@ -196,16 +196,15 @@ func (k *Kube) ClusterIPGet(p *Pod, addr netip.AddrPort, path string) (string, e
 	if a == nil {
 		return "", fmt.Errorf("lab: no node agent on %s", p.Node.Name)
 	}
-	f, err := os.Open(a.Cgroup)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
 	ctx, cancel := context.WithTimeout(k.ctx, 5*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.NS.Name, "curl", "-sS", "--max-time", "3", "-g",
 		"http://"+addr.String()+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	cg, err := netlab.InCgroup(cmd, a.Cgroup)
+	if err != nil {
+		return "", fmt.Errorf("lab: pod %s: %w", p.Name, err)
+	}
+	defer cg.Close()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("lab: pod %s: curl http://%s%s: %v: %s", p.Name, addr, path, err, strings.TrimSpace(string(out)))

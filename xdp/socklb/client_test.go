@@ -3,7 +3,6 @@ package socklb
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
 // The client half of the socket tests: a copy of the test binary started inside the test's
@@ -65,7 +66,7 @@ func runAction(a string) report {
 	}
 	fail := func(err error) report {
 		if r.Err == "" {
-			r.Err = errName(err)
+			r.Err = netlab.ErrnoName(err)
 		}
 		return r
 	}
@@ -195,14 +196,14 @@ func holdUDP(addrs []string) {
 		_, werr := c.Write([]byte("who"))
 		m, rerr := c.Read(buf)
 		if werr != nil {
-			r.Err = errName(werr)
+			r.Err = netlab.ErrnoName(werr)
 			if rerr != nil {
-				r.RecvErr = errName(rerr)
+				r.RecvErr = netlab.ErrnoName(rerr)
 			}
 			return r
 		}
 		if rerr != nil {
-			r.Err = errName(rerr)
+			r.Err = netlab.ErrnoName(rerr)
 			return r
 		}
 		r.Answers = []string{string(buf[:m])}
@@ -215,7 +216,7 @@ func holdUDP(addrs []string) {
 	for _, a := range addrs {
 		c, err := dialUDP(a)
 		if err != nil {
-			out = append(out, report{Action: a, Err: errName(err)})
+			out = append(out, report{Action: a, Err: netlab.ErrnoName(err)})
 			continue
 		}
 		defer c.Close()
@@ -256,26 +257,6 @@ func dialUDP(addr string) (net.Conn, error) {
 		return nil, err
 	}
 	return net.FileConn(f)
-}
-
-// errName names the errno under err (ECONNREFUSED...), or gives its text.
-func errName(err error) string {
-	var en syscall.Errno
-	if errors.As(err, &en) {
-		switch en {
-		case syscall.ECONNREFUSED:
-			return "ECONNREFUSED"
-		case syscall.ENETUNREACH:
-			return "ENETUNREACH"
-		case syscall.EPERM:
-			return "EPERM"
-		case syscall.ECONNABORTED:
-			return "ECONNABORTED"
-		case syscall.EDESTADDRREQ:
-			return "EDESTADDRREQ"
-		}
-	}
-	return err.Error()
 }
 
 // mappedConnect connects an AF_INET6 socket to the IPv4-mapped form of ap, reads the server's

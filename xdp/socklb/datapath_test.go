@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,12 +89,11 @@ func (s *site) client(t *testing.T, outside bool, actions ...string) []report {
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", s.ns.Name, os.Args[0], "-test.run=^TestClientHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envClient+"="+strings.Join(actions, ","))
 	if !outside {
-		f, err := os.Open(s.cgroup)
+		cg, err := netlab.InCgroup(cmd, s.cgroup)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+		defer cg.Close()
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

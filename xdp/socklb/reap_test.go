@@ -12,10 +12,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb"
 )
 
@@ -34,12 +34,11 @@ func (s *site) hold(t *testing.T, addrs ...string) (*heldClient, []report) {
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", s.ns.Name, os.Args[0], "-test.run=^TestClientHelper$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envHold+"="+strings.Join(addrs, ","))
-	f, err := os.Open(s.cgroup)
+	cg, err := netlab.InCgroup(cmd, s.cgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	defer cg.Close()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
