@@ -15,6 +15,9 @@ import (
 
 const frrDir = "/usr/lib/frr"
 
+// vip4b is a second VIP, for tests that need two routes.
+const vip4b = "198.18.100.2"
+
 // TestFRR: announce and withdraw a /32 to FRR (zebra + bgpd, run as user frr).
 func TestFRR(t *testing.T) {
 	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
@@ -90,4 +93,48 @@ func writeFile(t *testing.T, path, s string) {
 	if err := os.WriteFile(filepath.Clean(path), []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestFRRGracefulRestart: FRR, as a graceful-restart helper (its default), keeps a killed
+// speaker's route in its FIB for the restart time the speaker advertised, and a new speaker
+// takes it over: the route is still there after the new session's End-of-RIB, when FRR drops
+// the stale paths that were not re-announced. Stop(Withdraw) still takes it away at once.
+func TestFRRGracefulRestart(t *testing.T) {
+	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	frr(t, r, fmt.Sprintf(`hostname rt
+router bgp 65000
+ bgp router-id 198.18.1.1
+ no bgp ebgp-requires-policy
+ neighbor %s remote-as 65001
+ neighbor %s timers 3 9
+ neighbor %s passive
+`, gw[0], gw[0], gw[0]))
+	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+
+	s := startSpeaker(t, g, "gw1-a", cfg)
+	s.waitUp(30 * time.Second)
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	s.kill()
+	time.Sleep(2 * time.Second)
+	if out := kernelRoute(t, r, vip4); out == "" {
+		t.Fatal("route gone 2s after the speaker was killed, despite graceful restart")
+	}
+
+	// The new speaker announces a second route too: once it is in, FRR has the new session's
+	// End-of-RIB, and the first route must still be there.
+	s = startSpeaker(t, g, "gw1-b", cfg)
+	s.announce(vip4+"/32", vip4b+"/32")
+	t.Logf("restarted speaker's session up in %v", s.waitUp(30*time.Second))
+	routeVia(t, r, vip4b, 5*time.Second, gw[0])
+	time.Sleep(time.Second)
+	routeVia(t, r, vip4, time.Second, gw[0])
+
+	took := s.stopWithdraw()
+	t.Logf("Stop(Withdraw) with graceful restart returned in %v; route gone from the kernel %v after it",
+		took.Round(time.Millisecond), routeVia(t, r, vip4, 2*time.Second).Round(time.Millisecond))
 }
