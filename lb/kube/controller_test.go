@@ -321,8 +321,7 @@ func TestEndpointLifecycleLatency(t *testing.T) {
 	e.create(e.service("app"))
 	e.ingress("app", 1)
 	sl := e.slice("app", "app-1", discoveryv1.AddressTypeIPv4, 8080, ready("198.18.51.1", "n1"), ready("198.18.51.2", "n2"))
-	var err error
-	if sl, err = e.admin.DiscoveryV1().EndpointSlices(e.ns).Create(e.ctx, sl, metav1.CreateOptions{}); err != nil {
+	if _, err := e.admin.DiscoveryV1().EndpointSlices(e.ns).Create(e.ctx, sl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.eventually(5*time.Second, "two active backends", func() bool {
