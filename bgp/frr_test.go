@@ -97,8 +97,9 @@ func writeFile(t *testing.T, path, s string) {
 
 // TestFRRGracefulRestart: FRR, as a graceful-restart helper (its default), keeps a killed
 // speaker's route in its FIB for the restart time the speaker advertised, and a new speaker
-// takes it over: the route is still there after the new session's End-of-RIB, when FRR drops
-// the stale paths that were not re-announced. Stop(Withdraw) still takes it away at once.
+// takes it over: the route never leaves the FIB, up to a second after the new session's
+// End-of-RIB, when FRR drops the stale paths that were not re-announced. Stop(Withdraw) still
+// takes it away at once.
 func TestFRRGracefulRestart(t *testing.T) {
 	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
 	pfx := netlab.Prefix()
@@ -119,19 +120,33 @@ router bgp 65000
 	s.waitUp(30 * time.Second)
 	s.announce(vip4 + "/32")
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
-	s.kill()
-	time.Sleep(2 * time.Second)
-	if out := kernelRoute(t, r, vip4); out == "" {
-		t.Fatal("route gone 2s after the speaker was killed, despite graceful restart")
+	// From the kill until a second after the new session's End-of-RIB, the route must never
+	// leave the FIB: polled every 10 ms. The new speaker announces a second route too; once
+	// that one is in, FRR has had the End-of-RIB.
+	missing, polls := 0, 0
+	pollUntil := func(done func() bool) {
+		for !done() {
+			polls++
+			if kernelRoute(t, r, vip4) == "" {
+				missing++
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
-
-	// The new speaker announces a second route too: once it is in, FRR has the new session's
-	// End-of-RIB, and the first route must still be there.
+	s.kill()
+	killed := time.Now()
+	pollUntil(func() bool { return time.Since(killed) > 2*time.Second })
 	s = startSpeaker(t, g, "gw1-b", cfg)
 	s.announce(vip4+"/32", vip4b+"/32")
-	t.Logf("restarted speaker's session up in %v", s.waitUp(30*time.Second))
-	routeVia(t, r, vip4b, 5*time.Second, gw[0])
-	time.Sleep(time.Second)
+	pollUntil(func() bool { return kernelRoute(t, r, vip4b) != "" || time.Since(killed) > 30*time.Second })
+	eor := time.Now()
+	pollUntil(func() bool { return time.Since(eor) > time.Second })
+	t.Logf("restarted speaker's second route in %v after the kill; route missing in %d of %d polls",
+		eor.Sub(killed).Round(time.Millisecond), missing, polls)
+	if missing > 0 || kernelRoute(t, r, vip4b) == "" {
+		t.Fatalf("route missing in %d of %d polls from the kill to after the End-of-RIB (second route in: %v), despite graceful restart",
+			missing, polls, kernelRoute(t, r, vip4b) != "")
+	}
 	routeVia(t, r, vip4, time.Second, gw[0])
 
 	took := s.stopWithdraw()
