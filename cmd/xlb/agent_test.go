@@ -155,7 +155,7 @@ func TestAgentE2E(t *testing.T) {
 	startAgent := func() (stop func()) {
 		t.Helper()
 		agent := exec.Command(os.Args[0], "agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup,
-			"--listen", listen, "--pin-path", pin, "--max-sockets", "4096")
+			"--listen", listen, "--pin-path", pin, "--max-sockets", "16384")
 		agent.Env = append(os.Environ(), envDaemon+"=1")
 		logs, err := agent.StderrPipe()
 		if err != nil {

@@ -103,7 +103,7 @@ func cli(args []string, stderr io.Writer) int {
 		fs.StringVar(&o.listen, "listen", DefaultAgentListen, "`address` of /metrics and /healthz (\"\" for none)")
 		fs.StringVar(&o.pinPath, "pin-path", socklb.DefaultPinPath, "bpffs `directory` of the pins (\"\" pins nothing: balancing stops with the agent)")
 		fs.BoolVar(&o.cleanup, "cleanup-on-exit", false, "on SIGTERM/SIGINT, detach and unpin everything instead of leaving balancing in place")
-		fs.IntVar(&o.sockets, "max-sockets", socklb.DefaultSockets, fmt.Sprintf("`entries` of each of the four LRU maps (live {socket, endpoint} pairs per protocol remembered; ~120 bytes each, preallocated: %d to %d)", socklb.MinSockets, socklb.MaxSockets))
+		fs.IntVar(&o.sockets, "max-sockets", socklb.DefaultSockets, fmt.Sprintf("`entries` of each of the four LRU maps (live {socket, endpoint} pairs per protocol remembered; ~120 bytes each, preallocated: %d to %d; 0: the default)", socklb.MinSockets, socklb.MaxSockets))
 		fs.StringVar(&o.netnsDir, "netns-dir", socklb.DefaultNetnsDir, "`directory` where the container runtime pins Pods' network namespaces: their connected UDP sockets to removed endpoints are closed (\"\" for the agent's own namespace only)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2

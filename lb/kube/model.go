@@ -165,7 +165,9 @@ func (p *problems) done() []Problem {
 //
 // An endpoint whose slice lacks one of the Service's usable ports (a named targetPort that its
 // Pod does not define) is left out and reported: sending that port to a wrong number is worse
-// than losing the endpoint. Endpoints without a nodeName are not subject to node checks.
+// than losing the endpoint. Endpoints without a nodeName are never excluded; under a Local
+// policy the NodeView is asked about node "" (the controller's finds them healthy, as it
+// cannot check them; a node agent's finds them elsewhere).
 //
 // loadBalancerSourceRanges fail closed: an invalid prefix is reported and skipped, and when
 // ranges are given but none is valid, or none is of a VIP's family, that family accepts no

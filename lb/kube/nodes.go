@@ -36,8 +36,8 @@ func (v nodeView) Excluded(node string) bool {
 
 // LocalHealthy reports whether node passes its kube-proxy health checks for service.
 func (v nodeView) LocalHealthy(node string, service types.NamespacedName) bool {
-	if v.c.opts.NodeHealth == nil {
-		return true
+	if node == "" || v.c.opts.NodeHealth == nil {
+		return true // an endpoint without a nodeName cannot be checked
 	}
 	return v.c.opts.NodeHealth.LocalHealthy(node, service)
 }

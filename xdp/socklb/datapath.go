@@ -71,9 +71,11 @@ type Options struct {
 // the four).
 const DefaultSockets = 262144
 
-// MinSockets and MaxSockets bound the size Options.Sockets may give them.
+// MinSockets and MaxSockets bound the size Options.Sockets may give them. The floor keeps
+// clear of the kernel's per-CPU LRU free lists (up to 128 entries held by each CPU), which on
+// a many-CPU node would evict live entries from a small map long before it is full.
 const (
-	MinSockets = 1024
+	MinSockets = 16384
 	MaxSockets = 1 << 24
 )
 

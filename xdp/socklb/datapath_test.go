@@ -378,13 +378,13 @@ func TestSockets(t *testing.T) {
 	}
 	pin := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix()+"-sz")
 	t.Cleanup(func() { _ = RemovePinned(pin) })
-	d, err := Load(Options{Cgroup: s.cgroup, PinPath: pin, Sockets: 2048})
+	d, err := Load(Options{Cgroup: s.cgroup, PinPath: pin, Sockets: MinSockets})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []*ebpf.Map{d.objs.Affinity, d.objs.ClientAffinity, d.objs.RevnatUdp, d.objs.RevnatTcp} {
-		if m.MaxEntries() != 2048 {
-			t.Errorf("map %v holds %d entries, want 2048", m, m.MaxEntries())
+		if m.MaxEntries() != MinSockets {
+			t.Errorf("map %v holds %d entries, want %d", m, m.MaxEntries(), MinSockets)
 		}
 	}
 	if d.reap == nil {
@@ -393,12 +393,12 @@ func TestSockets(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := Load(Options{Cgroup: s.cgroup, PinPath: pin, Sockets: 4096})
+	d2, err := Load(Options{Cgroup: s.cgroup, PinPath: pin, Sockets: 2 * MinSockets})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d2.Remove()
-	if d2.Replaced() == nil || d2.objs.RevnatUdp.MaxEntries() != 4096 {
-		t.Errorf("Load with another size over the pins: replaced %v, %d entries; want a replacement with 4096", d2.Replaced(), d2.objs.RevnatUdp.MaxEntries())
+	if d2.Replaced() == nil || d2.objs.RevnatUdp.MaxEntries() != 2*MinSockets {
+		t.Errorf("Load with another size over the pins: replaced %v, %d entries; want a replacement with %d", d2.Replaced(), d2.objs.RevnatUdp.MaxEntries(), 2*MinSockets)
 	}
 }
