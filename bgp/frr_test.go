@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,10 +21,26 @@ const vip4b = "198.18.100.2"
 
 // TestFRR: announce and withdraw a /32 to FRR (zebra + bgpd, run as user frr).
 func TestFRR(t *testing.T) {
+	r, g, rt, gw := frrSite(t)
+	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001,
+		Peers: []Peer{{Address: rt[0], ASN: 65000}}})
+	t.Logf("FRR session up in %v", s.waitUp(30*time.Second))
+	s.announce(vip4 + "/32")
+	t.Logf("announce → kernel route in %v", routeVia(t, r, vip4, 5*time.Second, gw[0]))
+	s.announce()
+	t.Logf("withdraw → gone from the kernel in %v", routeVia(t, r, vip4, 2*time.Second))
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 2*time.Second, gw[0])
+}
+
+// frrSite is a router namespace running FRR with a passive session for the gateway namespace
+// linked to it: the router's addresses rt, the gateway's gw.
+func frrSite(t *testing.T) (r, g *netlab.NS, rt, gw [2]netip.Addr) {
+	t.Helper()
 	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
 	pfx := netlab.Prefix()
-	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
-	rt, gw := link(t, pfx, r, g, 1)
+	r, g = netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw = link(t, pfx, r, g, 1)
 	frr(t, r, fmt.Sprintf(`hostname rt
 router bgp 65000
  bgp router-id 198.18.1.1
@@ -36,15 +53,7 @@ router bgp 65000
   maximum-paths 16
  exit-address-family
 `, gw[0], gw[0], gw[0]))
-	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001,
-		Peers: []Peer{{Address: rt[0], ASN: 65000}}})
-	t.Logf("FRR session up in %v", s.waitUp(30*time.Second))
-	s.announce(vip4 + "/32")
-	t.Logf("announce → kernel route in %v", routeVia(t, r, vip4, 5*time.Second, gw[0]))
-	s.announce()
-	t.Logf("withdraw → gone from the kernel in %v", routeVia(t, r, vip4, 2*time.Second))
-	s.announce(vip4 + "/32")
-	routeVia(t, r, vip4, 2*time.Second, gw[0])
+	return r, g, rt, gw
 }
 
 // frr starts zebra and bgpd in ns as user frr, with their own directory and sockets.
@@ -101,18 +110,7 @@ func writeFile(t *testing.T, path, s string) {
 // End-of-RIB, when FRR drops the stale paths that were not re-announced. Stop(Withdraw) still
 // takes it away at once.
 func TestFRRGracefulRestart(t *testing.T) {
-	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
-	pfx := netlab.Prefix()
-	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
-	rt, gw := link(t, pfx, r, g, 1)
-	frr(t, r, fmt.Sprintf(`hostname rt
-router bgp 65000
- bgp router-id 198.18.1.1
- no bgp ebgp-requires-policy
- neighbor %s remote-as 65001
- neighbor %s timers 3 9
- neighbor %s passive
-`, gw[0], gw[0], gw[0]))
+	r, g, rt, gw := frrSite(t)
 	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
 		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
 
