@@ -114,7 +114,9 @@ func New(opts Options) *Checker {
 //     so on) keeps its Health, counters and schedule; new timings or thresholds apply from its
 //     next probe;
 //   - a key whose probe changed starts again, Unknown (OnChange hears of it if it had a
-//     verdict), with a first probe soon, within Jitter×Interval;
+//     verdict, unless the new probe's first verdict, the same as the old one, is in before the
+//     update is delivered: updates are level-triggered), with a first probe soon, within
+//     Jitter×Interval;
 //   - a key that is gone stops: its running probe is cancelled and no OnChange call for it
 //     starts after Set returns (one already running may still finish).
 //

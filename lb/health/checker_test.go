@@ -62,7 +62,42 @@ func TestFirstProbesSpread(t *testing.T) {
 func TestSetDiff(t *testing.T) {
 	keep := newStatusServer(t, false)
 	gone := listenTCP(t, "tcp4")
-	c, rec := start(t, Options{})
+	// hold, while closed, keeps probes from starting, so that the test sees the states between
+	// a Set and the next verdict; the first probe of a changed target may otherwise finish
+	// before Set's caller looks, and its Unknown update be coalesced away (updates are
+	// level-triggered).
+	var holdMu sync.Mutex
+	hold := make(chan struct{})
+	close(hold)
+	rec := newRecorder(t)
+	c := New(Options{OnChange: rec.onChange, Logger: testLogger(t)})
+	c.probeHook = func(start bool) {
+		if start {
+			holdMu.Lock()
+			h := hold
+			holdMu.Unlock()
+			<-h
+		}
+	}
+	runUntilCleanup(t, c)
+	setHold := func(on bool) {
+		holdMu.Lock()
+		defer holdMu.Unlock()
+		if on {
+			hold = make(chan struct{})
+		} else {
+			close(hold)
+		}
+	}
+	defer func() { // a failing test must not leave workers blocked past its cleanup
+		holdMu.Lock()
+		defer holdMu.Unlock()
+		select {
+		case <-hold:
+		default:
+			close(hold)
+		}
+	}()
 	keepT := Target{Key: "keep", Addr: keep.addr(), Check: fast(Check{Kind: HTTP, Path: "/a"})}
 	goneT := Target{Key: "gone", Addr: gone.addr(), Check: fast(Check{})}
 	mustSet(t, c, keepT, goneT)
@@ -106,6 +141,7 @@ func TestSetDiff(t *testing.T) {
 	// A changed probe starts again: Unknown, told to OnChange, then a new verdict soon.
 	changed := retimed
 	changed.Check.Path = "/b"
+	setHold(true)
 	mustSet(t, c, changed)
 	if st, _ := c.Status("keep"); st.Health != Unknown || st.Probes != 0 {
 		t.Errorf(`"keep" right after its probe changed: %+v`, st)
@@ -113,6 +149,7 @@ func TestSetDiff(t *testing.T) {
 	if u := rec.expect("keep", 2, Unknown); u.Reason != "probe changed, not probed yet" {
 		t.Errorf("reason %q", u.Reason)
 	}
+	setHold(false)
 	rec.expect("keep", 3, Healthy)
 	if r := keep.last.Load(); r.URL.Path != "/b" {
 		t.Errorf("the changed probe asked for %q", r.URL.Path)
