@@ -241,7 +241,9 @@ func TestOnChangeSerialAndUnlocked(t *testing.T) {
 	var targets []Target
 	for i := range n {
 		targets = append(targets,
-			Target{Key: fmt.Sprint("up-", i), Addr: srv.addr(), Check: fast(Check{})},
+			// Only the first verdicts count here: a second of timeout, so that no connect
+			// on a loaded machine turns an "up" target's first verdict into a timeout.
+			Target{Key: fmt.Sprint("up-", i), Addr: srv.addr(), Check: Check{Interval: time.Second, Timeout: time.Second}},
 			Target{Key: fmt.Sprint("down-", i), Addr: closed, Check: fast(Check{Kind: UDP, Payload: []byte("x")})})
 	}
 	mustSet(t, c, targets...)
@@ -257,7 +259,18 @@ func TestOnChangeSerialAndUnlocked(t *testing.T) {
 func TestRunTwice(t *testing.T) {
 	c := New(Options{Logger: testLogger(t)})
 	runUntilCleanup(t, c)
-	time.Sleep(10 * time.Millisecond)
+	// The first Run must have begun, or this call would be the first and never return.
+	for deadline := time.Now().Add(waitLimit); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		started := c.started
+		c.mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Run has not started within %v", waitLimit)
+		}
+	}
 	if err := c.Run(context.Background()); err == nil || err.Error() != "health checker: Run called twice" {
 		t.Fatalf("second Run: %v", err)
 	}

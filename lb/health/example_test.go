@@ -34,10 +34,6 @@ func Example() {
 		OnChange: func(u health.Update) { updates <- u }, // a reconciler would update its model here
 		Logger:   slog.New(slog.DiscardHandler),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go c.Run(ctx)
-
 	err = c.Set([]health.Target{{
 		Key:   "default/web:80 127.0.0.1",
 		Addr:  ln.Addr().(*net.TCPAddr).AddrPort(),
@@ -49,6 +45,11 @@ func Example() {
 	}
 	st, _ := c.Status("default/web:80 127.0.0.1")
 	fmt.Println("before the first probe:", st.Health)
+
+	// Set may be called before or after Run; probing starts with Run.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
 	u := <-updates
 	fmt.Printf("%s: %v (%s)\n", u.Key, u.Health, u.Reason)
 
