@@ -126,22 +126,30 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	wait := cfg
 	wait.WaitForRoutes = true
 	// restart kills s (BIRD keeps its route, stale) and starts a speaker with cfg that sets
-	// the route 3 s later (a session without WaitForRoutes is up in ≈1–2 s); it returns the
+	// the route late: without WaitForRoutes, once its session is up and BIRD has dropped the
+	// route at its End-of-RIB; with it, 3 s after the start (the session waits). It returns the
 	// new speaker, up, and how many 10 ms polls of BIRD's FIB found no route, from the kill
-	// until 2 s after the new session came up (End-of-RIB processed).
-	restart := func(s *speaker, name string, cfg Config) (*speaker, int, int) {
+	// until 2 s after the new session came up (End-of-RIB processed), and the most in a row.
+	restart := func(s *speaker, name string, cfg Config) (*speaker, int, int, int) {
 		watch := r.WatchRoute(t, vip4)
 		s.kill()
 		s = startSpeaker(t, g, name, cfg)
-		time.Sleep(3 * time.Second)
-		if ps := s.peers(); cfg.WaitForRoutes && (len(ps) != 1 || ps[0].State != "idle") {
-			t.Errorf("WaitForRoutes, no routes set yet: peers %v, want one idle peer", ps)
+		if cfg.WaitForRoutes {
+			time.Sleep(3 * time.Second)
+			if ps := s.peers(); len(ps) != 1 || ps[0].State != "idle" {
+				t.Errorf("WaitForRoutes, no routes set yet: peers %v, want one idle peer", ps)
+			}
+		} else {
+			s.waitUp(20 * time.Second)
+			t.Logf("without WaitForRoutes, BIRD dropped the kept route %v after the session came up",
+				routeVia(t, r, vip4, 5*time.Second).Round(time.Millisecond))
+			time.Sleep(300 * time.Millisecond) // routes set late: the watch sees the gap too
 		}
 		s.announce(vip4 + "/32")
 		s.waitUp(20 * time.Second)
 		time.Sleep(2 * time.Second)
 		missing, polls := watch.Stop()
-		return s, missing, polls
+		return s, missing, polls, watch.LongestGap()
 	}
 
 	s := startSpeaker(t, g, "gw1-a", cfg)
@@ -150,18 +158,23 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
 
 	// The failure WaitForRoutes prevents.
-	s, missing, polls := restart(s, "gw1-b", cfg)
-	t.Logf("without WaitForRoutes, routes 3 s after the start: route missing in %d of %d polls", missing, polls)
+	s, missing, polls, _ := restart(s, "gw1-b", cfg)
+	t.Logf("without WaitForRoutes, routes after the session: route missing in %d of %d polls", missing, polls)
 	if missing == 0 {
 		t.Errorf("without WaitForRoutes and routes set after the session came up, BIRD kept the route " +
 			"throughout: this test no longer shows what WaitForRoutes is for")
 	}
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
 
-	s, missing, polls = restart(s, "gw1-c", wait)
-	t.Logf("with WaitForRoutes, routes 3 s after the start: route missing in %d of %d polls", missing, polls)
-	if missing != 0 {
-		t.Errorf("with WaitForRoutes the route left BIRD's FIB in %d of %d polls across the restart", missing, polls)
+	s, missing, polls, gap := restart(s, "gw1-c", wait)
+	t.Logf("with WaitForRoutes, routes 3 s after the start: route missing in %d of %d polls, at most %d in a row",
+		missing, polls, gap)
+	// BIRD replaces its stale route in the kernel by a delete and an add ≈0.2 ms apart
+	// (docs/bgp.md), which a poll hits now and then: one miss in a row is that; a withdrawal
+	// (an End-of-RIB before the routes) misses hundreds in a row.
+	if gap > 1 {
+		t.Errorf("with WaitForRoutes the route left BIRD's FIB for %d polls in a row (%d of %d in all) across the restart",
+			gap, missing, polls)
 	}
 	if ps := s.peers(); len(ps) != 1 || ps[0].Advertised != 1 {
 		t.Errorf("after the restart: %v, want the route advertised", ps)

@@ -175,9 +175,9 @@ protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; graceful resta
 		exited.Round(time.Millisecond), upAfter.Round(time.Millisecond), polls-missing, polls)
 	// One missed poll (≤ 10 ms) is seen in about 1 run in 3, around the new session: BIRD
 	// replaces the stale route in the kernel by a delete and an add ≈0.2 ms apart (docs/bgp.md).
-	// A withdrawal (an End-of-RIB before the routes) shows as hundreds of polls.
-	if missing > 1 {
-		t.Errorf("the route left the router's FIB in %d of %d polls across the restart", missing, polls)
+	// A withdrawal (an End-of-RIB before the routes) shows as hundreds of polls in a row.
+	if gap := watch.LongestGap(); gap > 1 {
+		t.Errorf("the route left the router's FIB for %d polls in a row (%d of %d in all) across the restart", gap, missing, polls)
 	}
 	if got := birdProto(t, ctl, "b"); sameBirdSession(got, birdB) || !strings.HasSuffix(got, "Established") {
 		t.Errorf("BIRD's session b is not a new established one after the restart: %s (before: %s)", got, birdB)
@@ -209,7 +209,17 @@ current-context: c
 	l.extra += "pools:\n  - {name: p, addresses: [198.18.103.0/24]}\nkubernetes:\n  kubeconfig: " + kubeconfig + "\n  gatewayName: gw\n"
 	l.writeConfig(t, labBackends[:2])
 	d3 := l.startDaemon(t)
-	time.Sleep(4 * time.Second) // a session would be up in ≈1.3 s, and then End-of-RIB
+	// Started (its speaker configured, its HTTP server answering), then 4 s more: a session
+	// would be up in ≈1.3 s, and then End-of-RIB.
+	d3.waitLog(t, "sessionsWaitForRoutes=true")
+	for deadline := time.Now().Add(pollTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if _, _, err := l.httpGet("/readyz"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the daemon whose apiserver is unreachable does not serve /readyz after %v: %v", pollTimeout, err)
+		}
+	}
+	time.Sleep(4 * time.Second)
 	select {
 	case <-d3.exited:
 		t.Fatalf("the daemon whose apiserver is unreachable exited:\n%s", d3.out.String())
@@ -225,8 +235,8 @@ current-context: c
 		t.Errorf("the daemon did not log that its sessions wait for the routes:\n%s", d3.out.String())
 	}
 	// client-go's informers back off for seconds without noticing the stop; the daemon waits
-	// for them 1 s at most.
-	if took := stopDaemon(d3); took > 2500*time.Millisecond {
+	// for them 1 s at most (the bound leaves 4 s for the rest of the exit on a loaded machine).
+	if took := stopDaemon(d3); took > 5*time.Second {
 		t.Errorf("the daemon waiting for its apiserver exited %v after SIGTERM, want ≈1 s", took)
 	} else {
 		t.Logf("the daemon waiting for its apiserver exited %v after SIGTERM", took.Round(time.Millisecond))
@@ -238,8 +248,10 @@ current-context: c
 	time.Sleep(2 * time.Second) // End-of-RIB processed
 	missing, polls = watch.Stop()
 	t.Logf("across a restart that waited 4 s for its model, then another: route present in %d of %d polls", polls-missing, polls)
-	if missing > 1 {
-		t.Errorf("the route left the router's FIB in %d of %d polls while the first reconcile waited", missing, polls)
+	// Each of the two restarts may cost one poll (BIRD's delete and add, above).
+	if gap := watch.LongestGap(); gap > 1 || missing > 2 {
+		t.Errorf("the route left the router's FIB in %d of %d polls (at most %d in a row) while the first reconcile waited",
+			missing, polls, gap)
 	}
 	step("done")
 }

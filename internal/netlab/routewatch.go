@@ -13,15 +13,15 @@ import (
 // restart) is checked at every poll, not just before and after.
 type RouteWatch struct {
 	done chan struct{}
-	res  chan [2]int // missing, polls
+	res  chan [3]int // missing, polls, the longest run of missing polls
 	once sync.Once
-	last [2]int
+	last [3]int
 }
 
 // WatchRoute starts polling n's route to addr (`ip route show addr`) until Stop, or until the
 // test ends.
 func (n *NS) WatchRoute(t testing.TB, addr string) *RouteWatch {
-	w := &RouteWatch{done: make(chan struct{}), res: make(chan [2]int, 1)}
+	w := &RouteWatch{done: make(chan struct{}), res: make(chan [3]int, 1)}
 	t.Cleanup(func() { w.Stop() })
 	args := []string{"-n", n.Name}
 	if strings.Contains(addr, ":") {
@@ -29,16 +29,20 @@ func (n *NS) WatchRoute(t testing.TB, addr string) *RouteWatch {
 	}
 	args = append(args, "route", "show", addr)
 	go func() {
-		var missing, polls int
+		var missing, polls, run, longest int
 		for {
 			out, err := exec.Command("ip", args...).Output()
 			polls++
 			if err != nil || strings.TrimSpace(string(out)) == "" {
 				missing++
+				run++
+				longest = max(longest, run)
+			} else {
+				run = 0
 			}
 			select {
 			case <-w.done:
-				w.res <- [2]int{missing, polls}
+				w.res <- [3]int{missing, polls, longest}
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
@@ -55,4 +59,12 @@ func (w *RouteWatch) Stop() (missing, polls int) {
 		w.last = <-w.res
 	})
 	return w.last[0], w.last[1]
+}
+
+// LongestGap stops the polling (as Stop) and returns the most polls in a row that found no
+// route. A route replaced by a delete and an add a fraction of a millisecond apart (as BIRD does)
+// misses at most one poll of 10 ms; a withdrawal misses many in a row.
+func (w *RouteWatch) LongestGap() int {
+	w.Stop()
+	return w.last[2]
 }
