@@ -71,6 +71,7 @@ func TestDaemonAFXDP(t *testing.T) {
 	dead := labBackends[1]
 	l.servers[dead].stop()
 	l.waitHealthy(t, dead, 0)
+	l.waitServing(t, 1)
 	if counts := l.requests(t, 20); counts[labBackends[0]] != 20 {
 		t.Errorf("after %s died, 20 requests went to %v, want all to %s", dead, counts, labBackends[0])
 	}

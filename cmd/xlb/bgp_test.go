@@ -67,20 +67,23 @@ func TestDaemonBGP(t *testing.T) {
 	}
 
 	step("every backend fails: the VIP is withdrawn")
-	bound := time.Duration(hcFall)*hcInterval + time.Second
+	// Detection, (fall + 1) intervals with their jitter (the first failing probe may come up to
+	// an interval after the stop) and the probe timeout, then 2 s for the reconcile, the
+	// withdrawal and the router on a loaded machine.
+	bound := time.Duration(hcFall+1)*hcInterval*11/10 + hcTimeout + 2*time.Second
 	stopped := time.Now()
 	for _, b := range labBackends[:2] {
 		l.servers[b].stop()
 	}
 	waitRoute(t, r, vip, bound, false)
-	t.Logf("withdrawn from the router's FIB %v after the backends stopped (bound fall×interval+1s = %v)",
+	t.Logf("withdrawn from the router's FIB %v after the backends stopped (bound %v)",
 		time.Since(stopped).Round(time.Millisecond), bound)
 	d.waitLog(t, "bgp: withdrawing VIP")
 
 	step("one backend recovers: the VIP is announced again")
 	restarted := time.Now()
 	l.servers[labBackends[0]] = l.startServer(t, labBackends[0])
-	waitRoute(t, r, vip, hcInterval+time.Second, true)
+	waitRoute(t, r, vip, hcInterval*11/10+hcTimeout+2*time.Second, true)
 	t.Logf("announced again %v after a backend came back (rise 1, interval %v)",
 		time.Since(restarted).Round(time.Millisecond), hcInterval)
 

@@ -150,10 +150,11 @@ func TestDaemonE2E(t *testing.T) {
 	dead := labBackends[1]
 	killed := time.Now()
 	l.servers[dead].stop()
-	// Out of service within fall × interval (+10% jitter) + the probe timeout + slack for the
-	// reconcile; the requests go on for about a second.
-	detect := time.Duration(hcFall)*hcInterval*11/10 + hcTimeout + 300*time.Millisecond
-	settle := time.Second
+	// Out of service within (fall + 1) × interval (+10% jitter: the first failing probe may
+	// come up to an interval after the kill) + the probe timeout, with a second of slack for
+	// the reconcile on a loaded machine; the requests go on half a second longer.
+	detect := time.Duration(hcFall+1)*hcInterval*11/10 + hcTimeout + time.Second
+	settle := detect + 500*time.Millisecond
 	var lastBad time.Time
 	var failed, toDead int
 	for time.Since(killed) < settle {
@@ -268,7 +269,7 @@ func TestDaemonE2E(t *testing.T) {
 	down := labBackends[2]
 	l.servers[down].stop()
 	l.waitHealthy(t, down, 0)
-	time.Sleep(100 * time.Millisecond) // the reconcile that follows the verdict
+	l.waitServing(t, 2) // the reconcile that follows the verdict
 	load := l.startLoad(t, 5000, 30*time.Second)
 	load.waitCount(t, 20)
 	d.kill(t)
@@ -964,6 +965,22 @@ lines:
 		return f, err == nil
 	}
 	return 0, false
+}
+
+// waitServing waits until xlb_frontend_serving_backends of service web shows n: the reconcile
+// that follows a health verdict has reached the datapath (xlb_backend_healthy changes first).
+func (l *lab) waitServing(t *testing.T, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	var v float64
+	var ok bool
+	for time.Now().Before(deadline) {
+		if v, ok = l.metrics(t).value("xlb_frontend_serving_backends", "service", "web"); ok && v == n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("xlb_frontend_serving_backends of web is %v (found %v) after %v, want %v", v, ok, pollTimeout, n)
 }
 
 // waitHealthy waits until xlb_backend_healthy of backend shows want.
