@@ -248,7 +248,11 @@ func TestGoldenNextHopCache(t *testing.T) {
 	}
 	// The backend's neighbour changes MAC: after the TTL the new one is used.
 	g.ns.MustIP(t, "neigh replace 198.18.1.10 lladdr "+macBE3+" dev int0 nud permanent")
-	time.Sleep(60 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	// The program reads the clock the loader writes every 10 ms (coarse): write it now, so that
+	// a late tick on a loaded machine cannot leave it short of the TTL. tick keeps the cache
+	// generation: the entry must expire by its TTL, not be invalidated.
+	must(t, g.dp.tick())
 	_, newOut := clientTCP(1, ap(vip4, 80), "A", ap(be1v4, 8080), macBE3)
 	g.expect(t, small.bytes(t), g.ext, want{xdpRedirect, newOut.bytes(t), fwd(ReasonFwdRedirect)})
 	_ = layers.IPProtocolTCP
