@@ -279,6 +279,7 @@ func TestDaemonE2E(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // forwarding with no daemon
 	checkKeepAlives(t, keep, "with no daemon")
+	checkShow(t, l.pinPath, labBackends[:2], down)
 
 	step("restart the daemon")
 	d2 := l.startDaemon(t)

@@ -38,6 +38,11 @@ const usage = `usage:
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
       /sys/fs/bpf/xlb).
+  xlb show [--pin-path DIR] [--json] [--vip ADDR] [--limit N] [services|flows|reasons]
+      Show what the XDP datapath pinned in DIR (default /sys/fs/bpf/xlb) is doing, from its
+      maps alone (read-only; no daemon needed): services with their backends' Maglev shares
+      and counters (the default), conntrack entries (at most N, default 1000, 0: all; the most
+      recently used first), or the verdict counters. --vip keeps one VIP's.
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
@@ -93,6 +98,8 @@ func cli(args []string, stderr io.Writer) int {
 		return 0
 	case "bgp":
 		return bgpCLI(args[1:], os.Stdout, stderr)
+	case "show":
+		return showCLI(args[1:], os.Stdout, stderr)
 	case "agent":
 		fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
 		fs.SetOutput(stderr)

@@ -1,0 +1,379 @@
+package main
+
+// `xlb show`: what the XDP datapath pinned under a directory is doing, read from its maps alone
+// (xdp.OpenPinned, read-only): its services with their Maglev shares and counters, its conntrack
+// entries, its verdict counters. It needs no daemon, so it answers also while none runs and
+// the pinned program forwards on its own, which is when an operator most needs it.
+
+import (
+	"cmp"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/xlb-dev/xlb/xdp"
+)
+
+// DefaultShowLimit is how many conntrack entries `xlb show flows` prints unless told otherwise.
+const DefaultShowLimit = 1000
+
+// showDoc is what `xlb show --json` prints: the parts asked for, the others empty.
+type showDoc struct {
+	Services []showService `json:"services,omitempty"`
+	// Unmapped are the backends in no Maglev table: draining or down, keeping only their
+	// established flows.
+	Unmapped []showBackend `json:"unmappedBackends,omitempty"`
+	Flows    []showFlow    `json:"flows,omitempty"`
+	// FlowsTotal counts every conntrack entry, also those beyond the limit.
+	FlowsTotal int               `json:"flowsTotal,omitempty"`
+	Reasons    map[string]uint64 `json:"reasons,omitempty"`
+}
+
+// showService is one frontend.
+type showService struct {
+	Frontend     string        `json:"frontend"` // "VIP:port/PROTO"
+	ID           uint32        `json:"id"`
+	Affinity     string        `json:"affinity,omitempty"`
+	SourceRanges []string      `json:"sourceRanges,omitempty"`
+	TableSize    int           `json:"tableSize"` // Maglev M; 0: no table (new flows dropped)
+	Packets      uint64        `json:"packets"`
+	Bytes        uint64        `json:"bytes"`
+	NewFlows     uint64        `json:"newFlows"`
+	Backends     []showBackend `json:"backends"`
+}
+
+// showBackend is one backend, with its share of a table when it is in one.
+type showBackend struct {
+	ID       uint32 `json:"id"`
+	Endpoint string `json:"endpoint"` // "addr:port" (port 0: the client's)
+	Down     bool   `json:"down,omitempty"`
+	Slots    int    `json:"slots,omitempty"`
+	Packets  uint64 `json:"packets"`
+	Bytes    uint64 `json:"bytes"`
+	NewFlows uint64 `json:"newFlows"`
+}
+
+// showFlow is one conntrack entry.
+type showFlow struct {
+	Proto   string `json:"proto"`
+	Src     string `json:"src"`
+	Dst     string `json:"dst"`
+	Reverse bool   `json:"reverse,omitempty"`
+	// Backend is the chosen backend's endpoint (forward entries), "" if it is gone.
+	Backend   string  `json:"backend,omitempty"`
+	BackendID uint32  `json:"backendID,omitempty"`
+	VIPID     uint32  `json:"vipID"`
+	Closing   bool    `json:"closing,omitempty"`
+	IdleSec   float64 `json:"idleSeconds"`
+}
+
+// showCLI runs `xlb show` with args (after "show"), printing to stdout; it returns the exit code.
+func showCLI(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("xlb show", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` the datapath is pinned in")
+	asJSON := fs.Bool("json", false, "print JSON")
+	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries (0: all)")
+	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	what := "services"
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		what = fs.Arg(0)
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	if what != "services" && what != "flows" && what != "reasons" {
+		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows or reasons\n", what)
+		return 2
+	}
+	if *limit < 0 {
+		fmt.Fprintf(stderr, "xlb show: --limit %d: want 0 (all) or more\n", *limit)
+		return 2
+	}
+	var only netip.Addr
+	if *vip != "" {
+		a, err := netip.ParseAddr(*vip)
+		if err != nil {
+			fmt.Fprintf(stderr, "xlb show: --vip: %v\n", err)
+			return 2
+		}
+		only = a.Unmap()
+	}
+	p, err := xdp.OpenPinned(*pin)
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb show: %v\n", err)
+		return 1
+	}
+	defer p.Close()
+	var doc showDoc
+	switch what {
+	case "services":
+		err = showServices(p, only, &doc)
+	case "flows":
+		err = showFlows(p, only, *limit, &doc)
+	case "reasons":
+		err = showReasons(p, &doc)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb show %s: %v\n", what, err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(doc); err != nil {
+			fmt.Fprintf(stderr, "xlb show: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	printShow(stdout, what, doc)
+	return 0
+}
+
+// endpointString is addr:port, with IPv6 addresses in brackets.
+func endpointString(a netip.Addr, port uint16) string {
+	return netip.AddrPortFrom(a, port).String()
+}
+
+// showServices fills doc with every frontend (of VIP only, when valid), its table's backends by
+// share, and the backends no table holds.
+func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
+	vips, err := p.VIPs()
+	if err != nil {
+		return err
+	}
+	backends, err := p.Backends()
+	if err != nil {
+		return err
+	}
+	tables, err := p.MaglevTables()
+	if err != nil {
+		return err
+	}
+	mapped := map[xdp.BackendID]bool{}
+	for _, tb := range tables {
+		for _, id := range tb {
+			mapped[id] = true
+		}
+	}
+	backendOf := func(id xdp.BackendID, slots int) (showBackend, error) {
+		tr, err := p.BackendTraffic(id)
+		if err != nil {
+			return showBackend{}, err
+		}
+		sb := showBackend{ID: uint32(id), Slots: slots, Packets: tr.Packets, Bytes: tr.Bytes, NewFlows: tr.NewFlows}
+		if b, ok := backends[id]; ok {
+			sb.Endpoint, sb.Down = endpointString(b.Addr, b.Port), b.Down
+		} else {
+			sb.Endpoint = "(deleted)"
+		}
+		return sb, nil
+	}
+	for f, cfg := range vips {
+		if only.IsValid() && f.Addr.Unmap() != only {
+			continue
+		}
+		tr, err := p.VIPTraffic(cfg.ID)
+		if err != nil {
+			return err
+		}
+		s := showService{Frontend: f.String(), ID: uint32(cfg.ID), TableSize: len(tables[cfg.ID]),
+			Packets: tr.Packets, Bytes: tr.Bytes, NewFlows: tr.NewFlows, Backends: []showBackend{}}
+		if cfg.Affinity == xdp.AffinityClientIP {
+			s.Affinity = "ClientIP"
+		}
+		for _, r := range cfg.SourceRanges {
+			s.SourceRanges = append(s.SourceRanges, r.String())
+		}
+		slots := map[xdp.BackendID]int{}
+		for _, id := range tables[cfg.ID] {
+			if id != 0 {
+				slots[id]++
+			}
+		}
+		for id, n := range slots {
+			sb, err := backendOf(id, n)
+			if err != nil {
+				return err
+			}
+			s.Backends = append(s.Backends, sb)
+		}
+		slices.SortFunc(s.Backends, func(a, b showBackend) int { return cmp.Compare(a.ID, b.ID) })
+		doc.Services = append(doc.Services, s)
+	}
+	slices.SortFunc(doc.Services, func(a, b showService) int { return cmp.Compare(a.ID, b.ID) })
+	if only.IsValid() {
+		return nil
+	}
+	for id := range backends {
+		if mapped[id] {
+			continue
+		}
+		sb, err := backendOf(id, 0)
+		if err != nil {
+			return err
+		}
+		doc.Unmapped = append(doc.Unmapped, sb)
+	}
+	slices.SortFunc(doc.Unmapped, func(a, b showBackend) int { return cmp.Compare(a.ID, b.ID) })
+	return nil
+}
+
+// showFlows fills doc with up to limit conntrack entries (0: all) of VIP only (when valid),
+// the most recently used first.
+func showFlows(p *xdp.Pinned, only netip.Addr, limit int, doc *showDoc) error {
+	flows, err := p.Flows()
+	if err != nil {
+		return err
+	}
+	backends, err := p.Backends()
+	if err != nil {
+		return err
+	}
+	if only.IsValid() {
+		vips, err := p.VIPs()
+		if err != nil {
+			return err
+		}
+		ids := map[xdp.VIPID]bool{}
+		for f, cfg := range vips {
+			if f.Addr.Unmap() == only {
+				ids[cfg.ID] = true
+			}
+		}
+		flows = slices.DeleteFunc(flows, func(f xdp.Flow) bool { return !ids[f.VIP] })
+	}
+	slices.SortFunc(flows, func(a, b xdp.Flow) int {
+		return cmp.Or(cmp.Compare(a.Idle, b.Idle), a.Src.Compare(b.Src), a.Dst.Compare(b.Dst))
+	})
+	doc.FlowsTotal = len(flows)
+	if limit > 0 && len(flows) > limit {
+		flows = flows[:limit]
+	}
+	doc.Flows = []showFlow{}
+	for _, f := range flows {
+		sf := showFlow{Proto: f.Proto.String(), Src: f.Src.String(), Dst: f.Dst.String(), Reverse: f.Reverse,
+			VIPID: uint32(f.VIP), Closing: f.Closing, IdleSec: f.Idle.Seconds()}
+		if !f.Reverse {
+			sf.BackendID = uint32(f.Backend)
+			if b, ok := backends[f.Backend]; ok {
+				port := b.Port
+				if port == 0 {
+					port = f.Dst.Port() // an all-ports VIP keeps the client's port
+				}
+				sf.Backend = endpointString(b.Addr, port)
+			}
+		}
+		doc.Flows = append(doc.Flows, sf)
+	}
+	return nil
+}
+
+// showReasons fills doc with the verdict counters that are not zero.
+func showReasons(p *xdp.Pinned, doc *showDoc) error {
+	rs, err := p.Reasons()
+	if err != nil {
+		return err
+	}
+	doc.Reasons = map[string]uint64{}
+	for r, n := range rs {
+		if n != 0 {
+			doc.Reasons[r.String()] = n
+		}
+	}
+	return nil
+}
+
+// printShow prints doc's part what as tables.
+func printShow(w io.Writer, what string, doc showDoc) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	switch what {
+	case "services":
+		if len(doc.Services) == 0 {
+			fmt.Fprintln(tw, "no services")
+		}
+		for _, s := range doc.Services {
+			var extra []string
+			if s.Affinity != "" {
+				extra = append(extra, "affinity "+s.Affinity)
+			}
+			if len(s.SourceRanges) > 0 {
+				extra = append(extra, "source ranges "+strings.Join(s.SourceRanges, ","))
+			}
+			if s.TableSize == 0 {
+				extra = append(extra, "NO BACKEND: new flows dropped")
+			}
+			fmt.Fprintf(tw, "%s\tid %d\tM %d\tpackets %d\tbytes %d\tnew flows %d\t%s\n", s.Frontend, s.ID, s.TableSize,
+				s.Packets, s.Bytes, s.NewFlows, strings.Join(extra, "; "))
+			for _, b := range s.Backends {
+				state := ""
+				if b.Down {
+					state = "down"
+				}
+				fmt.Fprintf(tw, "  %s\tid %d\tslots %d (%.1f%%)\tpackets %d\tbytes %d\tnew flows %d\t%s\n", b.Endpoint, b.ID,
+					b.Slots, 100*float64(b.Slots)/float64(s.TableSize), b.Packets, b.Bytes, b.NewFlows, state)
+			}
+		}
+		if len(doc.Unmapped) > 0 {
+			fmt.Fprintln(tw, "backends in no table (draining or down: established flows only)")
+			for _, b := range doc.Unmapped {
+				state := "draining"
+				if b.Down {
+					state = "down"
+				}
+				fmt.Fprintf(tw, "  %s\tid %d\t%s\tpackets %d\tbytes %d\tnew flows %d\t\n", b.Endpoint, b.ID, state,
+					b.Packets, b.Bytes, b.NewFlows)
+			}
+		}
+	case "flows":
+		fmt.Fprintln(tw, "PROTO\tCLIENT\tVIP\tBACKEND\tIDLE\tSTATE")
+		for _, f := range doc.Flows {
+			state := ""
+			if f.Closing {
+				state = "closing"
+			}
+			be := f.Backend
+			if f.Reverse {
+				// A reverse entry is keyed backend -> client: show it from the client's side.
+				fmt.Fprintf(tw, "%s\t%s\tvip id %d\t%s\t%v\treverse %s\n", f.Proto, f.Dst, f.VIPID, f.Src,
+					idleString(f.IdleSec), state)
+				continue
+			}
+			if be == "" {
+				be = fmt.Sprintf("(backend %d deleted)", f.BackendID)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", f.Proto, f.Src, f.Dst, be, idleString(f.IdleSec), state)
+		}
+		if n := doc.FlowsTotal - len(doc.Flows); n > 0 {
+			fmt.Fprintf(tw, "... and %d more (--limit)\n", n)
+		}
+		fmt.Fprintf(tw, "%d entries\n", doc.FlowsTotal)
+	case "reasons":
+		names := make([]string, 0, len(doc.Reasons))
+		for r := range doc.Reasons {
+			names = append(names, r)
+		}
+		slices.Sort(names)
+		for _, r := range names {
+			fmt.Fprintf(tw, "%s\t%d\n", r, doc.Reasons[r])
+		}
+	}
+}
+
+// idleString rounds an idle time for reading.
+func idleString(sec float64) time.Duration {
+	return time.Duration(sec * float64(time.Second)).Round(time.Millisecond)
+}

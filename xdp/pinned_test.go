@@ -1,0 +1,139 @@
+package xdp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+// TestOpenPinned: a Pinned view reads what the loader wrote and what the program did (a flow it
+// remembered, its counters) from the pins alone, also once the loader has exited, and cannot
+// write.
+func TestOpenPinned(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+		os.RemoveAll(dir)
+	})
+	f := Frontend{vip4, 80, TCP}
+	must(t, d.UpsertVIP(f, VIPConfig{ID: 7, Affinity: AffinityClientIP,
+		SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}))
+	must(t, d.UpsertBackend(3, Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.UpsertBackend(4, Backend{Addr: netipMust("198.18.1.11"), Port: 8080, Down: true}))
+	must(t, d.SetMaglevTable(7, table(13, 3)))
+	must(t, d.SetReverse(Endpoint{be1v4, 8080, TCP}, ReverseNAT{VIP: 7}))
+	// An ACK of an unknown flow: conntrack remembers it, the VIP and backend counters move. No
+	// interface is attached and BPF_PROG_TEST_RUN sends nothing, whatever the verdict.
+	in, _ := clientTCP(40000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
+	if _, err := d.Program().Run(&ebpf.RunOptions{Data: in.bytes(t)}); err != nil {
+		t.Fatal(err)
+	}
+
+	type state struct {
+		vips     map[Frontend]VIPConfig
+		backends map[BackendID]Backend
+		tables   map[VIPID][]BackendID
+		reverses map[Endpoint]ReverseNAT
+		flows    []Flow
+		reasons  map[Reason]uint64
+		vip, be  Traffic
+	}
+	type reader interface {
+		VIPs() (map[Frontend]VIPConfig, error)
+		Backends() (map[BackendID]Backend, error)
+		MaglevTables() (map[VIPID][]BackendID, error)
+		Reverses() (map[Endpoint]ReverseNAT, error)
+		Flows() ([]Flow, error)
+		Reasons() (map[Reason]uint64, error)
+		VIPTraffic(VIPID) (Traffic, error)
+		BackendTraffic(BackendID) (Traffic, error)
+	}
+	read := func(r reader) state {
+		t.Helper()
+		var s state
+		var errs [8]error
+		s.vips, errs[0] = r.VIPs()
+		s.backends, errs[1] = r.Backends()
+		s.tables, errs[2] = r.MaglevTables()
+		s.reverses, errs[3] = r.Reverses()
+		s.flows, errs[4] = r.Flows()
+		s.reasons, errs[5] = r.Reasons()
+		s.vip, errs[6] = r.VIPTraffic(7)
+		s.be, errs[7] = r.BackendTraffic(3)
+		if err := errors.Join(errs[:]...); err != nil {
+			t.Fatal(err)
+		}
+		for i := range s.flows {
+			s.flows[i].Idle = 0 // read at two different times
+		}
+		return s
+	}
+	want := read(d)
+	if len(want.flows) != 1 || want.flows[0].Src != ap(client4, 40000) || want.flows[0].Backend != 3 ||
+		want.vip.Packets != 1 || want.be.Packets != 1 {
+		t.Fatalf("the program did not remember the flow or count it: flows %+v, VIP %+v, backend %+v",
+			want.flows, want.vip, want.be)
+	}
+	must(t, d.Close()) // the loader exits; the pins stay
+
+	p, err := OpenPinned(dir)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer p.Close()
+	if got := read(p); fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("the pinned view reads\n%+v\nthe loader read\n%+v", got, want)
+	}
+	// Read-only: the kernel refuses writes through its descriptors.
+	var k xlbSvcKey
+	if err := p.d.objs.Vips.NextKey(nil, &k); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.d.objs.Vips.Delete(&k); !errors.Is(err, unix.EPERM) {
+		t.Errorf("deleting a VIP through the pinned view: %v, want EPERM", err)
+	}
+	if err := p.d.objs.Conntrack.Update(&xlbFlowKey{}, &xlbCtEntry{}, ebpf.UpdateAny); !errors.Is(err, unix.EPERM) {
+		t.Errorf("writing conntrack through the pinned view: %v, want EPERM", err)
+	}
+}
+
+// TestOpenPinnedErrors: no datapath, or one whose maps this build cannot read, is a clear error.
+func TestOpenPinnedErrors(t *testing.T) {
+	dir := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if _, err := OpenPinned(dir); err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("no such directory: %v", err)
+	}
+	must(t, os.MkdirAll(dir, 0o700))
+	if _, err := OpenPinned(dir); err == nil || !strings.Contains(err.Error(), "is not pinned") {
+		t.Errorf("an empty directory: %v", err)
+	}
+	// Every map pinned, each with 4-byte values: none has this build's layout.
+	for name := range pinnedState(&xlbMaps{}) {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		must(t, err)
+		must(t, m.Pin(filepath.Join(dir, name)))
+		m.Close()
+	}
+	_, err := OpenPinned(dir)
+	if err == nil || !strings.Contains(err.Error(), "made by another build") {
+		t.Fatalf("maps of another layout: %v", err)
+	}
+	t.Logf("maps of another layout: %v", err)
+}
