@@ -34,20 +34,32 @@ func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) Flow {
 }
 
 // Flows returns the conntrack entries (expired ones included until the LRU reuses them; see
-// Flow.Idle).
+// Flow.Idle). It reads the table in batches, bucket by bucket, so that entries the datapath
+// inserts and evicts meanwhile (a full table under load) cannot make it start over, as a walk
+// key by key does when the key under its cursor goes; an entry that moved is listed once.
 func (d *Datapath) Flows() ([]Flow, error) {
+	const chunk = 4096
+	keys := make([]xlbFlowKey, chunk)
+	vals := make([]xlbCtEntry, chunk)
+	var cursor ebpf.MapBatchCursor
+	seen := map[xlbFlowKey]bool{}
 	var out []Flow
 	now := monotonicNow()
-	var k xlbFlowKey
-	var e xlbCtEntry
-	it := d.objs.Conntrack.Iterate()
-	for it.Next(&k, &e) {
-		out = append(out, flowOf(k, e, now))
+	for {
+		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			if !seen[keys[i]] {
+				seen[keys[i]] = true
+				out = append(out, flowOf(keys[i], vals[i], now))
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list conntrack: %w", err)
+		}
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list conntrack: %w", err)
-	}
-	return out, nil
 }
 
 // FlushFlows deletes the conntrack entries for which match returns true (all when match is nil)

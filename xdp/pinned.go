@@ -36,9 +36,15 @@ func pinnedState(m *xlbMaps) map[string]**ebpf.Map {
 	}
 }
 
+// sizedByOptions are the pinned maps whose size comes from Options (ConntrackSize,
+// MaglevSlots): any size is read. Every other map's size is fixed by the build (the reasons
+// map's is the number of counters, which builds add to).
+var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapMaglevSlots: true}
+
 // OpenPinned opens the maps pinned under dir (an xlb PinPath, such as [DefaultPinPath])
 // read-only. It fails, naming the map, when one is missing or was made by a build whose layout
-// differs from this one's (its type, key or value size; sizes set by options may differ).
+// differs from this one's (its type, key or value size, or the size of a map that Options do
+// not size).
 func OpenPinned(dir string) (*Pinned, error) {
 	spec, err := loadXlb()
 	if err != nil {
@@ -59,10 +65,12 @@ func OpenPinned(dir string) (*Pinned, error) {
 		}
 		*dst = m
 		ms := spec.Maps[name]
-		if m.Type() != ms.Type || m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize {
+		if m.Type() != ms.Type || m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize ||
+			(!sizedByOptions[name] && m.MaxEntries() != ms.MaxEntries) {
 			_ = closePinned(&objs.xlbMaps)
-			return nil, fmt.Errorf("pinned map %s: type %s, %d-byte keys, %d-byte values; this build of xlb reads type %s, %d-byte keys, %d-byte values (made by another build)",
-				filepath.Join(dir, name), m.Type(), m.KeySize(), m.ValueSize(), ms.Type, ms.KeySize, ms.ValueSize)
+			return nil, fmt.Errorf("pinned map %s: type %s, %d-byte keys, %d-byte values, %d entries; this build of xlb reads type %s, %d-byte keys, %d-byte values, %d entries (made by another build)",
+				filepath.Join(dir, name), m.Type(), m.KeySize(), m.ValueSize(), m.MaxEntries(),
+				ms.Type, ms.KeySize, ms.ValueSize, ms.MaxEntries)
 		}
 	}
 	return &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}}, nil

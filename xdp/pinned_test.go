@@ -124,16 +124,49 @@ func TestOpenPinnedErrors(t *testing.T) {
 	if _, err := OpenPinned(dir); err == nil || !strings.Contains(err.Error(), "is not pinned") {
 		t.Errorf("an empty directory: %v", err)
 	}
-	// Every map pinned, each with 4-byte values: none has this build's layout.
-	for name := range pinnedState(&xlbMaps{}) {
-		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	must(t, os.Remove(dir))
+
+	// A datapath's pins, then one map at a time swapped for one of another layout: a value of
+	// another size, or a reasons map with another number of counters (an older build's).
+	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	must(t, d.Close())
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+	})
+	p, err := OpenPinned(dir)
+	if err != nil {
+		t.Fatalf("the pins of a datapath of this build: %v", err)
+	}
+	must(t, p.Close())
+	for _, c := range []struct {
+		name string
+		spec ebpf.MapSpec
+	}{
+		{xlbMapBackends, ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}},
+		{xlbMapReasons, ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: uint32(numReasons) - 1}},
+	} {
+		path := filepath.Join(dir, c.name)
+		orig, err := ebpf.LoadPinnedMap(path, nil)
 		must(t, err)
-		must(t, m.Pin(filepath.Join(dir, name)))
+		must(t, orig.Unpin())
+		m, err := ebpf.NewMap(&c.spec)
+		must(t, err)
+		must(t, m.Pin(path))
+		_, err = OpenPinned(dir)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "made by another build") {
+			t.Errorf("%s of another layout: %v", c.name, err)
+		} else {
+			t.Logf("%s of another layout: %v", c.name, err)
+		}
+		must(t, m.Unpin())
 		m.Close()
+		must(t, orig.Pin(path))
+		orig.Close()
 	}
-	_, err := OpenPinned(dir)
-	if err == nil || !strings.Contains(err.Error(), "made by another build") {
-		t.Fatalf("maps of another layout: %v", err)
-	}
-	t.Logf("maps of another layout: %v", err)
 }

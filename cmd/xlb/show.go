@@ -3,7 +3,8 @@ package main
 // `xlb show`: what the XDP datapath pinned under a directory is doing, read from its maps alone
 // (xdp.OpenPinned, read-only): its services with their Maglev shares and counters, its conntrack
 // entries, its verdict counters. It needs no daemon, so it answers also while none runs and
-// the pinned program forwards on its own, which is when an operator most needs it.
+// the pinned program forwards on its own, which is when an operator most needs it. The maps
+// are read one after the other: beside a daemon that is writing them, the view is not atomic.
 
 import (
 	"cmp"
@@ -23,35 +24,58 @@ import (
 // DefaultShowLimit is how many conntrack entries `xlb show flows` prints unless told otherwise.
 const DefaultShowLimit = 1000
 
-// showDoc is what `xlb show --json` prints: the parts asked for, the others empty.
+// showDoc holds the part asked for; `xlb show --json` prints that part's fields only
+// (servicesDoc, flowsDoc or reasonsDoc).
 type showDoc struct {
-	Services []showService `json:"services,omitempty"`
+	Services []showService
 	// Unmapped are the backends in no Maglev table: draining or down, keeping only their
-	// established flows.
-	Unmapped []showBackend `json:"unmappedBackends,omitempty"`
-	Flows    []showFlow    `json:"flows,omitempty"`
-	// FlowsTotal counts every conntrack entry, also those beyond the limit.
-	FlowsTotal int               `json:"flowsTotal,omitempty"`
-	Reasons    map[string]uint64 `json:"reasons,omitempty"`
+	// established flows. Not listed with --vip.
+	Unmapped []showBackend
+	Flows    []showFlow
+	// FlowsTotal counts the conntrack entries that match (--vip), also those beyond --limit.
+	FlowsTotal int
+	Reasons    map[string]uint64
+}
+
+// servicesDoc is `xlb show --json services`.
+type servicesDoc struct {
+	Services []showService `json:"services"`
+	Unmapped []showBackend `json:"unmappedBackends"`
+}
+
+// flowsDoc is `xlb show --json flows`.
+type flowsDoc struct {
+	Flows []showFlow `json:"flows"`
+	// Total counts the entries that match --vip, also those beyond --limit.
+	Total int `json:"total"`
+}
+
+// reasonsDoc is `xlb show --json reasons`: the counters that are not zero, by name.
+type reasonsDoc struct {
+	Reasons map[string]uint64 `json:"reasons"`
 }
 
 // showService is one frontend.
 type showService struct {
-	Frontend     string        `json:"frontend"` // "VIP:port/PROTO"
-	ID           uint32        `json:"id"`
-	Affinity     string        `json:"affinity,omitempty"`
-	SourceRanges []string      `json:"sourceRanges,omitempty"`
-	TableSize    int           `json:"tableSize"` // Maglev M; 0: no table (new flows dropped)
-	Packets      uint64        `json:"packets"`
-	Bytes        uint64        `json:"bytes"`
-	NewFlows     uint64        `json:"newFlows"`
-	Backends     []showBackend `json:"backends"`
+	Frontend     string   `json:"frontend"` // "VIP:port/PROTO", port "*" for all ports
+	ID           uint32   `json:"id"`
+	Affinity     string   `json:"affinity,omitempty"`
+	SourceRanges []string `json:"sourceRanges,omitempty"`
+	// TableSize is the Maglev table's M; 0 when the frontend has no table.
+	TableSize int `json:"tableSize"`
+	// EmptySlots are the table's slots with no backend: their new flows are dropped. All of
+	// them when no backend takes new flows.
+	EmptySlots int           `json:"emptySlots"`
+	Packets    uint64        `json:"packets"`
+	Bytes      uint64        `json:"bytes"`
+	NewFlows   uint64        `json:"newFlows"`
+	Backends   []showBackend `json:"backends"`
 }
 
 // showBackend is one backend, with its share of a table when it is in one.
 type showBackend struct {
 	ID       uint32 `json:"id"`
-	Endpoint string `json:"endpoint"` // "addr:port" (port 0: the client's)
+	Endpoint string `json:"endpoint"` // "addr:port", port "*" when the client's is kept
 	Down     bool   `json:"down,omitempty"`
 	Slots    int    `json:"slots,omitempty"`
 	Packets  uint64 `json:"packets"`
@@ -81,18 +105,22 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON")
 	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries (0: all)")
 	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	// The part may come before, between or after the flags.
+	what := ""
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		if what != "" {
+			fmt.Fprintf(stderr, "xlb show: unexpected argument %q after %q\n", fs.Arg(0), what)
+			return 2
+		}
+		what, args = fs.Arg(0), fs.Args()[1:]
 	}
-	what := "services"
-	switch fs.NArg() {
-	case 0:
-	case 1:
-		what = fs.Arg(0)
-	default:
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
+	what = cmp.Or(what, "services")
 	if what != "services" && what != "flows" && what != "reasons" {
 		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows or reasons\n", what)
 		return 2
@@ -130,9 +158,18 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *asJSON {
+		var v any
+		switch what {
+		case "services":
+			v = servicesDoc{Services: doc.Services, Unmapped: doc.Unmapped}
+		case "flows":
+			v = flowsDoc{Flows: doc.Flows, Total: doc.FlowsTotal}
+		case "reasons":
+			v = reasonsDoc{Reasons: doc.Reasons}
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(doc); err != nil {
+		if err := enc.Encode(v); err != nil {
 			fmt.Fprintf(stderr, "xlb show: %v\n", err)
 			return 1
 		}
@@ -142,9 +179,21 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// endpointString is addr:port, with IPv6 addresses in brackets.
+// endpointString is addr:port, with IPv6 addresses in brackets, and port 0 (all ports, or the
+// client's port kept) as "*".
 func endpointString(a netip.Addr, port uint16) string {
+	if port == 0 {
+		if a.Is6() {
+			return "[" + a.String() + "]:*"
+		}
+		return a.String() + ":*"
+	}
 	return netip.AddrPortFrom(a, port).String()
+}
+
+// frontendString is a frontend as endpointString writes it, with its protocol.
+func frontendString(f xdp.Frontend) string {
+	return endpointString(f.Addr, f.Port) + "/" + f.Proto.String()
 }
 
 // showServices fills doc with every frontend (of VIP only, when valid), its table's backends by
@@ -154,11 +203,11 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 	if err != nil {
 		return err
 	}
-	backends, err := p.Backends()
+	tables, err := p.MaglevTables()
 	if err != nil {
 		return err
 	}
-	tables, err := p.MaglevTables()
+	backends, err := p.Backends()
 	if err != nil {
 		return err
 	}
@@ -189,7 +238,7 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 		if err != nil {
 			return err
 		}
-		s := showService{Frontend: f.String(), ID: uint32(cfg.ID), TableSize: len(tables[cfg.ID]),
+		s := showService{Frontend: frontendString(f), ID: uint32(cfg.ID), TableSize: len(tables[cfg.ID]),
 			Packets: tr.Packets, Bytes: tr.Bytes, NewFlows: tr.NewFlows, Backends: []showBackend{}}
 		if cfg.Affinity == xdp.AffinityClientIP {
 			s.Affinity = "ClientIP"
@@ -201,6 +250,8 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 		for _, id := range tables[cfg.ID] {
 			if id != 0 {
 				slots[id]++
+			} else {
+				s.EmptySlots++
 			}
 		}
 		for id, n := range slots {
@@ -313,8 +364,11 @@ func printShow(w io.Writer, what string, doc showDoc) {
 			if len(s.SourceRanges) > 0 {
 				extra = append(extra, "source ranges "+strings.Join(s.SourceRanges, ","))
 			}
-			if s.TableSize == 0 {
+			switch {
+			case s.TableSize == 0 || s.EmptySlots == s.TableSize:
 				extra = append(extra, "NO BACKEND: new flows dropped")
+			case s.EmptySlots > 0:
+				extra = append(extra, fmt.Sprintf("%d empty slots: their new flows dropped", s.EmptySlots))
 			}
 			fmt.Fprintf(tw, "%s\tid %d\tM %d\tpackets %d\tbytes %d\tnew flows %d\t%s\n", s.Frontend, s.ID, s.TableSize,
 				s.Packets, s.Bytes, s.NewFlows, strings.Join(extra, "; "))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -11,6 +12,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/xdp"
@@ -29,7 +35,7 @@ func checkShow(t *testing.T, pinPath string, live []netip.Addr, down netip.Addr)
 		}
 		return out.String()
 	}
-	var doc showDoc
+	var doc servicesDoc
 	if err := json.Unmarshal([]byte(run("--json")), &doc); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +57,7 @@ func checkShow(t *testing.T, pinPath string, live []netip.Addr, down netip.Addr)
 	for _, a := range live {
 		wantEPs = append(wantEPs, netip.AddrPortFrom(a, labBackendPort).String())
 	}
-	if !slices.Equal(got, wantEPs) || slots != s.TableSize || s.Packets == 0 {
+	if !slices.Equal(got, wantEPs) || slots != s.TableSize || s.EmptySlots != 0 || s.Packets == 0 {
 		t.Errorf("web in xlb show: %+v, want backends %v sharing its %d slots and packets counted", s, wantEPs, s.TableSize)
 	}
 	if len(doc.Unmapped) != 1 || doc.Unmapped[0].Endpoint != netip.AddrPortFrom(down, labBackendPort).String() || !doc.Unmapped[0].Down {
@@ -62,14 +68,14 @@ func checkShow(t *testing.T, pinPath string, live []netip.Addr, down netip.Addr)
 		t.Errorf("xlb show prints:\n%s", text)
 	}
 
-	doc = showDoc{}
-	if err := json.Unmarshal([]byte(run("--json", "--limit", "5", "flows")), &doc); err != nil {
+	var flows flowsDoc
+	if err := json.Unmarshal([]byte(run("--json", "--limit", "5", "flows")), &flows); err != nil {
 		t.Fatal(err)
 	}
-	if doc.FlowsTotal == 0 || len(doc.Flows) == 0 || len(doc.Flows) > 5 {
-		t.Fatalf("xlb show flows: %d of %d entries, want some, at most 5", len(doc.Flows), doc.FlowsTotal)
+	if flows.Total == 0 || len(flows.Flows) == 0 || len(flows.Flows) > 5 {
+		t.Fatalf("xlb show flows: %d of %d entries, want some, at most 5", len(flows.Flows), flows.Total)
 	}
-	for _, f := range doc.Flows {
+	for _, f := range flows.Flows {
 		if f.Dst != fmt.Sprintf("%s:%d", labVIP, labVIPPort) || !slices.Contains(wantEPs, f.Backend) || f.Proto != "TCP" {
 			t.Errorf("flow %+v: want to %s:%d, balanced to one of %v", f, labVIP, labVIPPort, wantEPs)
 		}
@@ -80,8 +86,27 @@ func checkShow(t *testing.T, pinPath string, live []netip.Addr, down netip.Addr)
 	t.Logf("xlb show with no daemon running:\n%s", run())
 }
 
-// TestShow: `xlb show` on a pinned datapath: the text and JSON forms, the filters, and clear
-// errors for bad arguments and for a directory with no datapath.
+// ackFrame is a TCP ACK from src to dst as it reaches the gateway (checksums right).
+func ackFrame(t *testing.T, src, dst netip.AddrPort) []byte {
+	t.Helper()
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2},
+		EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), ACK: true, Seq: 1, Ack: 1, Window: 1024}
+	if err := tcp.SetNetworkLayerForChecksum(ip); err != nil {
+		t.Fatal(err)
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, eth, ip, tcp); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestShow: `xlb show` on a pinned datapath whose program remembered flows: the text and JSON
+// forms of each part, the filters, the order and the limit of flows, all-ports frontends and an
+// ambiguous endpoint's reverse entry; and clear errors for bad arguments and for a directory
+// with no datapath.
 func TestShow(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (BPF)")
@@ -98,24 +123,63 @@ func TestShow(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	})
-	v4, v6 := netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("2001:db8:100::1")
+	v4, v4b, v6 := netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("198.18.100.2"), netip.MustParseAddr("2001:db8:100::1")
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	fill := func(m int, ids ...xdp.BackendID) []xdp.BackendID {
+		tb := make([]xdp.BackendID, m)
+		for i := range tb {
+			tb[i] = ids[i%len(ids)]
+		}
+		return tb
+	}
+	// 1: web, two backends with 9 and 4 of 13 slots; 2: an IPv6 frontend without a table;
+	// 3: all ports, its backend keeping the client's port, 2 of 13 slots empty; 4 and 5: two
+	// frontends of one endpoint (ambiguous: its flows keep reverse entries); backend 7 draining.
 	must(d.UpsertVIP(xdp.Frontend{Addr: v4, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 1, Affinity: xdp.AffinityClientIP,
 		SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}))
 	must(d.UpsertVIP(xdp.Frontend{Addr: v6, Port: 53, Proto: xdp.UDP}, xdp.VIPConfig{ID: 2}))
-	must(d.UpsertBackend(1, xdp.Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080}))
-	must(d.UpsertBackend(2, xdp.Backend{Addr: netip.MustParseAddr("198.18.1.11"), Port: 8080}))
-	must(d.UpsertBackend(3, xdp.Backend{Addr: netip.MustParseAddr("198.18.1.12"), Port: 8080})) // draining: in no table
+	must(d.UpsertVIP(xdp.Frontend{Addr: v4b, Port: 0, Proto: xdp.TCP}, xdp.VIPConfig{ID: 3}))
+	must(d.UpsertVIP(xdp.Frontend{Addr: v4, Port: 81, Proto: xdp.TCP}, xdp.VIPConfig{ID: 4}))
+	must(d.UpsertVIP(xdp.Frontend{Addr: v4, Port: 82, Proto: xdp.TCP}, xdp.VIPConfig{ID: 5}))
+	for id, ep := range map[xdp.BackendID]string{1: "198.18.1.10:8080", 2: "198.18.1.11:8080", 3: "198.18.1.13:0",
+		5: "198.18.1.14:9000", 6: "198.18.1.14:9000", 7: "198.18.1.12:8080"} {
+		a := netip.MustParseAddrPort(ep)
+		must(d.UpsertBackend(id, xdp.Backend{Addr: a.Addr(), Port: a.Port()}))
+	}
 	table := make([]xdp.BackendID, 13)
 	for i := range table {
 		table[i] = xdp.BackendID(1 + i%3%2) // 1, 2, 1, 1, 2, 1, ...: 9 and 4 slots
 	}
 	must(d.SetMaglevTable(1, table))
+	all := fill(13, 3)
+	all[0], all[5] = 0, 0
+	must(d.SetMaglevTable(3, all))
+	must(d.SetMaglevTable(4, fill(13, 5)))
+	must(d.SetMaglevTable(5, fill(13, 6)))
+	amb := netip.MustParseAddr("198.18.1.14")
+	must(d.SetReverse(xdp.Endpoint{Addr: amb, Port: 9000, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 4, Ambiguous: true,
+		Candidates: [4]xdp.VIPID{4, 5}}))
+
+	// Flows: four clients of web, one of the ambiguous frontend 81, then (later: the most
+	// recent) one of the all-ports VIP, to port 443. BPF_PROG_TEST_RUN sends nothing.
+	client := netip.MustParseAddr("198.18.0.10")
+	send := func(src, dst netip.AddrPort) {
+		t.Helper()
+		if _, err := d.Program().Run(&ebpf.RunOptions{Data: ackFrame(t, src, dst)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range uint16(4) {
+		send(netip.AddrPortFrom(client, 1000+p), netip.AddrPortFrom(v4, 80))
+	}
+	send(netip.AddrPortFrom(client, 2000), netip.AddrPortFrom(v4, 81))
+	time.Sleep(100 * time.Millisecond) // the datapath's clock moves in 10 ms ticks
+	send(netip.AddrPortFrom(client, 3000), netip.AddrPortFrom(v4b, 443))
 
 	show := func(args ...string) (int, string, string) {
 		var out, errb bytes.Buffer
@@ -127,24 +191,58 @@ func TestShow(t *testing.T) {
 		t.Fatalf("xlb show: exit %d: %s", rc, errs)
 	}
 	for _, re := range []string{
-		`(?m)^198\.18\.100\.1:80/TCP +id 1 +M 13 +packets 0 .*affinity ClientIP; source ranges 198\.18\.0\.0/24$`,
+		`(?m)^198\.18\.100\.1:80/TCP +id 1 +M 13 +packets 4 .*affinity ClientIP; source ranges 198\.18\.0\.0/24$`,
 		`(?m)^  198\.18\.1\.10:8080 +id 1 +slots 9 \(69\.2%\)`,
 		`(?m)^  198\.18\.1\.11:8080 +id 2 +slots 4 \(30\.8%\)`,
 		`(?m)^\[2001:db8:100::1\]:53/UDP +id 2 +M 0 .*NO BACKEND: new flows dropped$`,
+		`(?m)^198\.18\.100\.2:\*/TCP +id 3 +M 13 +packets 1 .*2 empty slots: their new flows dropped$`,
+		`(?m)^  198\.18\.1\.13:\* +id 3 +slots 11 \(84\.6%\) +packets 1 `,
 		`(?m)^backends in no table`,
-		`(?m)^  198\.18\.1\.12:8080 +id 3 +draining`,
+		`(?m)^  198\.18\.1\.12:8080 +id 7 +draining`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("xlb show: no line matching %s in\n%s", re, out)
 		}
 	}
+	t.Logf("xlb show:\n%s", out)
 	if rc, out, _ := show("--vip", "2001:db8:100::1", "--json"); rc != 0 || !strings.Contains(out, `"frontend": "[2001:db8:100::1]:53/UDP"`) ||
-		strings.Contains(out, "198.18.100.1") || strings.Contains(out, "unmappedBackends") {
+		strings.Contains(out, "198.18.100.1") || !strings.Contains(out, `"unmappedBackends": null`) {
 		t.Errorf("xlb show --vip 2001:db8:100::1 --json: exit %d:\n%s", rc, out)
 	}
-	if rc, out, _ := show("flows"); rc != 0 || !strings.Contains(out, "0 entries") {
-		t.Errorf("xlb show flows with no flow: exit %d:\n%s", rc, out)
+
+	// Flows: the most recent first, forward entries with their backend (the all-ports VIP's
+	// with the client's port), the ambiguous endpoint's reverse entry, --limit and --vip (the
+	// flags after the part, as the README writes them).
+	rc, out, errs = show("flows", "--limit", "3")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if rc != 0 || len(lines) != 6 || !regexp.MustCompile(`^TCP +198\.18\.0\.10:3000 +198\.18\.100\.2:443 +198\.18\.1\.13:443 `).MatchString(lines[1]) ||
+		lines[4] != "... and 4 more (--limit)" || lines[5] != "7 entries" {
+		t.Errorf("xlb show flows --limit 3: exit %d %s\n%s", rc, errs, out)
 	}
+	rc, out, errs = show("flows", "--vip", "198.18.100.1", "--json", "--limit", "0")
+	var flows flowsDoc
+	if err := json.Unmarshal([]byte(out), &flows); rc != 0 || err != nil {
+		t.Fatalf("xlb show flows --vip 198.18.100.1 --json: exit %d %s %v\n%s", rc, errs, err, out)
+	}
+	var fwd, rev []string
+	for _, f := range flows.Flows {
+		if f.Reverse {
+			rev = append(rev, fmt.Sprintf("%s>%s vip %d", f.Src, f.Dst, f.VIPID))
+			continue
+		}
+		fwd = append(fwd, fmt.Sprintf("%s>%s=%s", f.Src, f.Dst, f.Backend))
+	}
+	slices.Sort(fwd)
+	if flows.Total != 6 || len(fwd) != 5 || !strings.HasSuffix(fwd[0], ">198.18.100.1:80=198.18.1.10:8080") &&
+		!strings.HasSuffix(fwd[0], ">198.18.100.1:80=198.18.1.11:8080") ||
+		fwd[4] != "198.18.0.10:2000>198.18.100.1:81=198.18.1.14:9000" ||
+		!slices.Equal(rev, []string{"198.18.1.14:9000>198.18.0.10:2000 vip 4"}) {
+		t.Errorf("xlb show flows --vip 198.18.100.1: total %d, forward %v, reverse %v", flows.Total, fwd, rev)
+	}
+	if rc, out, _ := show("reasons", "--json"); rc != 0 || !strings.Contains(out, `"nat_forward": 6`) {
+		t.Errorf("xlb show reasons --json: exit %d\n%s", rc, out)
+	}
+
 	empty := filepath.Join(dir, "empty")
 	must(os.Mkdir(empty, 0o700))
 	for _, c := range []struct {
@@ -153,6 +251,7 @@ func TestShow(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"routes"}, 2, `unknown part "routes"`},
+		{[]string{"flows", "reasons"}, 2, `unexpected argument "reasons" after "flows"`},
 		{[]string{"--limit", "-1", "flows"}, 2, "--limit -1"},
 		{[]string{"--vip", "not-an-ip"}, 2, "--vip"},
 		{[]string{"--pin-path", filepath.Join(dir, "nothing")}, 1, "no such file"},
