@@ -211,12 +211,16 @@ current-context: c
 	d3 := l.startDaemon(t)
 	// Started (its speaker configured, its HTTP server answering), then 4 s more: a session
 	// would be up in ≈1.3 s, and then End-of-RIB.
-	d3.waitLog(t, "sessionsWaitForRoutes=true")
-	for deadline := time.Now().Add(pollTimeout); ; time.Sleep(20 * time.Millisecond) {
-		if _, _, err := l.httpGet("/readyz"); err == nil {
+	for deadline := time.Now().Add(readyTimeout); ; time.Sleep(20 * time.Millisecond) {
+		_, _, err := l.httpGet("/readyz")
+		if err == nil && strings.Contains(d3.out.String(), "sessionsWaitForRoutes=true") {
 			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the daemon whose apiserver is unreachable does not serve /readyz after %v: %v", pollTimeout, err)
+		}
+		if d3.exitedNow() {
+			t.Fatalf("the daemon whose apiserver is unreachable exited:\n%s", d3.out.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon whose apiserver is unreachable has not started its speaker and served /readyz after %v: %v", readyTimeout, err)
 		}
 	}
 	time.Sleep(4 * time.Second)
