@@ -1,12 +1,18 @@
 package xdp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 )
 
 // Pinned is a read-only view of the state a datapath pinned under a directory: its VIPs,
@@ -18,6 +24,8 @@ type Pinned struct {
 	// d holds the pinned maps in its objs and answers the reads; it has no program, no links and
 	// no clock, and never leaves this type, whose methods only read.
 	d *Datapath
+	// spec is this build's specification: where Settings finds the load-time constants.
+	spec *ebpf.CollectionSpec
 }
 
 // pinnedState lists the maps a Pinned reads, by name, with where they go.
@@ -73,7 +81,7 @@ func OpenPinned(dir string) (*Pinned, error) {
 				ms.Type, ms.KeySize, ms.ValueSize, ms.MaxEntries)
 		}
 	}
-	return &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}}, nil
+	return &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}, spec: spec}, nil
 }
 
 // Close closes the maps (the pins and the datapath are left as they are).
@@ -113,3 +121,146 @@ func (p *Pinned) VIPTraffic(id VIPID) (Traffic, error) { return p.d.VIPTraffic(i
 
 // BackendTraffic returns a backend's counters, as [Datapath.BackendTraffic].
 func (p *Pinned) BackendTraffic(id BackendID) (Traffic, error) { return p.d.BackendTraffic(id) }
+
+// Flow returns the forward conntrack entry of the flow from client to vip (a frontend's address
+// and port as the client sends to it), and false when conntrack holds none.
+func (p *Pinned) Flow(client, vip netip.AddrPort, proto Protocol) (Flow, bool, error) {
+	src, sfam := toWire(client.Addr())
+	dst, dfam := toWire(vip.Addr())
+	if sfam != dfam {
+		return Flow{}, false, nil
+	}
+	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(proto), Family: dfam}
+	k.Src.W, k.Dst.W = src.W, dst.W
+	var e xlbCtEntry
+	switch err := p.d.objs.Conntrack.Lookup(&k, &e); {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return Flow{}, false, nil
+	case err != nil:
+		return Flow{}, false, fmt.Errorf("look up the conntrack entry of %s -> %s/%s: %w", client, vip, proto, err)
+	}
+	f := flowOf(k, e, monotonicNow())
+	return f, !f.Reverse, nil
+}
+
+// Settings are the load-time settings of an attached program (Options it was loaded with).
+type Settings struct {
+	// Seed is the flow-hash seed (Options.Seed).
+	Seed uint32
+	// TCPEstablishedTimeout, TCPClosingTimeout and UDPTimeout are the conntrack idle timeouts.
+	TCPEstablishedTimeout, TCPClosingTimeout, UDPTimeout time.Duration
+}
+
+// ErrNotAttached is returned by [Pinned.Settings] when no interface is attached: only an
+// attached program holds the settings.
+var ErrNotAttached = errors.New("no interface attached (no link pinned)")
+
+// Settings reads the load-time settings of the program attached through the links pinned under
+// the directory (the first interface's, by name): they are constants of the program, in its
+// read-only data, not in any pinned map.
+func (p *Pinned) Settings() (Settings, error) {
+	dir := filepath.Join(p.d.opts.PinPath, "links")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) || err == nil && len(ents) == 0 {
+		return Settings{}, fmt.Errorf("read the datapath's settings: %w", ErrNotAttached)
+	}
+	if err != nil {
+		return Settings{}, fmt.Errorf("read the datapath's settings: %w", err)
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	path := filepath.Join(dir, names[0])
+	l, err := link.LoadPinnedLink(path, nil) // a link has no read-only mode; only Info is called
+	if err != nil {
+		return Settings{}, fmt.Errorf("open pinned link %s: %w", path, err)
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil {
+		return Settings{}, fmt.Errorf("pinned link %s: %w", path, err)
+	}
+	prog, err := ebpf.NewProgramFromID(info.Program)
+	if err != nil {
+		return Settings{}, fmt.Errorf("program %d of pinned link %s: %w", info.Program, path, err)
+	}
+	defer prog.Close()
+	rodata, err := p.readRodata(prog)
+	if err != nil {
+		return Settings{}, fmt.Errorf("program %d of pinned link %s: %w", info.Program, path, err)
+	}
+	u32 := func(name string) (uint32, error) {
+		v, err := p.variable(rodata, name, 4)
+		if err != nil {
+			return 0, err
+		}
+		return binary.NativeEndian.Uint32(v), nil
+	}
+	dur := func(name string) (time.Duration, error) {
+		v, err := p.variable(rodata, name, 8)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(binary.NativeEndian.Uint64(v)), nil
+	}
+	var st Settings
+	var errs [4]error
+	st.Seed, errs[0] = u32(xlbVarCfgHashSeed)
+	st.TCPEstablishedTimeout, errs[1] = dur(xlbVarCfgTcpEstablishedNs)
+	st.TCPClosingTimeout, errs[2] = dur(xlbVarCfgTcpClosingNs)
+	st.UDPTimeout, errs[3] = dur(xlbVarCfgUdpNs)
+	if err := errors.Join(errs[:]...); err != nil {
+		return Settings{}, fmt.Errorf("program %d of pinned link %s: %w", info.Program, path, err)
+	}
+	return st, nil
+}
+
+// readRodata returns the contents of prog's .rodata map, which must be as large as this build's.
+func (p *Pinned) readRodata(prog *ebpf.Program) ([]byte, error) {
+	want := p.spec.Maps[".rodata"]
+	if want == nil {
+		return nil, errors.New("this build has no .rodata")
+	}
+	pinfo, err := prog.Info()
+	if err != nil {
+		return nil, err
+	}
+	ids, ok := pinfo.MapIDs()
+	if !ok {
+		return nil, errors.New("the kernel does not list a program's maps")
+	}
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			continue // gone meanwhile, or not ours to open
+		}
+		mi, err := m.Info()
+		if err != nil || !strings.HasSuffix(mi.Name, ".rodata") {
+			m.Close()
+			continue
+		}
+		if m.ValueSize() != want.ValueSize {
+			m.Close()
+			return nil, fmt.Errorf("its .rodata has %d bytes, this build's %d (made by another build)", m.ValueSize(), want.ValueSize)
+		}
+		b := make([]byte, m.ValueSize())
+		err = m.Lookup(uint32(0), &b)
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read its .rodata: %w", err)
+		}
+		return b, nil
+	}
+	return nil, errors.New("it has no .rodata map")
+}
+
+// variable returns the size bytes of this build's load-time constant name within rodata.
+func (p *Pinned) variable(rodata []byte, name string, size uint32) ([]byte, error) {
+	v := p.spec.Variables[name]
+	if v == nil || v.SectionName != ".rodata" || v.Size() != size || int(v.Offset+size) > len(rodata) {
+		return nil, fmt.Errorf("no %d-byte constant %s in .rodata", size, name)
+	}
+	return rodata[v.Offset : v.Offset+size], nil
+}

@@ -4,7 +4,7 @@
 //	                         has a kubernetes section)
 //	xlb cleanup [--pin-path DIR]
 //	                         detach every program and remove every map and link xlb pinned
-//	xlb show [services|flows|reasons]
+//	xlb show [services|flows|reasons|flow]
 //	                         show what the pinned XDP datapath is doing, from its maps
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
 //	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
@@ -41,12 +41,16 @@ const usage = `usage:
       Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
       /sys/fs/bpf/xlb).
   xlb show [services|flows|reasons] [--pin-path DIR] [--json] [--vip ADDR] [--limit N]
+  xlb show flow --client ADDR:PORT --to VIP:PORT [--proto tcp|udp] [--seed N] [...]
       Show what the XDP datapath pinned in DIR (default /sys/fs/bpf/xlb) is doing, from its
       maps alone (read-only; no daemon needed): services with their backends' Maglev shares
       and counters, and the backends in no table (the default); conntrack entries (at most N,
       default 1000, 0: all; the most recently used first; expired ones are listed until the
       LRU reuses them); or the verdict counters. --vip keeps one VIP's services and flows.
-      Port * is all ports (the client's port kept).
+      Port * is all ports (the client's port kept). flow explains where one flow's packets
+      go: its frontend, source ranges, the Maglev slot of a new connection (the seed read from
+      the attached program unless --seed) and its conntrack entry; run it on each gateway to
+      see that they agree.
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).

@@ -35,6 +35,7 @@ type showDoc struct {
 	// FlowsTotal counts the conntrack entries that match (--vip), also those beyond --limit.
 	FlowsTotal int
 	Reasons    map[string]uint64
+	Explain    explainDoc
 }
 
 // servicesDoc is `xlb show --json services`.
@@ -105,6 +106,10 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON")
 	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries (0: all)")
 	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
+	client := fs.String("client", "", "flow: the client's `address:port`")
+	to := fs.String("to", "", "flow: the `address:port` the client sends to (a VIP's)")
+	proto := fs.String("proto", "tcp", "flow: the `protocol`, tcp or udp")
+	seed := fs.Int64("seed", -1, "flow: the flow-hash `seed` (default: the attached program's)")
 	// The part may come before, between or after the flags.
 	what := ""
 	for {
@@ -121,9 +126,17 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		what, args = fs.Arg(0), fs.Args()[1:]
 	}
 	what = cmp.Or(what, "services")
-	if what != "services" && what != "flows" && what != "reasons" {
-		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows or reasons\n", what)
+	if what != "services" && what != "flows" && what != "reasons" && what != "flow" {
+		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons or flow\n", what)
 		return 2
+	}
+	var q flowQuery
+	if what == "flow" {
+		var err error
+		if q, err = parseFlowQuery(*client, *to, *proto, *seed); err != nil {
+			fmt.Fprintf(stderr, "xlb show flow: %v\n", err)
+			return 2
+		}
 	}
 	if *limit < 0 {
 		fmt.Fprintf(stderr, "xlb show: --limit %d: want 0 (all) or more\n", *limit)
@@ -152,6 +165,8 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		err = showFlows(p, only, *limit, &doc)
 	case "reasons":
 		err = showReasons(p, &doc)
+	case "flow":
+		doc.Explain, err = explainFlow(p, q)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "xlb show %s: %v\n", what, err)
@@ -166,6 +181,8 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 			v = flowsDoc{Flows: doc.Flows, Total: doc.FlowsTotal}
 		case "reasons":
 			v = reasonsDoc{Reasons: doc.Reasons}
+		case "flow":
+			v = doc.Explain
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -415,6 +432,13 @@ func printShow(w io.Writer, what string, doc showDoc) {
 			fmt.Fprintf(tw, "... and %d more (--limit)\n", n)
 		}
 		fmt.Fprintf(tw, "%d entries\n", doc.FlowsTotal)
+	case "flow":
+		e := doc.Explain
+		fmt.Fprintf(tw, "flow\t%s -> %s/%s\n", e.Client, e.To, e.Proto)
+		for _, st := range e.Steps {
+			fmt.Fprintf(tw, "%s\t%s\n", st.Step, st.Says)
+		}
+		fmt.Fprintf(tw, "=>\t%s\n", e.Verdict)
 	case "reasons":
 		names := make([]string, 0, len(doc.Reasons))
 		for r := range doc.Reasons {
@@ -430,4 +454,218 @@ func printShow(w io.Writer, what string, doc showDoc) {
 // idleString rounds an idle time for reading.
 func idleString(sec float64) time.Duration {
 	return time.Duration(sec * float64(time.Second)).Round(time.Millisecond)
+}
+
+// flowQuery is what `xlb show flow` is asked about.
+type flowQuery struct {
+	client, to netip.AddrPort
+	proto      xdp.Protocol
+	seed       int64 // -1: the attached program's
+}
+
+// parseFlowQuery checks the flow flags.
+func parseFlowQuery(client, to, proto string, seed int64) (flowQuery, error) {
+	var q flowQuery
+	var err error
+	if q.client, err = netip.ParseAddrPort(client); err != nil {
+		return q, fmt.Errorf("--client %q: want address:port: %w", client, err)
+	}
+	if q.to, err = netip.ParseAddrPort(to); err != nil {
+		return q, fmt.Errorf("--to %q: want address:port: %w", to, err)
+	}
+	q.client = netip.AddrPortFrom(q.client.Addr().Unmap(), q.client.Port())
+	q.to = netip.AddrPortFrom(q.to.Addr().Unmap(), q.to.Port())
+	if q.client.Addr().Is4() != q.to.Addr().Is4() {
+		return q, fmt.Errorf("--client %s and --to %s: one IPv4, one IPv6", q.client, q.to)
+	}
+	switch strings.ToLower(proto) {
+	case "tcp":
+		q.proto = xdp.TCP
+	case "udp":
+		q.proto = xdp.UDP
+	default:
+		return q, fmt.Errorf("--proto %q: want tcp or udp", proto)
+	}
+	if seed < -1 || seed > 1<<32-1 {
+		return q, fmt.Errorf("--seed %d: want 0 to 4294967295", seed)
+	}
+	q.seed = seed
+	return q, nil
+}
+
+// explainDoc is `xlb show flow`: how the datapath treats a packet of one flow, step by step.
+type explainDoc struct {
+	Client string `json:"client"`
+	To     string `json:"to"`
+	Proto  string `json:"proto"`
+	// Frontend is the frontend the packet is for ("" when none: not balanced).
+	Frontend string `json:"frontend,omitempty"`
+	VIPID    uint32 `json:"vipID,omitempty"`
+	// Seed, Hash and Slot are the Maglev pick's (when the frontend has a table).
+	Seed uint32 `json:"seed"`
+	Hash uint32 `json:"hash,omitempty"`
+	Slot int    `json:"slot,omitempty"`
+	// NewFlow is the backend endpoint a new flow (a TCP SYN) goes to; "" when it is dropped.
+	NewFlow string `json:"newFlow,omitempty"`
+	// Established is the backend endpoint the flow's other packets go to by its conntrack entry;
+	// "" when it has no usable one (they are balanced as a new flow).
+	Established string `json:"established,omitempty"`
+	// Steps say what each lookup found.
+	Steps []explainStep `json:"steps"`
+	// Verdict sums it up.
+	Verdict string `json:"verdict"`
+}
+
+// explainStep is one lookup of `xlb show flow`.
+type explainStep struct {
+	Step string `json:"step"`
+	Says string `json:"says"`
+}
+
+// explainFlow follows lb_forward (xdp/bpf/xlb.c) for q's flow through the pinned maps: the
+// frontend (exact port, then all ports), the source ranges, the Maglev pick a new flow gets, and
+// the conntrack entry the flow's other packets follow while it is usable. The per-CPU caches
+// and the handshake table are not read: they only ever repeat what these say, within their
+// short lifetimes (a TCP handshake in flight keeps its SYN's backend across a table change).
+func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
+	e := explainDoc{Client: q.client.String(), To: q.to.String(), Proto: q.proto.String(), Steps: []explainStep{}}
+	step := func(name, format string, args ...any) {
+		e.Steps = append(e.Steps, explainStep{name, fmt.Sprintf(format, args...)})
+	}
+	vips, err := p.VIPs()
+	if err != nil {
+		return e, err
+	}
+	f := xdp.Frontend{Addr: q.to.Addr(), Port: q.to.Port(), Proto: q.proto}
+	cfg, ok := vips[f]
+	if !ok {
+		f.Port = 0
+		cfg, ok = vips[f]
+	}
+	if !ok {
+		step("frontend", "none for %s/%s", q.to, q.proto)
+		e.Verdict = "not balanced: passed to the host"
+		return e, nil
+	}
+	e.Frontend, e.VIPID = frontendString(f), uint32(cfg.ID)
+	tables, err := p.MaglevTables()
+	if err != nil {
+		return e, err
+	}
+	table := tables[cfg.ID]
+	aff := ""
+	if cfg.Affinity == xdp.AffinityClientIP {
+		aff = ", affinity ClientIP (the client's address alone is hashed)"
+	}
+	step("frontend", "%s id %d, M %d%s", e.Frontend, cfg.ID, len(table), aff)
+	if len(cfg.SourceRanges) > 0 {
+		in := slices.ContainsFunc(cfg.SourceRanges, func(r netip.Prefix) bool { return r.Contains(q.client.Addr()) })
+		var rs []string
+		for _, r := range cfg.SourceRanges {
+			rs = append(rs, r.String())
+		}
+		if !in {
+			step("source ranges", "%s is in none of %s", q.client.Addr(), strings.Join(rs, ", "))
+			e.Verdict = "dropped (drop_src_range)"
+			return e, nil
+		}
+		step("source ranges", "%s is allowed (%s)", q.client.Addr(), strings.Join(rs, ", "))
+	}
+	backends, err := p.Backends()
+	if err != nil {
+		return e, err
+	}
+	endpoint := func(id xdp.BackendID) string {
+		b, ok := backends[id]
+		if !ok {
+			return ""
+		}
+		port := b.Port
+		if port == 0 {
+			port = q.to.Port() // all ports: the client's destination port is kept
+		}
+		return endpointString(b.Addr, port)
+	}
+
+	var st xdp.Settings
+	switch {
+	case q.seed >= 0:
+		st.Seed = uint32(q.seed)
+	default:
+		if st, err = p.Settings(); err != nil {
+			return e, fmt.Errorf("%w: give the seed with --seed (datapath.seed)", err)
+		}
+	}
+	e.Seed = st.Seed
+	switch {
+	case len(table) == 0:
+		step("maglev", "no table")
+	default:
+		e.Hash = xdp.FlowHash(st.Seed, q.client.Addr(), q.client.Port(), q.to.Port(), uint8(q.proto),
+			cfg.Affinity == xdp.AffinityClientIP)
+		e.Slot = int(e.Hash % uint32(len(table)))
+		id := table[e.Slot]
+		if id == 0 {
+			step("maglev", "seed %d, hash %#08x, slot %d of %d: empty", st.Seed, e.Hash, e.Slot, len(table))
+			break
+		}
+		e.NewFlow = endpoint(id)
+		if e.NewFlow == "" || backends[id].Down {
+			step("maglev", "seed %d, hash %#08x, slot %d of %d: backend %d, deleted or down", st.Seed, e.Hash, e.Slot, len(table), id)
+			e.NewFlow = ""
+			break
+		}
+		step("maglev", "seed %d, hash %#08x, slot %d of %d: backend %d %s", st.Seed, e.Hash, e.Slot, len(table), id, e.NewFlow)
+	}
+
+	fl, found, err := p.Flow(q.client, q.to, q.proto)
+	if err != nil {
+		return e, err
+	}
+	switch {
+	case !found:
+		step("conntrack", "no entry")
+	default:
+		state := ""
+		if fl.Closing {
+			state = ", closing"
+		}
+		timeout := st.UDPTimeout
+		if q.proto == xdp.TCP {
+			timeout = st.TCPEstablishedTimeout
+			if fl.Closing {
+				timeout = st.TCPClosingTimeout
+			}
+		}
+		be := endpoint(fl.Backend)
+		switch {
+		case fl.VIP != cfg.ID:
+			step("conntrack", "an entry of VIP id %d, not this frontend's: not used", fl.VIP)
+		case be == "" || backends[fl.Backend].Down:
+			step("conntrack", "backend %d, deleted or down: the flow is balanced again", fl.Backend)
+		case timeout > 0 && fl.Idle > timeout:
+			step("conntrack", "backend %d %s, idle %v of %v%s: expired, the flow is balanced again",
+				fl.Backend, be, fl.Idle.Round(time.Millisecond), timeout, state)
+		default:
+			e.Established = be
+			idle := fmt.Sprintf("idle %v", fl.Idle.Round(time.Millisecond))
+			if timeout > 0 {
+				idle += fmt.Sprintf(" of %v", timeout)
+			}
+			step("conntrack", "backend %d %s, %s%s", fl.Backend, be, idle, state)
+		}
+	}
+
+	newFlow := cmp.Or(e.NewFlow, "dropped (drop_no_backend)")
+	switch {
+	case e.Established != "" && q.proto == xdp.TCP:
+		e.Verdict = fmt.Sprintf("established packets to %s; a new connection (SYN) to %s", e.Established, newFlow)
+	case e.Established != "":
+		e.Verdict = fmt.Sprintf("datagrams to %s", e.Established)
+	case q.proto == xdp.TCP:
+		e.Verdict = fmt.Sprintf("a new connection (SYN), or a packet of an unknown one, to %s", newFlow)
+	default:
+		e.Verdict = fmt.Sprintf("a new flow to %s", newFlow)
+	}
+	return e, nil
 }

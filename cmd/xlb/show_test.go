@@ -75,10 +75,27 @@ func checkShow(t *testing.T, pinPath string, live []netip.Addr, down netip.Addr)
 	if flows.Total == 0 || len(flows.Flows) == 0 || len(flows.Flows) > 5 {
 		t.Fatalf("xlb show flows: %d of %d entries, want some, at most 5", len(flows.Flows), flows.Total)
 	}
+	// Each flow explained: its entry's backend; and the Maglev pick of a new connection, with
+	// the seed read from the attached program, is the backend the program chose for the load's
+	// connections (not for keep-alive ones, opened before the last table change).
+	same := 0
 	for _, f := range flows.Flows {
 		if f.Dst != fmt.Sprintf("%s:%d", labVIP, labVIPPort) || !slices.Contains(wantEPs, f.Backend) || f.Proto != "TCP" {
 			t.Errorf("flow %+v: want to %s:%d, balanced to one of %v", f, labVIP, labVIPPort, wantEPs)
 		}
+		var e explainDoc
+		if err := json.Unmarshal([]byte(run("flow", "--json", "--client", f.Src, "--to", f.Dst)), &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Established != f.Backend || !slices.Contains(wantEPs, e.NewFlow) {
+			t.Errorf("xlb show flow of %s (to %s): %+v", f.Src, f.Backend, e)
+		}
+		if e.NewFlow == f.Backend {
+			same++
+		}
+	}
+	if same == 0 {
+		t.Errorf("for none of %d flows is the Maglev pick xlb show computes the backend the program chose", len(flows.Flows))
 	}
 	if text := run("reasons"); !regexp.MustCompile(`(?m)^nat_forward +[1-9]`).MatchString(text) {
 		t.Errorf("xlb show reasons:\n%s", text)
@@ -111,8 +128,11 @@ func TestShow(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (BPF)")
 	}
-	dir := filepath.Join("/sys/fs/bpf", netlab.Prefix())
-	opts := xdp.Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	prefix := netlab.Prefix()
+	dir := filepath.Join("/sys/fs/bpf", prefix)
+	const seed = 0x5eed
+	opts := xdp.Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16, Seed: seed,
+		TCPEstablishedTimeout: 2 * time.Hour}
 	d, err := xdp.Load(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +263,76 @@ func TestShow(t *testing.T) {
 		t.Errorf("xlb show reasons --json: exit %d\n%s", rc, out)
 	}
 
+	// One flow explained. Before an interface is attached the seed is unknown.
+	if rc, _, errs := show("flow", "--client", "198.18.0.10:1000", "--to", "198.18.100.1:80"); rc != 1 ||
+		!strings.Contains(errs, "no interface attached") || !strings.Contains(errs, "--seed") {
+		t.Errorf("xlb show flow, nothing attached: exit %d, %q", rc, errs)
+	}
+	a, b := netlab.New(t, prefix+"a"), netlab.New(t, prefix+"b")
+	netlab.Veth(t, a, "x0", "02:00:00:00:00:01", b, "x1", "02:00:00:00:00:02")
+	must(a.Do(func() error { return d.Attach("x0", xdp.AttachAuto) }))
+	explain := func(args ...string) explainDoc {
+		t.Helper()
+		rc, out, errs := show(append([]string{"flow", "--json"}, args...)...)
+		var e explainDoc
+		if err := json.Unmarshal([]byte(out), &e); rc != 0 || err != nil {
+			t.Fatalf("xlb show flow %v: exit %d %s %v\n%s", args, rc, errs, err, out)
+		}
+		return e
+	}
+	// Each flow the program balanced: its conntrack entry, and the Maglev pick the program made
+	// with the seed read from it (the tables have not changed since).
+	for _, fl := range flows.Flows {
+		if fl.Reverse {
+			continue
+		}
+		e := explain("--client", fl.Src, "--to", fl.Dst)
+		if e.Seed != seed || e.Established != fl.Backend || e.NewFlow != fl.Backend {
+			t.Errorf("xlb show flow for %s -> %s (to %s): %+v", fl.Src, fl.Dst, fl.Backend, e)
+		}
+	}
+	e := explain("--client", "198.18.0.10:3000", "--to", "198.18.100.2:443")
+	if e.Frontend != "198.18.100.2:*/TCP" || e.Established != "198.18.1.13:443" ||
+		!strings.HasPrefix(e.Verdict, "established packets to 198.18.1.13:443; a new connection (SYN) to ") ||
+		!slices.ContainsFunc(e.Steps, func(s explainStep) bool { return s.Step == "conntrack" && strings.Contains(s.Says, "of 2h0m0s") }) {
+		t.Errorf("xlb show flow of the all-ports VIP: %+v", e)
+	}
+	// Not a VIP; outside the source ranges; no entry (a new flow: its pick, seeded); an empty
+	// slot; the --seed override.
+	if e := explain("--client", "198.18.0.10:1", "--to", "198.18.100.9:80"); e.Frontend != "" || e.Verdict != "not balanced: passed to the host" {
+		t.Errorf("xlb show flow to no VIP: %+v", e)
+	}
+	if e := explain("--client", "198.18.9.1:1", "--to", "198.18.100.1:80"); e.Verdict != "dropped (drop_src_range)" {
+		t.Errorf("xlb show flow from outside the source ranges: %+v", e)
+	}
+	e = explain("--client", "198.18.0.99:4242", "--to", "198.18.100.1:81")
+	if e.Established != "" || e.NewFlow != "198.18.1.14:9000" || e.Slot != int(e.Hash%13) ||
+		e.Hash != xdp.FlowHash(seed, netip.MustParseAddr("198.18.0.99"), 4242, 81, 6, false) {
+		t.Errorf("xlb show flow of a new flow: %+v", e)
+	}
+	for c := uint16(1); ; c++ { // a client whose slot of VIP 3 is one of the two empty ones
+		e := explain("--client", fmt.Sprintf("198.18.0.77:%d", c), "--to", "198.18.100.2:22", "--proto", "TCP")
+		if e.Slot == 0 || e.Slot == 5 {
+			if e.NewFlow != "" || !strings.HasSuffix(e.Verdict, "dropped (drop_no_backend)") {
+				t.Errorf("xlb show flow to an empty slot: %+v", e)
+			}
+			break
+		}
+		if c == 200 {
+			t.Fatal("no client of 200 hashes to an empty slot of 2 in 13")
+		}
+	}
+	if e := explain("--client", "198.18.0.99:4242", "--to", "198.18.100.1:81", "--seed", "7"); e.Seed != 7 ||
+		e.Hash != xdp.FlowHash(7, netip.MustParseAddr("198.18.0.99"), 4242, 81, 6, false) {
+		t.Errorf("xlb show flow --seed 7: %+v", e)
+	}
+	rc, out, errs = show("flow", "--client", "198.18.0.10:3000", "--to", "198.18.100.2:443")
+	if rc != 0 || !regexp.MustCompile(`(?m)^conntrack +backend 3 198\.18\.1\.13:443, idle [0-9.]+m?s of 2h0m0s$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^=> +established packets to 198\.18\.1\.13:443; `).MatchString(out) {
+		t.Errorf("xlb show flow: exit %d %s\n%s", rc, errs, out)
+	}
+	t.Logf("xlb show flow:\n%s", out)
+
 	empty := filepath.Join(dir, "empty")
 	must(os.Mkdir(empty, 0o700))
 	for _, c := range []struct {
@@ -254,6 +344,10 @@ func TestShow(t *testing.T) {
 		{[]string{"flows", "reasons"}, 2, `unexpected argument "reasons" after "flows"`},
 		{[]string{"--limit", "-1", "flows"}, 2, "--limit -1"},
 		{[]string{"--vip", "not-an-ip"}, 2, "--vip"},
+		{[]string{"flow", "--client", "198.18.0.10", "--to", "198.18.100.1:80"}, 2, "--client"},
+		{[]string{"flow", "--client", "198.18.0.10:1", "--to", "[2001:db8::1]:80"}, 2, "one IPv4, one IPv6"},
+		{[]string{"flow", "--client", "198.18.0.10:1", "--to", "198.18.100.1:80", "--proto", "sctp"}, 2, "--proto"},
+		{[]string{"flow", "--client", "198.18.0.10:1", "--to", "198.18.100.1:80", "--seed", "-2"}, 2, "--seed"},
 		{[]string{"--pin-path", filepath.Join(dir, "nothing")}, 1, "no such file"},
 		{[]string{"--pin-path", empty}, 1, "is not pinned"},
 	} {

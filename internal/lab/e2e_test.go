@@ -8,6 +8,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -351,10 +352,55 @@ func testGatewayConsistency(t *testing.T, s *Site) {
 		if mismatch != 0 || mispredicted != 0 {
 			t.Errorf("%s: %d of %d flows changed pods between the gateways, %d differ from the plan", vip, mismatch, flows, mispredicted)
 		}
+		// What an operator checks by hand: `xlb show flow` on each XDP gateway names the pod
+		// the flow reached, by its conntrack entry and by the Maglev pick of a new flow.
+		for i := range 8 {
+			for _, g := range []*Gateway{g1, g2} {
+				if s.datapathKind(g) != "xdp" {
+					continue
+				}
+				client := unmapAddrPort(socks[i].LocalAddr())
+				established, newFlow := showFlow(t, g, client, netip.AddrPortFrom(vip, PortWho))
+				if pe, pn := podAt(s, established), podAt(s, newFlow); pe != p1[i] || pn != p1[i] {
+					t.Errorf("xlb show flow on %s for %s -> %s: established %s (%s), new flow %s (%s); the flow reached %s",
+						g.Name, client, vip, established, pe, newFlow, pn, p1[i])
+				}
+			}
+		}
 	}
 	if err := s.RouteVia(g1, g2); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// showFlow runs `xlb show flow` against g's pinned datapath for a UDP flow and returns the
+// backend endpoints of its conntrack entry and of a new flow's Maglev pick.
+func showFlow(t *testing.T, g *Gateway, client, to netip.AddrPort) (established, newFlow string) {
+	t.Helper()
+	out, err := exec.Command(xlbBin, "show", "flow", "--json", "--pin-path", g.PinPath, "--client", client.String(),
+		"--to", to.String(), "--proto", "udp").Output()
+	if err != nil {
+		t.Fatalf("xlb show flow on %s: %v", g.Name, err)
+	}
+	var doc struct{ Established, NewFlow string }
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("xlb show flow on %s: %v: %s", g.Name, err, out)
+	}
+	return doc.Established, doc.NewFlow
+}
+
+// podAt names the pod whose address is that of endpoint ("addr:port"), "" if none.
+func podAt(s *Site, endpoint string) string {
+	ap, err := netip.ParseAddrPort(endpoint)
+	if err != nil {
+		return ""
+	}
+	for _, p := range s.Backends() {
+		if p.Addr4 == ap.Addr() || p.Addr6 == ap.Addr() {
+			return p.Name
+		}
+	}
+	return ""
 }
 
 // TestSpread proves that new connections spread evenly: 2,000 new TCP connections (HTTP
