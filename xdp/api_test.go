@@ -180,18 +180,7 @@ func TestAPIRoundTrip(t *testing.T) {
 // TestPinnedAdoption: a second Load on the same pin path adopts the maps: configuration and
 // conntrack carry over, the address filter is rebuilt, and incompatible options are refused.
 func TestPinnedAdoption(t *testing.T) {
-	dir := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
-	d1, err := Load(opts)
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
-	t.Cleanup(func() {
-		if d, err := Load(opts); err == nil {
-			d.Remove()
-		}
-		os.RemoveAll(dir)
-	})
+	d1, opts := loadPinnedDir(t)
 	v4 := netip.MustParseAddr("198.18.100.1")
 	must(t, d1.UpsertVIP(Frontend{v4, 80, TCP}, VIPConfig{ID: 1}))
 	must(t, d1.UpsertBackend(1, Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080}))

@@ -19,18 +19,8 @@ import (
 // remembered, its counters) from the pins alone, also once the loader has exited, and cannot
 // write.
 func TestOpenPinned(t *testing.T) {
-	dir := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
-	t.Cleanup(func() {
-		if d, err := Load(opts); err == nil {
-			d.Remove()
-		}
-		os.RemoveAll(dir)
-	})
+	d, opts := loadPinnedDir(t)
+	dir := opts.PinPath
 	f := Frontend{vip4, 80, TCP}
 	must(t, d.UpsertVIP(f, VIPConfig{ID: 7, Affinity: AffinityClientIP,
 		SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}))
@@ -115,30 +105,21 @@ func TestOpenPinned(t *testing.T) {
 
 // TestOpenPinnedErrors: no datapath, or one whose maps this build cannot read, is a clear error.
 func TestOpenPinnedErrors(t *testing.T) {
-	dir := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if _, err := OpenPinned(dir); err == nil || !strings.Contains(err.Error(), dir) {
+	empty := fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix())
+	t.Cleanup(func() { os.RemoveAll(empty) })
+	if _, err := OpenPinned(empty); err == nil || !strings.Contains(err.Error(), empty) {
 		t.Errorf("no such directory: %v", err)
 	}
-	must(t, os.MkdirAll(dir, 0o700))
-	if _, err := OpenPinned(dir); err == nil || !strings.Contains(err.Error(), "is not pinned") {
+	must(t, os.MkdirAll(empty, 0o700))
+	if _, err := OpenPinned(empty); err == nil || !strings.Contains(err.Error(), "is not pinned") {
 		t.Errorf("an empty directory: %v", err)
 	}
-	must(t, os.Remove(dir))
 
 	// A datapath's pins, then one map at a time swapped for one of another layout: a value of
 	// another size, or a reasons map with another number of counters (an older build's).
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
-	d, err := Load(opts)
-	if err != nil {
-		t.Fatalf("%+v", err)
-	}
+	d, opts := loadPinnedDir(t)
 	must(t, d.Close())
-	t.Cleanup(func() {
-		if d, err := Load(opts); err == nil {
-			d.Remove()
-		}
-	})
+	dir := opts.PinPath
 	p, err := OpenPinned(dir)
 	if err != nil {
 		t.Fatalf("the pins of a datapath of this build: %v", err)
@@ -169,4 +150,23 @@ func TestOpenPinnedErrors(t *testing.T) {
 		must(t, orig.Pin(path))
 		orig.Close()
 	}
+}
+
+// loadPinnedDir loads a datapath pinned in a new directory under /sys/fs/bpf (small conntrack and
+// Maglev slots), and returns it with its options; when the test ends, a loader adopts and removes
+// whatever is pinned there, and the directory goes.
+func loadPinnedDir(t *testing.T) (*Datapath, Options) {
+	t.Helper()
+	opts := Options{PinPath: fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix()), ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	d, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	t.Cleanup(func() {
+		if d, err := Load(opts); err == nil {
+			d.Remove()
+		}
+		os.RemoveAll(opts.PinPath)
+	})
+	return d, opts
 }
