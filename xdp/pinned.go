@@ -7,11 +7,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -24,8 +24,6 @@ type Pinned struct {
 	// d holds the pinned maps in its objs and answers the reads; it has no program, no links and
 	// no clock, and never leaves this type, whose methods only read.
 	d *Datapath
-	// spec is this build's specification: where Settings finds the load-time constants.
-	spec *ebpf.CollectionSpec
 }
 
 // pinnedState lists the maps a Pinned reads, by name, with where they go.
@@ -81,7 +79,7 @@ func OpenPinned(dir string) (*Pinned, error) {
 				ms.Type, ms.KeySize, ms.ValueSize, ms.MaxEntries)
 		}
 	}
-	return &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}, spec: spec}, nil
+	return &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}}, nil
 }
 
 // Close closes the maps (the pins and the datapath are left as they are).
@@ -145,6 +143,8 @@ func (p *Pinned) Flow(client, vip netip.AddrPort, proto Protocol) (Flow, bool, e
 
 // Settings are the load-time settings of an attached program (Options it was loaded with).
 type Settings struct {
+	// Interface is the interface whose pinned link the settings were read through.
+	Interface string
 	// Seed is the flow-hash seed (Options.Seed).
 	Seed uint32
 	// TCPEstablishedTimeout, TCPClosingTimeout and UDPTimeout are the conntrack idle timeouts.
@@ -153,114 +153,136 @@ type Settings struct {
 
 // ErrNotAttached is returned by [Pinned.Settings] when no interface is attached: only an
 // attached program holds the settings.
-var ErrNotAttached = errors.New("no interface attached (no link pinned)")
+var ErrNotAttached = errors.New("no interface attached (no live link pinned)")
 
 // Settings reads the load-time settings of the program attached through the links pinned under
-// the directory (the first interface's, by name): they are constants of the program, in its
-// read-only data, not in any pinned map.
+// the directory: they are constants of the program, in its read-only data (a frozen map), not
+// in any pinned map. Links whose interface is gone are skipped; live links attaching different
+// programs (a restart caught half-way) are an error. The constants are found by name in the
+// BTF of the program's own .rodata, so a program of another build is read correctly or not at
+// all.
 func (p *Pinned) Settings() (Settings, error) {
 	dir := filepath.Join(p.d.opts.PinPath, "links")
 	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) || err == nil && len(ents) == 0 {
-		return Settings{}, fmt.Errorf("read the datapath's settings: %w", ErrNotAttached)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Settings{}, fmt.Errorf("read the datapath's settings: %w", err)
 	}
-	names := make([]string, 0, len(ents))
+	var prog ebpf.ProgramID
+	var iface string
 	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	slices.Sort(names)
-	path := filepath.Join(dir, names[0])
-	l, err := link.LoadPinnedLink(path, nil) // a link has no read-only mode; only Info is called
-	if err != nil {
-		return Settings{}, fmt.Errorf("open pinned link %s: %w", path, err)
-	}
-	defer l.Close()
-	info, err := l.Info()
-	if err != nil {
-		return Settings{}, fmt.Errorf("pinned link %s: %w", path, err)
-	}
-	prog, err := ebpf.NewProgramFromID(info.Program)
-	if err != nil {
-		return Settings{}, fmt.Errorf("program %d of pinned link %s: %w", info.Program, path, err)
-	}
-	defer prog.Close()
-	rodata, err := p.readRodata(prog)
-	if err != nil {
-		return Settings{}, fmt.Errorf("program %d of pinned link %s: %w", info.Program, path, err)
-	}
-	u32 := func(name string) (uint32, error) {
-		v, err := p.variable(rodata, name, 4)
+		path := filepath.Join(dir, e.Name())
+		l, err := link.LoadPinnedLink(path, nil) // a link has no read-only mode; only Info is called
 		if err != nil {
-			return 0, err
+			return Settings{}, fmt.Errorf("open pinned link %s: %w", path, err)
 		}
-		return binary.NativeEndian.Uint32(v), nil
-	}
-	dur := func(name string) (time.Duration, error) {
-		v, err := p.variable(rodata, name, 8)
+		info, err := l.Info()
+		l.Close()
 		if err != nil {
-			return 0, err
+			return Settings{}, fmt.Errorf("pinned link %s: %w", path, err)
 		}
-		return time.Duration(binary.NativeEndian.Uint64(v)), nil
+		if x := info.XDP(); x == nil || x.Ifindex == 0 {
+			continue // its interface was deleted: nothing forwards through it
+		}
+		switch {
+		case prog == 0:
+			prog, iface = info.Program, e.Name()
+		case info.Program != prog:
+			return Settings{}, fmt.Errorf("read the datapath's settings: interfaces %s and %s run different programs (%d, %d): a loader is attaching, try again",
+				iface, e.Name(), prog, info.Program)
+		}
 	}
-	var st Settings
-	var errs [4]error
-	st.Seed, errs[0] = u32(xlbVarCfgHashSeed)
-	st.TCPEstablishedTimeout, errs[1] = dur(xlbVarCfgTcpEstablishedNs)
-	st.TCPClosingTimeout, errs[2] = dur(xlbVarCfgTcpClosingNs)
-	st.UDPTimeout, errs[3] = dur(xlbVarCfgUdpNs)
-	if err := errors.Join(errs[:]...); err != nil {
-		return Settings{}, fmt.Errorf("program %d of pinned link %s: %w", info.Program, path, err)
+	if prog == 0 {
+		return Settings{}, fmt.Errorf("read the datapath's settings in %s: %w", dir, ErrNotAttached)
 	}
+	st, err := readSettings(prog)
+	if err != nil {
+		return Settings{}, fmt.Errorf("program %d attached to %s: %w", prog, iface, err)
+	}
+	st.Interface = iface
 	return st, nil
 }
 
-// readRodata returns the contents of prog's .rodata map, which must be as large as this build's.
-func (p *Pinned) readRodata(prog *ebpf.Program) ([]byte, error) {
-	want := p.spec.Maps[".rodata"]
-	if want == nil {
-		return nil, errors.New("this build has no .rodata")
+// readSettings reads the load-time constants of program id from its .rodata map.
+func readSettings(id ebpf.ProgramID) (Settings, error) {
+	prog, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return Settings{}, err
 	}
+	defer prog.Close()
 	pinfo, err := prog.Info()
 	if err != nil {
-		return nil, err
+		return Settings{}, err
 	}
 	ids, ok := pinfo.MapIDs()
 	if !ok {
-		return nil, errors.New("the kernel does not list a program's maps")
+		return Settings{}, errors.New("the kernel does not list a program's maps")
 	}
-	for _, id := range ids {
-		m, err := ebpf.NewMapFromID(id)
+	var errs []error
+	for _, mid := range ids {
+		m, err := ebpf.NewMapFromID(mid)
 		if err != nil {
-			continue // gone meanwhile, or not ours to open
-		}
-		mi, err := m.Info()
-		if err != nil || !strings.HasSuffix(mi.Name, ".rodata") {
-			m.Close()
+			errs = append(errs, fmt.Errorf("open map %d: %w", mid, err))
 			continue
 		}
-		if m.ValueSize() != want.ValueSize {
-			m.Close()
-			return nil, fmt.Errorf("its .rodata has %d bytes, this build's %d (made by another build)", m.ValueSize(), want.ValueSize)
-		}
-		b := make([]byte, m.ValueSize())
-		err = m.Lookup(uint32(0), &b)
+		st, found, err := settingsIn(m)
 		m.Close()
-		if err != nil {
-			return nil, fmt.Errorf("read its .rodata: %w", err)
+		if found || err != nil {
+			return st, err
 		}
-		return b, nil
 	}
-	return nil, errors.New("it has no .rodata map")
+	return Settings{}, errors.Join(append([]error{errors.New("no .rodata map found")}, errs...)...)
 }
 
-// variable returns the size bytes of this build's load-time constant name within rodata.
-func (p *Pinned) variable(rodata []byte, name string, size uint32) ([]byte, error) {
-	v := p.spec.Variables[name]
-	if v == nil || v.SectionName != ".rodata" || v.Size() != size || int(v.Offset+size) > len(rodata) {
-		return nil, fmt.Errorf("no %d-byte constant %s in .rodata", size, name)
+// settingsIn reads the settings from m if it is a .rodata map (found reports whether it is).
+func settingsIn(m *ebpf.Map) (st Settings, found bool, err error) {
+	mi, err := m.Info()
+	if err != nil || !strings.HasSuffix(mi.Name, ".rodata") {
+		return st, false, nil
 	}
-	return rodata[v.Offset : v.Offset+size], nil
+	btfID, ok := mi.BTFID()
+	if !ok {
+		return st, true, errors.New("its .rodata has no BTF: the constants cannot be found")
+	}
+	h, err := btf.NewHandleFromID(btfID)
+	if err != nil {
+		return st, true, fmt.Errorf("BTF of its .rodata: %w", err)
+	}
+	defer h.Close()
+	spec, err := h.Spec(nil)
+	if err != nil {
+		return st, true, fmt.Errorf("BTF of its .rodata: %w", err)
+	}
+	var ds *btf.Datasec
+	if err := spec.TypeByName(".rodata", &ds); err != nil {
+		return st, true, fmt.Errorf("BTF of its .rodata: %w", err)
+	}
+	data := make([]byte, m.ValueSize())
+	if err := m.Lookup(uint32(0), &data); err != nil {
+		return st, true, fmt.Errorf("read its .rodata: %w", err)
+	}
+	constant := func(name string, size uint32) ([]byte, error) {
+		for _, v := range ds.Vars {
+			if vr, ok := v.Type.(*btf.Var); ok && vr.Name == name {
+				if v.Size != size || int(v.Offset+v.Size) > len(data) {
+					return nil, fmt.Errorf("constant %s: %d bytes at %d of %d, want %d bytes", name, v.Size, v.Offset, len(data), size)
+				}
+				return data[v.Offset : v.Offset+size], nil
+			}
+		}
+		return nil, fmt.Errorf("no constant %s in its .rodata (made by another build)", name)
+	}
+	var errs [4]error
+	var b [4][]byte
+	b[0], errs[0] = constant(xlbVarCfgHashSeed, 4)
+	b[1], errs[1] = constant(xlbVarCfgTcpEstablishedNs, 8)
+	b[2], errs[2] = constant(xlbVarCfgTcpClosingNs, 8)
+	b[3], errs[3] = constant(xlbVarCfgUdpNs, 8)
+	if err := errors.Join(errs[:]...); err != nil {
+		return st, true, err
+	}
+	st.Seed = binary.NativeEndian.Uint32(b[0])
+	st.TCPEstablishedTimeout = time.Duration(binary.NativeEndian.Uint64(b[1]))
+	st.TCPClosingTimeout = time.Duration(binary.NativeEndian.Uint64(b[2]))
+	st.UDPTimeout = time.Duration(binary.NativeEndian.Uint64(b[3]))
+	return st, true, nil
 }

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -109,7 +110,7 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	client := fs.String("client", "", "flow: the client's `address:port`")
 	to := fs.String("to", "", "flow: the `address:port` the client sends to (a VIP's)")
 	proto := fs.String("proto", "tcp", "flow: the `protocol`, tcp or udp")
-	seed := fs.Int64("seed", -1, "flow: the flow-hash `seed` (default: the attached program's)")
+	seed := fs.String("seed", "", "flow: the flow-hash `seed` (default: the attached program's)")
 	// The part may come before, between or after the flags.
 	what := ""
 	for {
@@ -128,6 +129,19 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	what = cmp.Or(what, "services")
 	if what != "services" && what != "flows" && what != "reasons" && what != "flow" {
 		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons or flow\n", what)
+		return 2
+	}
+	// Flags of one part given to another are mistakes, not no-ops.
+	own := map[string][]string{"services": {"vip"}, "flows": {"vip", "limit"}, "reasons": nil,
+		"flow": {"client", "to", "proto", "seed"}}[what]
+	var wrong []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "pin-path" && f.Name != "json" && !slices.Contains(own, f.Name) {
+			wrong = append(wrong, "--"+f.Name)
+		}
+	})
+	if len(wrong) > 0 {
+		fmt.Fprintf(stderr, "xlb show %s: %s: not a flag of this part\n", what, strings.Join(wrong, ", "))
 		return 2
 	}
 	var q flowQuery
@@ -460,11 +474,11 @@ func idleString(sec float64) time.Duration {
 type flowQuery struct {
 	client, to netip.AddrPort
 	proto      xdp.Protocol
-	seed       int64 // -1: the attached program's
+	seed       *uint32 // nil: the attached program's
 }
 
 // parseFlowQuery checks the flow flags.
-func parseFlowQuery(client, to, proto string, seed int64) (flowQuery, error) {
+func parseFlowQuery(client, to, proto, seed string) (flowQuery, error) {
 	var q flowQuery
 	var err error
 	if q.client, err = netip.ParseAddrPort(client); err != nil {
@@ -473,9 +487,17 @@ func parseFlowQuery(client, to, proto string, seed int64) (flowQuery, error) {
 	if q.to, err = netip.ParseAddrPort(to); err != nil {
 		return q, fmt.Errorf("--to %q: want address:port: %w", to, err)
 	}
-	q.client = netip.AddrPortFrom(q.client.Addr().Unmap(), q.client.Port())
+	if q.client.Addr().Zone() != "" || q.to.Addr().Zone() != "" {
+		return q, fmt.Errorf("--client %s, --to %s: no zones: the datapath sees none", q.client, q.to)
+	}
 	q.to = netip.AddrPortFrom(q.to.Addr().Unmap(), q.to.Port())
-	if q.client.Addr().Is4() != q.to.Addr().Is4() {
+	if q.to.Addr().Is4() {
+		q.client = netip.AddrPortFrom(q.client.Addr().Unmap(), q.client.Port())
+	}
+	switch {
+	case q.client.Addr().Is4In6():
+		return q, fmt.Errorf("--client %s: an IPv4-mapped source of an IPv6 flow is not supported", q.client)
+	case q.client.Addr().Is4() != q.to.Addr().Is4():
 		return q, fmt.Errorf("--client %s and --to %s: one IPv4, one IPv6", q.client, q.to)
 	}
 	switch strings.ToLower(proto) {
@@ -486,29 +508,47 @@ func parseFlowQuery(client, to, proto string, seed int64) (flowQuery, error) {
 	default:
 		return q, fmt.Errorf("--proto %q: want tcp or udp", proto)
 	}
-	if seed < -1 || seed > 1<<32-1 {
-		return q, fmt.Errorf("--seed %d: want 0 to 4294967295", seed)
+	if seed != "" {
+		n, err := strconv.ParseUint(seed, 0, 32)
+		if err != nil {
+			return q, fmt.Errorf("--seed %q: want 0 to 4294967295", seed)
+		}
+		v := uint32(n)
+		q.seed = &v
 	}
-	q.seed = seed
 	return q, nil
 }
+
+// Conntrack states of `xlb show flow`'s JSON.
+const (
+	ctNone      = "none"         // no entry
+	ctUsed      = "used"         // the flow's other packets follow it
+	ctUnchecked = "unchecked"    // followed unless expired: the timeouts are unknown
+	ctExpired   = "expired"      // idle past its timeout: the flow is balanced again
+	ctOtherVIP  = "other-vip"    // made for a frontend this packet is not for: not used
+	ctGone      = "backend-gone" // its backend is deleted or down: the flow is balanced again
+)
 
 // explainDoc is `xlb show flow`: how the datapath treats a packet of one flow, step by step.
 type explainDoc struct {
 	Client string `json:"client"`
 	To     string `json:"to"`
 	Proto  string `json:"proto"`
-	// Frontend is the frontend the packet is for ("" when none: not balanced).
+	// Frontend is the frontend a new flow is balanced by ("" when none: not balanced).
 	Frontend string `json:"frontend,omitempty"`
 	VIPID    uint32 `json:"vipID,omitempty"`
-	// Seed, Hash and Slot are the Maglev pick's (when the frontend has a table).
-	Seed uint32 `json:"seed"`
-	Hash uint32 `json:"hash,omitempty"`
-	Slot int    `json:"slot,omitempty"`
-	// NewFlow is the backend endpoint a new flow (a TCP SYN) goes to; "" when it is dropped.
+	// M is the size of the frontend's Maglev table (0: none); Seed, Hash and Slot are the pick's
+	// (absent when there is no pick).
+	M    int     `json:"m"`
+	Seed *uint32 `json:"seed,omitempty"`
+	Hash *uint32 `json:"hash,omitempty"`
+	Slot *int    `json:"slot,omitempty"`
+	// NewFlow is the backend endpoint a new flow (a TCP SYN) goes to; "" when none takes it.
 	NewFlow string `json:"newFlow,omitempty"`
-	// Established is the backend endpoint the flow's other packets go to by its conntrack entry;
-	// "" when it has no usable one (they are balanced as a new flow).
+	// Conntrack is the state of the flow's entry (none, used, unchecked, expired, other-vip,
+	// backend-gone); Established the backend endpoint its other packets go to by it, "" when
+	// they are balanced as a new flow.
+	Conntrack   string `json:"conntrack"`
 	Established string `json:"established,omitempty"`
 	// Steps say what each lookup found.
 	Steps []explainStep `json:"steps"`
@@ -523,12 +563,15 @@ type explainStep struct {
 }
 
 // explainFlow follows lb_forward (xdp/bpf/xlb.c) for q's flow through the pinned maps: the
-// frontend (exact port, then all ports), the source ranges, the Maglev pick a new flow gets, and
-// the conntrack entry the flow's other packets follow while it is usable. The per-CPU caches
-// and the handshake table are not read: they only ever repeat what these say, within their
-// short lifetimes (a TCP handshake in flight keeps its SYN's backend across a table change).
+// conntrack entry (used while its frontend, as ct_vip checks it, its backend and its timeout
+// allow; then the source ranges of its VIP), and for a new flow the frontend (exact port, then
+// all ports), its source ranges and its Maglev pick. Not read: the per-CPU caches, which only
+// repeat conntrack and the maps within their short lifetimes, and the handshake table, by which
+// the ACK (and a retransmitted SYN) of a TCP handshake in flight follows its SYN's backend even
+// across a table change.
 func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
-	e := explainDoc{Client: q.client.String(), To: q.to.String(), Proto: q.proto.String(), Steps: []explainStep{}}
+	e := explainDoc{Client: q.client.String(), To: q.to.String(), Proto: q.proto.String(), Conntrack: ctNone,
+		Steps: []explainStep{}}
 	step := func(name, format string, args ...any) {
 		e.Steps = append(e.Steps, explainStep{name, fmt.Sprintf(format, args...)})
 	}
@@ -536,48 +579,21 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 	if err != nil {
 		return e, err
 	}
-	f := xdp.Frontend{Addr: q.to.Addr(), Port: q.to.Port(), Proto: q.proto}
-	cfg, ok := vips[f]
-	if !ok {
-		f.Port = 0
-		cfg, ok = vips[f]
-	}
-	if !ok {
-		step("frontend", "none for %s/%s", q.to, q.proto)
-		e.Verdict = "not balanced: passed to the host"
-		return e, nil
-	}
-	e.Frontend, e.VIPID = frontendString(f), uint32(cfg.ID)
 	tables, err := p.MaglevTables()
 	if err != nil {
 		return e, err
-	}
-	table := tables[cfg.ID]
-	aff := ""
-	if cfg.Affinity == xdp.AffinityClientIP {
-		aff = ", affinity ClientIP (the client's address alone is hashed)"
-	}
-	step("frontend", "%s id %d, M %d%s", e.Frontend, cfg.ID, len(table), aff)
-	if len(cfg.SourceRanges) > 0 {
-		in := slices.ContainsFunc(cfg.SourceRanges, func(r netip.Prefix) bool { return r.Contains(q.client.Addr()) })
-		var rs []string
-		for _, r := range cfg.SourceRanges {
-			rs = append(rs, r.String())
-		}
-		if !in {
-			step("source ranges", "%s is in none of %s", q.client.Addr(), strings.Join(rs, ", "))
-			e.Verdict = "dropped (drop_src_range)"
-			return e, nil
-		}
-		step("source ranges", "%s is allowed (%s)", q.client.Addr(), strings.Join(rs, ", "))
 	}
 	backends, err := p.Backends()
 	if err != nil {
 		return e, err
 	}
+	byID := make(map[xdp.VIPID]xdp.Frontend, len(vips))
+	for f, c := range vips {
+		byID[c.ID] = f
+	}
 	endpoint := func(id xdp.BackendID) string {
 		b, ok := backends[id]
-		if !ok {
+		if !ok || b.Down {
 			return ""
 		}
 		port := b.Port
@@ -586,86 +602,135 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 		}
 		return endpointString(b.Addr, port)
 	}
-
-	var st xdp.Settings
-	switch {
-	case q.seed >= 0:
-		st.Seed = uint32(q.seed)
-	default:
-		if st, err = p.Settings(); err != nil {
-			return e, fmt.Errorf("%w: give the seed with --seed (datapath.seed)", err)
+	allowed := func(id xdp.VIPID) (bool, string) {
+		rs := vips[byID[id]].SourceRanges
+		if len(rs) == 0 {
+			return true, ""
 		}
+		var names []string
+		for _, r := range rs {
+			names = append(names, r.String())
+		}
+		in := slices.ContainsFunc(rs, func(r netip.Prefix) bool { return r.Contains(q.client.Addr()) })
+		return in, strings.Join(names, ", ")
 	}
-	e.Seed = st.Seed
+	// The timeouts, and the seed unless given, come from the attached program.
+	st, serr := p.Settings()
+	seed := st.Seed
 	switch {
-	case len(table) == 0:
-		step("maglev", "no table")
-	default:
-		e.Hash = xdp.FlowHash(st.Seed, q.client.Addr(), q.client.Port(), q.to.Port(), uint8(q.proto),
-			cfg.Affinity == xdp.AffinityClientIP)
-		e.Slot = int(e.Hash % uint32(len(table)))
-		id := table[e.Slot]
-		if id == 0 {
-			step("maglev", "seed %d, hash %#08x, slot %d of %d: empty", st.Seed, e.Hash, e.Slot, len(table))
-			break
-		}
-		e.NewFlow = endpoint(id)
-		if e.NewFlow == "" || backends[id].Down {
-			step("maglev", "seed %d, hash %#08x, slot %d of %d: backend %d, deleted or down", st.Seed, e.Hash, e.Slot, len(table), id)
-			e.NewFlow = ""
-			break
-		}
-		step("maglev", "seed %d, hash %#08x, slot %d of %d: backend %d %s", st.Seed, e.Hash, e.Slot, len(table), id, e.NewFlow)
+	case q.seed != nil:
+		seed = *q.seed
+	case serr != nil:
+		return e, fmt.Errorf("%w: give the seed with --seed (datapath.seed)", serr)
 	}
 
+	// Conntrack (a TCP SYN never uses it).
+	estVerdict := "" // what the entry does to the flow's other packets; "" when not used
 	fl, found, err := p.Flow(q.client, q.to, q.proto)
 	if err != nil {
 		return e, err
 	}
-	switch {
-	case !found:
-		step("conntrack", "no entry")
-	default:
-		state := ""
-		if fl.Closing {
-			state = ", closing"
-		}
+	if found {
+		fe, known := byID[fl.VIP]
+		be := endpoint(fl.Backend)
 		timeout := st.UDPTimeout
+		closing := ""
 		if q.proto == xdp.TCP {
 			timeout = st.TCPEstablishedTimeout
 			if fl.Closing {
-				timeout = st.TCPClosingTimeout
+				timeout, closing = st.TCPClosingTimeout, ", closing"
 			}
 		}
-		be := endpoint(fl.Backend)
+		idle := fmt.Sprintf("idle %v", fl.Idle.Round(time.Millisecond))
 		switch {
-		case fl.VIP != cfg.ID:
-			step("conntrack", "an entry of VIP id %d, not this frontend's: not used", fl.VIP)
-		case be == "" || backends[fl.Backend].Down:
+		case !known || fe.Proto != q.proto || fe.Addr != q.to.Addr() || (fe.Port != 0 && fe.Port != q.to.Port()):
+			e.Conntrack = ctOtherVIP
+			step("conntrack", "an entry of VIP id %d, not a frontend of this packet's: not used", fl.VIP)
+		case be == "":
+			e.Conntrack = ctGone
 			step("conntrack", "backend %d, deleted or down: the flow is balanced again", fl.Backend)
-		case timeout > 0 && fl.Idle > timeout:
-			step("conntrack", "backend %d %s, idle %v of %v%s: expired, the flow is balanced again",
-				fl.Backend, be, fl.Idle.Round(time.Millisecond), timeout, state)
+		case serr != nil:
+			e.Conntrack, e.Established = ctUnchecked, be
+			step("conntrack", "backend %d %s, %s%s; expiry not checked (%v)", fl.Backend, be, idle, closing, serr)
+		case fl.Idle > timeout:
+			e.Conntrack = ctExpired
+			step("conntrack", "backend %d %s, %s of %v%s: expired, the flow is balanced again", fl.Backend, be, idle, timeout, closing)
 		default:
-			e.Established = be
-			idle := fmt.Sprintf("idle %v", fl.Idle.Round(time.Millisecond))
-			if timeout > 0 {
-				idle += fmt.Sprintf(" of %v", timeout)
+			e.Conntrack, e.Established = ctUsed, be
+			step("conntrack", "backend %d %s (VIP %s), %s of %v%s", fl.Backend, be, frontendString(fe), idle, timeout, closing)
+		}
+		if e.Established != "" {
+			estVerdict = "to " + e.Established
+			if ok, rs := allowed(fl.VIP); !ok {
+				step("source ranges", "%s is in none of %s (VIP id %d): its packets are dropped (drop_src_range)", q.client.Addr(), rs, fl.VIP)
+				estVerdict, e.Established = "dropped (drop_src_range)", ""
 			}
-			step("conntrack", "backend %d %s, %s%s", fl.Backend, be, idle, state)
+		}
+	} else {
+		step("conntrack", "no entry")
+	}
+
+	// A new flow: the frontend, its source ranges and Maglev.
+	f := xdp.Frontend{Addr: q.to.Addr(), Port: q.to.Port(), Proto: q.proto}
+	cfg, ok := vips[f]
+	if !ok {
+		f.Port = 0
+		cfg, ok = vips[f]
+	}
+	newFlow := ""
+	switch {
+	case !ok:
+		step("frontend", "none for %s/%s", q.to, q.proto)
+		newFlow = "not balanced: passed to the host"
+	default:
+		table := tables[cfg.ID]
+		e.Frontend, e.VIPID, e.M = frontendString(f), uint32(cfg.ID), len(table)
+		aff := ""
+		if cfg.Affinity == xdp.AffinityClientIP {
+			aff = ", affinity ClientIP (the client's address alone is hashed)"
+		}
+		step("frontend", "%s id %d, M %d%s", e.Frontend, cfg.ID, len(table), aff)
+		if ok, rs := allowed(cfg.ID); !ok {
+			step("source ranges", "%s is in none of %s: dropped (drop_src_range)", q.client.Addr(), rs)
+			newFlow = "dropped (drop_src_range)"
+			break
+		} else if rs != "" {
+			step("source ranges", "%s is allowed (%s)", q.client.Addr(), rs)
+		}
+		if len(table) == 0 {
+			step("maglev", "no table: dropped (drop_no_backend)")
+			newFlow = "dropped (drop_no_backend)"
+			break
+		}
+		hash := xdp.FlowHash(seed, q.client.Addr(), q.client.Port(), q.to.Port(), uint8(q.proto),
+			cfg.Affinity == xdp.AffinityClientIP)
+		slot := int(hash % uint32(len(table)))
+		e.Seed, e.Hash, e.Slot = &seed, &hash, &slot
+		id := table[slot]
+		switch e.NewFlow = endpoint(id); {
+		case id == 0:
+			step("maglev", "seed %d, hash %#08x, slot %d of %d: empty, dropped (drop_no_backend)", seed, hash, slot, len(table))
+			newFlow = "dropped (drop_no_backend)"
+		case e.NewFlow == "":
+			step("maglev", "seed %d, hash %#08x, slot %d of %d: backend %d, deleted or down: dropped (drop_no_backend)",
+				seed, hash, slot, len(table), id)
+			newFlow = "dropped (drop_no_backend)"
+		default:
+			step("maglev", "seed %d, hash %#08x, slot %d of %d: backend %d %s", seed, hash, slot, len(table), id, e.NewFlow)
+			newFlow = "to " + e.NewFlow
 		}
 	}
 
-	newFlow := cmp.Or(e.NewFlow, "dropped (drop_no_backend)")
 	switch {
-	case e.Established != "" && q.proto == xdp.TCP:
-		e.Verdict = fmt.Sprintf("established packets to %s; a new connection (SYN) to %s", e.Established, newFlow)
-	case e.Established != "":
-		e.Verdict = fmt.Sprintf("datagrams to %s", e.Established)
+	case estVerdict != "" && q.proto == xdp.TCP:
+		e.Verdict = fmt.Sprintf("established packets %s; a new connection (SYN): %s", estVerdict, newFlow)
+	case estVerdict != "":
+		e.Verdict = "datagrams " + estVerdict
 	case q.proto == xdp.TCP:
-		e.Verdict = fmt.Sprintf("a new connection (SYN), or a packet of an unknown one, to %s", newFlow)
+		e.Verdict = "a new connection (SYN), or a packet of an unknown one: " + newFlow +
+			" (the ACK of a handshake in flight follows its SYN's backend)"
 	default:
-		e.Verdict = fmt.Sprintf("a new flow to %s", newFlow)
+		e.Verdict = "a new flow: " + newFlow
 	}
 	return e, nil
 }
