@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -12,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -332,6 +336,27 @@ func TestAgentE2E(t *testing.T) {
 	stop()
 	if got := client(vip + "*5"); strings.Count(strings.Join(got, " "), "b11 "+vip) != 5 {
 		t.Errorf("with the agent stopped: %v, want b11 still", got)
+	}
+	// `xlb show agent` reads the pinned state with no agent running: web's frontend with its
+	// one endpoint, the three frontends, and the connects counted.
+	var out, errb bytes.Buffer
+	if rc := showCLI([]string{"agent", "--json", "--pin-path", pin}, &out, &errb); rc != 0 {
+		t.Errorf("xlb show agent: exit %d: %s", rc, errb.String())
+	} else {
+		var doc agentDoc
+		if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(doc.Frontends, func(f agentFrontend) bool { return f.Frontend == vip+"/TCP" })
+		if len(doc.Frontends) != 3 || i < 0 || !slices.Equal(doc.Frontends[i].Endpoints, []string{"198.18.1.11:8080"}) ||
+			doc.Counters.Connects == 0 {
+			t.Errorf("xlb show agent with the agent stopped:\n%s", out.String())
+		}
+	}
+	out.Reset()
+	if rc := showCLI([]string{"agent", "--pin-path", pin}, &out, &errb); rc != 0 ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(vip)+`/TCP +1 endpoint\n  198\.18\.1\.11:8080 *$`).MatchString(out.String()) {
+		t.Errorf("xlb show agent: exit %d:\n%s", rc, out.String())
 	}
 	sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"198.18.1.10"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}}
 	if _, err := admin.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {

@@ -4,7 +4,7 @@
 //	                         has a kubernetes section)
 //	xlb cleanup [--pin-path DIR]
 //	                         detach every program and remove every map and link xlb pinned
-//	xlb show [services|flows|reasons|flow]
+//	xlb show [services|flows|reasons|flow|agent]
 //	                         show what the pinned XDP datapath is doing, from its maps
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
 //	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
@@ -42,6 +42,7 @@ const usage = `usage:
       /sys/fs/bpf/xlb).
   xlb show [services|flows|reasons] [--pin-path DIR] [--json] [--vip ADDR] [--limit N]
   xlb show flow --client ADDR:PORT --to VIP:PORT [--proto tcp|udp] [--seed N] [...]
+  xlb show agent [--pin-path DIR] [--json]
       Show what the XDP datapath pinned in DIR (default /sys/fs/bpf/xlb) is doing, from its
       maps alone (read-only; no daemon needed): services with their backends' Maglev shares
       and counters, and the backends in no table (the default); conntrack entries (at most N,
@@ -50,7 +51,8 @@ const usage = `usage:
       Port * is all ports (the client's port kept). flow explains where one flow's packets
       go: its frontend, source ranges, the Maglev slot of a new connection (the seed read from
       the attached program unless --seed) and its conntrack entry; run it on each gateway to
-      see that they agree.
+      see that they agree. agent shows a node agent's cluster-IP frontends, their endpoints
+      and its counters (DIR default /sys/fs/bpf/xlb-agent).
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
 // DefaultShowLimit is how many conntrack entries `xlb show flows` prints unless told otherwise.
@@ -127,13 +128,13 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		what, args = fs.Arg(0), fs.Args()[1:]
 	}
 	what = cmp.Or(what, "services")
-	if what != "services" && what != "flows" && what != "reasons" && what != "flow" {
-		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons or flow\n", what)
+	if what != "services" && what != "flows" && what != "reasons" && what != "flow" && what != "agent" {
+		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons, flow or agent\n", what)
 		return 2
 	}
 	// Flags of one part given to another are mistakes, not no-ops.
 	own := map[string][]string{"services": {"vip"}, "flows": {"vip", "limit"}, "reasons": nil,
-		"flow": {"client", "to", "proto", "seed"}}[what]
+		"flow": {"client", "to", "proto", "seed"}, "agent": nil}[what]
 	var wrong []string
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name != "pin-path" && f.Name != "json" && !slices.Contains(own, f.Name) {
@@ -164,6 +165,15 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		only = a.Unmap()
+	}
+	if what == "agent" {
+		dir := socklb.DefaultPinPath
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "pin-path" {
+				dir = *pin
+			}
+		})
+		return showAgent(dir, *asJSON, stdout, stderr)
 	}
 	p, err := xdp.OpenPinned(*pin)
 	if err != nil {
@@ -733,4 +743,88 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 		e.Verdict = "a new flow: " + newFlow
 	}
 	return e, nil
+}
+
+// agentDoc is `xlb show agent --json`.
+type agentDoc struct {
+	Frontends []agentFrontend `json:"frontends"`
+	Counters  agentCounters   `json:"counters"`
+}
+
+// agentCounters are socklb.Counters.
+type agentCounters struct {
+	Connects      uint64 `json:"connects"`
+	Refused       uint64 `json:"refused"`
+	Datagrams     uint64 `json:"datagrams"`
+	DatagramsKept uint64 `json:"datagramsKept"`
+	Revnat        uint64 `json:"revnat"`
+	AffinityKept  uint64 `json:"affinityKept"`
+	NoSlot        uint64 `json:"noSlot"`
+}
+
+// agentFrontend is one cluster-IP frontend of a node agent.
+type agentFrontend struct {
+	Frontend  string   `json:"frontend"`
+	Endpoints []string `json:"endpoints"`
+	// AffinitySeconds is the sessionAffinity: ClientIP timeout (0: none).
+	AffinitySeconds int64 `json:"affinitySeconds,omitempty"`
+	// Incomplete: a slot was missing (an agent stopped inside an update, or a read raced one).
+	Incomplete bool `json:"incomplete,omitempty"`
+}
+
+// showAgent prints the frontends and counters of the node agent pinned in dir.
+func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
+	fs, c, err := socklb.ReadPinned(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb show agent: %v\n", err)
+		return 1
+	}
+	doc := agentDoc{Frontends: []agentFrontend{}, Counters: agentCounters{Connects: c.Connects, Refused: c.Refused,
+		Datagrams: c.Datagrams, DatagramsKept: c.DatagramsKept, Revnat: c.Revnat, AffinityKept: c.AffinityKept, NoSlot: c.NoSlot}}
+	for _, f := range fs {
+		af := agentFrontend{Frontend: f.Frontend.String(), Endpoints: []string{}, AffinitySeconds: int64(f.AffinityTimeout / time.Second),
+			Incomplete: f.Incomplete}
+		for _, e := range f.Endpoints {
+			af.Endpoints = append(af.Endpoints, e.String())
+		}
+		doc.Frontends = append(doc.Frontends, af)
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(doc); err != nil {
+			fmt.Fprintf(stderr, "xlb show agent: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	if len(doc.Frontends) == 0 {
+		fmt.Fprintln(tw, "no frontends")
+	}
+	for _, f := range doc.Frontends {
+		var notes []string
+		switch n := len(f.Endpoints); {
+		case n == 0:
+			notes = append(notes, "no endpoint: connections refused")
+		case n == 1:
+			notes = append(notes, "1 endpoint")
+		default:
+			notes = append(notes, fmt.Sprintf("%d endpoints", n))
+		}
+		if f.AffinitySeconds > 0 {
+			notes = append(notes, fmt.Sprintf("affinity ClientIP %v", time.Duration(f.AffinitySeconds)*time.Second))
+		}
+		if f.Incomplete {
+			notes = append(notes, "INCOMPLETE: a slot is missing (rewritten at the agent's next update)")
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", f.Frontend, strings.Join(notes, "; "))
+		for _, e := range f.Endpoints {
+			fmt.Fprintf(tw, "  %s\t\n", e)
+		}
+	}
+	fmt.Fprintf(tw, "counters: connects %d, refused %d, datagrams %d (kept %d), replies and getpeername %d, affinity kept %d, no slot %d\n",
+		c.Connects, c.Refused, c.Datagrams, c.DatagramsKept, c.Revnat, c.AffinityKept, c.NoSlot)
+	return 0
 }

@@ -683,11 +683,14 @@ type Counters struct {
 }
 
 // Counters reads the counters.
-func (d *Datapath) Counters() (Counters, error) {
+func (d *Datapath) Counters() (Counters, error) { return readCounters(d.objs.Stats) }
+
+// readCounters sums the stats map over CPUs.
+func readCounters(stats *ebpf.Map) (Counters, error) {
 	var c Counters
 	for i, dst := range []*uint64{&c.Connects, &c.Refused, &c.Datagrams, &c.DatagramsKept, &c.Revnat, &c.NoSlot, &c.AffinityKept} {
 		var per []uint64
-		if err := d.objs.Stats.Lookup(uint32(i), &per); err != nil {
+		if err := stats.Lookup(uint32(i), &per); err != nil {
 			return Counters{}, fmt.Errorf("socklb: read counter %d: %w", i, err)
 		}
 		for _, v := range per {
