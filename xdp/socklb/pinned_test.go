@@ -26,9 +26,9 @@ func TestReadPinned(t *testing.T) {
 		}
 	})
 	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, lb.TCP): eps(ep(b10, 8080), ep(b11, 8080)),
-		front("198.18.200.1", 53, lb.UDP): {Endpoints: []netip.AddrPort{ep(b10, 5353)}, AffinityTimeout: 3 * time.Hour},
-		front("198.18.200.2", 80, lb.TCP): eps(), // no endpoint: refused
+		front("198.18.200.1", 80, lb.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
+		front("198.18.200.1", 53, lb.UDP):    {Endpoints: []netip.AddrPort{ep(b10, 5353)}, AffinityTimeout: 3 * time.Hour},
+		front("198.18.200.2", 80, lb.TCP):    eps(), // no endpoint: refused
 		front("2001:db8:200::1", 80, lb.TCP): eps(ep(netip.MustParseAddr("2001:db8:1::10"), 8080)),
 	}
 	d, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
