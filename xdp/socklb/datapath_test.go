@@ -262,16 +262,24 @@ func mapLen(t *testing.T, m *ebpf.Map) int {
 	return n
 }
 
-// TestPinnedRestart: with pins, balancing outlives the Datapath; the next Load adopts the maps
-// (reading back what they hold, dropping a stray slot set) and Remove detaches everything.
-func TestPinnedRestart(t *testing.T) {
-	s := newSite(t)
+// pinDir is a new pin directory under /sys/fs/bpf; whatever is pinned there is removed when
+// the test ends.
+func pinDir(t *testing.T) string {
+	t.Helper()
 	pin := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix())
 	t.Cleanup(func() {
 		if err := RemovePinned(pin); err != nil {
 			t.Error(err)
 		}
 	})
+	return pin
+}
+
+// TestPinnedRestart: with pins, balancing outlives the Datapath; the next Load adopts the maps
+// (reading back what they hold, dropping a stray slot set) and Remove detaches everything.
+func TestPinnedRestart(t *testing.T) {
+	s := newSite(t)
+	pin := pinDir(t)
 	plan := lb.ConnectPlan{
 		front("198.18.200.1", 80, lb.TCP): eps(ep(b10, 8080), ep(b11, 8080)),
 		front("198.18.200.1", 53, lb.UDP): eps(ep(b10, 5353)),

@@ -19,12 +19,7 @@ import (
 // programs kept; a directory without an agent's pins is a clear error.
 func TestReadPinned(t *testing.T) {
 	s := newSite(t)
-	pin := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix())
-	t.Cleanup(func() {
-		if err := RemovePinned(pin); err != nil {
-			t.Error(err)
-		}
-	})
+	pin := pinDir(t)
 	plan := lb.ConnectPlan{
 		front("198.18.200.1", 80, lb.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
 		front("198.18.200.1", 53, lb.UDP):    {Endpoints: []netip.AddrPort{ep(b10, 5353)}, AffinityTimeout: 3 * time.Hour},
