@@ -348,8 +348,10 @@ func TestAgentE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 		i := slices.IndexFunc(doc.Frontends, func(f agentFrontend) bool { return f.Frontend == vip+"/TCP" })
+		udp := slices.IndexFunc(doc.Frontends, func(f agentFrontend) bool { return strings.HasSuffix(f.Frontend, ":53/UDP") })
+		missing := slices.ContainsFunc(doc.Frontends, func(f agentFrontend) bool { return f.MissingSlots != 0 })
 		if len(doc.Frontends) != 3 || i < 0 || !slices.Equal(doc.Frontends[i].Endpoints, []string{"198.18.1.11:8080"}) ||
-			doc.Counters.Connects == 0 {
+			udp < 0 || missing || doc.Attached != 8 || doc.Hooks != 8 || doc.Counters.Connects == 0 {
 			t.Errorf("xlb show agent with the agent stopped:\n%s", out.String())
 		}
 	}

@@ -104,7 +104,7 @@ type showFlow struct {
 func showCLI(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("xlb show", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` the datapath is pinned in")
+	pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+")")
 	asJSON := fs.Bool("json", false, "print JSON")
 	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries (0: all)")
 	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
@@ -749,6 +749,10 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 type agentDoc struct {
 	Frontends []agentFrontend `json:"frontends"`
 	Counters  agentCounters   `json:"counters"`
+	// Attached counts the programs whose links are pinned, of Hooks (fewer: part of the
+	// balancing is detached).
+	Attached int `json:"attached"`
+	Hooks    int `json:"hooks"`
 }
 
 // agentCounters are socklb.Counters.
@@ -768,22 +772,25 @@ type agentFrontend struct {
 	Endpoints []string `json:"endpoints"`
 	// AffinitySeconds is the sessionAffinity: ClientIP timeout (0: none).
 	AffinitySeconds int64 `json:"affinitySeconds,omitempty"`
-	// Incomplete: a slot was missing (an agent stopped inside an update, or a read raced one).
-	Incomplete bool `json:"incomplete,omitempty"`
+	// MissingSlots counts slots that were missing or another frontend's: the read raced an
+	// agent's update (read again), or the maps were changed outside the agent.
+	MissingSlots int `json:"missingSlots,omitempty"`
 }
 
 // showAgent prints the frontends and counters of the node agent pinned in dir.
 func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
-	fs, c, err := socklb.ReadPinned(dir)
+	pa, err := socklb.ReadPinned(dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "xlb show agent: %v\n", err)
 		return 1
 	}
+	c := pa.Counters
 	doc := agentDoc{Frontends: []agentFrontend{}, Counters: agentCounters{Connects: c.Connects, Refused: c.Refused,
-		Datagrams: c.Datagrams, DatagramsKept: c.DatagramsKept, Revnat: c.Revnat, AffinityKept: c.AffinityKept, NoSlot: c.NoSlot}}
-	for _, f := range fs {
+		Datagrams: c.Datagrams, DatagramsKept: c.DatagramsKept, Revnat: c.Revnat, AffinityKept: c.AffinityKept, NoSlot: c.NoSlot},
+		Attached: pa.Attached, Hooks: pa.Hooks}
+	for _, f := range pa.Frontends {
 		af := agentFrontend{Frontend: f.Frontend.String(), Endpoints: []string{}, AffinitySeconds: int64(f.AffinityTimeout / time.Second),
-			Incomplete: f.Incomplete}
+			MissingSlots: f.Missing}
 		for _, e := range f.Endpoints {
 			af.Endpoints = append(af.Endpoints, e.String())
 		}
@@ -800,13 +807,17 @@ func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
+	if doc.Attached < doc.Hooks {
+		fmt.Fprintf(tw, "DETACHED: %d of %d programs have no pinned link: part of the balancing is off (xlb cleanup stopped half-way?)\n",
+			doc.Hooks-doc.Attached, doc.Hooks)
+	}
 	if len(doc.Frontends) == 0 {
 		fmt.Fprintln(tw, "no frontends")
 	}
 	for _, f := range doc.Frontends {
 		var notes []string
 		switch n := len(f.Endpoints); {
-		case n == 0:
+		case n == 0 && f.MissingSlots == 0:
 			notes = append(notes, "no endpoint: connections refused")
 		case n == 1:
 			notes = append(notes, "1 endpoint")
@@ -816,8 +827,8 @@ func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		if f.AffinitySeconds > 0 {
 			notes = append(notes, fmt.Sprintf("affinity ClientIP %v", time.Duration(f.AffinitySeconds)*time.Second))
 		}
-		if f.Incomplete {
-			notes = append(notes, "INCOMPLETE: a slot is missing (rewritten at the agent's next update)")
+		if f.MissingSlots > 0 {
+			notes = append(notes, fmt.Sprintf("%d SLOTS MISSING: their connections are refused (the read raced an update? run again)", f.MissingSlots))
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", f.Frontend, strings.Join(notes, "; "))
 		for _, e := range f.Endpoints {

@@ -390,20 +390,10 @@ func (d *Datapath) readBack() error {
 	live := map[uint32]bool{}
 	it := d.objs.Services.Iterate()
 	for it.Next(&k, &v) {
-		f := lb.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: lb.Protocol(k.Proto)}
-		a := applied{id: v.Id}
-		a.Endpoints = []netip.AddrPort{}
+		f, eps, missing := readFrontend(d.objs.Slots, k, v)
+		a := applied{id: v.Id, stale: missing > 0} // a stale frontend is rewritten by the next Apply
+		a.Endpoints = eps
 		a.AffinityTimeout = time.Duration(v.AffinitySecs) * time.Second
-		for i := range v.Count {
-			var sv socklbSlotValue
-			sk := socklbSlotKey{Id: v.Id, Slot: i}
-			if err := d.objs.Slots.Lookup(&sk, &sv); err != nil || sv.Front != k {
-				a.stale = true // rewritten by the next Apply
-				break
-			}
-			e := sv.Ep
-			a.Endpoints = append(a.Endpoints, netip.AddrPortFrom(fromWire(e.Addr.W, e.Family), htons(e.Port)))
-		}
 		d.current[f] = a
 		if v.Id != 0 {
 			live[v.Id] = true
@@ -417,6 +407,24 @@ func (d *Datapath) readBack() error {
 	deleteStale(d.objs.Slots, func(k *socklbSlotKey) bool { return !live[k.Id] }, new(socklbSlotValue))
 	deleteStale(d.objs.Members, func(k *socklbMemberKey) bool { return !live[k.Id] }, new(uint8))
 	return nil
+}
+
+// readFrontend reads frontend k's slot set (its services value v) from slots: the endpoints in
+// slot order, and how many of its v.Count slots were missing or another frontend's (a write
+// raced, or the maps were changed by something else than an agent).
+func readFrontend(slots *ebpf.Map, k socklbSvcKey, v socklbSvcValue) (lb.Frontend, []netip.AddrPort, int) {
+	f := lb.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: lb.Protocol(k.Proto)}
+	eps := []netip.AddrPort{}
+	missing := 0
+	for i := range v.Count {
+		var sv socklbSlotValue
+		if err := slots.Lookup(&socklbSlotKey{Id: v.Id, Slot: i}, &sv); err != nil || sv.Front != k {
+			missing++
+			continue
+		}
+		eps = append(eps, netip.AddrPortFrom(fromWire(sv.Ep.Addr.W, sv.Ep.Family), htons(sv.Ep.Port)))
+	}
+	return f, eps, missing
 }
 
 // deleteStale deletes the entries of m whose key stale says yes to (value is scratch for the

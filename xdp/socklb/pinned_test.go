@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb"
 )
@@ -44,39 +46,100 @@ func TestReadPinned(t *testing.T) {
 		slices.Sort(out)
 		return strings.Join(out, "\n")
 	}()
-	check := func(when string) {
+	check := func(when string) PinnedAgent {
 		t.Helper()
-		fs, c, err := ReadPinned(pin)
+		pa, err := ReadPinned(pin)
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
 		var got []string
-		for _, f := range fs {
-			if f.Incomplete {
-				t.Errorf("%s: %s read as incomplete", when, f.Frontend)
+		for _, f := range pa.Frontends {
+			if f.Missing != 0 {
+				t.Errorf("%s: %s read with %d slots missing", when, f.Frontend, f.Missing)
 			}
 			got = append(got, fmt.Sprintf("%s %v %v", f.Frontend, f.Endpoints, f.AffinityTimeout))
+		}
+		if !slices.IsSortedFunc(pa.Frontends, func(a, b PinnedFrontend) int { return a.Frontend.Compare(b.Frontend) }) {
+			t.Errorf("%s: frontends not sorted: %v", when, got)
 		}
 		slices.Sort(got)
 		if g := strings.Join(got, "\n"); g != want {
 			t.Errorf("%s: the pinned view reads\n%s\nwant\n%s", when, g, want)
 		}
-		if c.Connects < 4 {
-			t.Errorf("%s: counters %+v, want the 4 connects", when, c)
+		if pa.Counters.Connects < 4 || pa.Attached != 8 || pa.Hooks != 8 {
+			t.Errorf("%s: counters %+v, %d of %d programs attached; want the 4 connects, all 8", when, pa.Counters, pa.Attached, pa.Hooks)
 		}
+		return pa
 	}
 	check("with the agent running")
+	// A slot deleted under a frontend (as by a read racing an update): counted as missing, the
+	// frontend's other endpoints still listed.
+	var sk socklbSlotKey
+	var sv socklbSlotValue
+	for it := d.objs.Slots.Iterate(); it.Next(&sk, &sv); {
+		if sv.Ep == endpointOf(ep(b11, 8080)) {
+			break
+		}
+	}
+	saved := sv
+	if err := d.objs.Slots.Delete(&sk); err != nil {
+		t.Fatal(err)
+	}
+	pa, err := ReadPinned(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(pa.Frontends, func(f PinnedFrontend) bool { return f.Frontend == front("198.18.200.1", 80, lb.TCP) })
+	if i < 0 || pa.Frontends[i].Missing != 1 || !slices.Equal(pa.Frontends[i].Endpoints, []netip.AddrPort{ep(b10, 8080)}) {
+		t.Errorf("with a slot deleted: %+v", pa.Frontends)
+	}
+	if err := d.objs.Slots.Put(&sk, &saved); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
 	check("with the agent gone")
+
+	// A program detached (its link pin gone), then a map of another layout.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := link.LoadPinnedLink(filepath.Join(pin, "link_connect4"), nil)
+	must(err)
+	must(l.Unpin())
+	if pa, err := ReadPinned(pin); err != nil || pa.Attached != 7 {
+		t.Errorf("with connect4's link unpinned: %d of %d attached, %v", pa.Attached, pa.Hooks, err)
+	}
+	must(l.Pin(filepath.Join(pin, "link_connect4")))
+	l.Close()
+	stats := filepath.Join(pin, "map_stats")
+	orig, err := ebpf.LoadPinnedMap(stats, nil)
+	must(err)
+	must(orig.Unpin())
+	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 3})
+	must(err)
+	must(other.Pin(stats))
+	if _, err := ReadPinned(pin); err == nil || !strings.Contains(err.Error(), stats) || !strings.Contains(err.Error(), "made by another build") {
+		t.Errorf("ReadPinned with a stats map of another layout: %v", err)
+	}
+	must(other.Unpin())
+	other.Close()
+	must(orig.Pin(stats))
+	orig.Close()
 
 	empty := filepath.Join("/sys/fs/bpf", "xlb-test-"+netlab.Prefix())
 	if err := os.Mkdir(empty, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(empty)
-	if _, _, err := ReadPinned(empty); err == nil || !strings.Contains(err.Error(), "is not pinned (no node agent there)") {
+	if _, err := ReadPinned(empty); err == nil || !strings.Contains(err.Error(), "is not pinned (no pinned node agent there)") {
 		t.Errorf("ReadPinned of an empty directory: %v", err)
+	}
+	if _, err := ReadPinned(""); err == nil || !strings.Contains(err.Error(), "pins nothing") {
+		t.Errorf("ReadPinned of no directory: %v", err)
 	}
 }
