@@ -26,34 +26,22 @@ import (
 // DefaultShowLimit is how many conntrack entries `xlb show flows` prints unless told otherwise.
 const DefaultShowLimit = 1000
 
-// showDoc holds the part asked for; `xlb show --json` prints that part's fields only
-// (servicesDoc, flowsDoc or reasonsDoc).
-type showDoc struct {
-	Services []showService
-	// Unmapped are the backends in no Maglev table: draining or down, keeping only their
-	// established flows. Not listed with --vip.
-	Unmapped []showBackend
-	Flows    []showFlow
-	// FlowsTotal counts the conntrack entries that match (--vip), also those beyond --limit.
-	FlowsTotal int
-	Reasons    map[string]uint64
-	Explain    explainDoc
-}
-
-// servicesDoc is `xlb show --json services`.
+// servicesDoc is `xlb show services`.
 type servicesDoc struct {
 	Services []showService `json:"services"`
+	// Unmapped are the backends in no Maglev table: draining or down, keeping only their
+	// established flows. Not listed with --vip.
 	Unmapped []showBackend `json:"unmappedBackends"`
 }
 
-// flowsDoc is `xlb show --json flows`.
+// flowsDoc is `xlb show flows`.
 type flowsDoc struct {
 	Flows []showFlow `json:"flows"`
 	// Total counts the entries that match --vip, also those beyond --limit.
 	Total int `json:"total"`
 }
 
-// reasonsDoc is `xlb show --json reasons`: the counters that are not zero, by name.
+// reasonsDoc is `xlb show reasons`: the counters that are not zero, by name.
 type reasonsDoc struct {
 	Reasons map[string]uint64 `json:"reasons"`
 }
@@ -128,16 +116,20 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		what, args = fs.Arg(0), fs.Args()[1:]
 	}
 	what = cmp.Or(what, "services")
-	if what != "services" && what != "flows" && what != "reasons" && what != "flow" && what != "agent" {
+	// Each part and its own flags: flags of one part given to another are mistakes, not no-ops.
+	own, ok := map[string][]string{"services": {"vip"}, "flows": {"vip", "limit"}, "reasons": nil,
+		"flow": {"client", "to", "proto", "seed"}, "agent": nil}[what]
+	if !ok {
 		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons, flow or agent\n", what)
 		return 2
 	}
-	// Flags of one part given to another are mistakes, not no-ops.
-	own := map[string][]string{"services": {"vip"}, "flows": {"vip", "limit"}, "reasons": nil,
-		"flow": {"client", "to", "proto", "seed"}, "agent": nil}[what]
 	var wrong []string
+	pinSet := false
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name != "pin-path" && f.Name != "json" && !slices.Contains(own, f.Name) {
+		switch {
+		case f.Name == "pin-path":
+			pinSet = true
+		case f.Name != "json" && !slices.Contains(own, f.Name):
 			wrong = append(wrong, "--"+f.Name)
 		}
 	})
@@ -166,57 +158,47 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		}
 		only = a.Unmap()
 	}
+	// doc is the part's document: printed as JSON, or as tables by printShow.
+	var doc any
+	var err error
 	if what == "agent" {
 		dir := socklb.DefaultPinPath
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "pin-path" {
-				dir = *pin
-			}
-		})
-		return showAgent(dir, *asJSON, stdout, stderr)
-	}
-	p, err := xdp.OpenPinned(*pin)
-	if err != nil {
-		fmt.Fprintf(stderr, "xlb show: %v\n", err)
-		return 1
-	}
-	defer p.Close()
-	var doc showDoc
-	switch what {
-	case "services":
-		err = showServices(p, only, &doc)
-	case "flows":
-		err = showFlows(p, only, *limit, &doc)
-	case "reasons":
-		err = showReasons(p, &doc)
-	case "flow":
-		doc.Explain, err = explainFlow(p, q)
+		if pinSet {
+			dir = *pin
+		}
+		doc, err = readAgent(dir)
+	} else {
+		p, perr := xdp.OpenPinned(*pin)
+		if perr != nil {
+			fmt.Fprintf(stderr, "xlb show: %v\n", perr)
+			return 1
+		}
+		defer p.Close()
+		switch what {
+		case "services":
+			doc, err = showServices(p, only)
+		case "flows":
+			doc, err = showFlows(p, only, *limit)
+		case "reasons":
+			doc, err = showReasons(p)
+		case "flow":
+			doc, err = explainFlow(p, q)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "xlb show %s: %v\n", what, err)
 		return 1
 	}
 	if *asJSON {
-		var v any
-		switch what {
-		case "services":
-			v = servicesDoc{Services: doc.Services, Unmapped: doc.Unmapped}
-		case "flows":
-			v = flowsDoc{Flows: doc.Flows, Total: doc.FlowsTotal}
-		case "reasons":
-			v = reasonsDoc{Reasons: doc.Reasons}
-		case "flow":
-			v = doc.Explain
-		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
+		if err := enc.Encode(doc); err != nil {
 			fmt.Fprintf(stderr, "xlb show: %v\n", err)
 			return 1
 		}
 		return 0
 	}
-	printShow(stdout, what, doc)
+	printShow(stdout, doc)
 	return 0
 }
 
@@ -237,20 +219,21 @@ func frontendString(f xdp.Frontend) string {
 	return endpointString(f.Addr, f.Port) + "/" + f.Proto.String()
 }
 
-// showServices fills doc with every frontend (of VIP only, when valid), its table's backends by
+// showServices returns every frontend (of VIP only, when valid), its table's backends by
 // share, and the backends no table holds.
-func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
+func showServices(p *xdp.Pinned, only netip.Addr) (servicesDoc, error) {
+	var doc servicesDoc
 	vips, err := p.VIPs()
 	if err != nil {
-		return err
+		return doc, err
 	}
 	tables, err := p.MaglevTables()
 	if err != nil {
-		return err
+		return doc, err
 	}
 	backends, err := p.Backends()
 	if err != nil {
-		return err
+		return doc, err
 	}
 	mapped := map[xdp.BackendID]bool{}
 	for _, tb := range tables {
@@ -277,7 +260,7 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 		}
 		tr, err := p.VIPTraffic(cfg.ID)
 		if err != nil {
-			return err
+			return doc, err
 		}
 		s := showService{Frontend: frontendString(f), ID: uint32(cfg.ID), TableSize: len(tables[cfg.ID]),
 			Packets: tr.Packets, Bytes: tr.Bytes, NewFlows: tr.NewFlows, Backends: []showBackend{}}
@@ -298,7 +281,7 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 		for id, n := range slots {
 			sb, err := backendOf(id, n)
 			if err != nil {
-				return err
+				return doc, err
 			}
 			s.Backends = append(s.Backends, sb)
 		}
@@ -307,7 +290,7 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 	}
 	slices.SortFunc(doc.Services, func(a, b showService) int { return cmp.Compare(a.ID, b.ID) })
 	if only.IsValid() {
-		return nil
+		return doc, nil
 	}
 	for id := range backends {
 		if mapped[id] {
@@ -315,29 +298,30 @@ func showServices(p *xdp.Pinned, only netip.Addr, doc *showDoc) error {
 		}
 		sb, err := backendOf(id, 0)
 		if err != nil {
-			return err
+			return doc, err
 		}
 		doc.Unmapped = append(doc.Unmapped, sb)
 	}
 	slices.SortFunc(doc.Unmapped, func(a, b showBackend) int { return cmp.Compare(a.ID, b.ID) })
-	return nil
+	return doc, nil
 }
 
-// showFlows fills doc with up to limit conntrack entries (0: all) of VIP only (when valid),
+// showFlows returns up to limit conntrack entries (0: all) of VIP only (when valid),
 // the most recently used first.
-func showFlows(p *xdp.Pinned, only netip.Addr, limit int, doc *showDoc) error {
+func showFlows(p *xdp.Pinned, only netip.Addr, limit int) (flowsDoc, error) {
+	var doc flowsDoc
 	flows, err := p.Flows()
 	if err != nil {
-		return err
+		return doc, err
 	}
 	backends, err := p.Backends()
 	if err != nil {
-		return err
+		return doc, err
 	}
 	if only.IsValid() {
 		vips, err := p.VIPs()
 		if err != nil {
-			return err
+			return doc, err
 		}
 		ids := map[xdp.VIPID]bool{}
 		for f, cfg := range vips {
@@ -350,7 +334,7 @@ func showFlows(p *xdp.Pinned, only netip.Addr, limit int, doc *showDoc) error {
 	slices.SortFunc(flows, func(a, b xdp.Flow) int {
 		return cmp.Or(cmp.Compare(a.Idle, b.Idle), a.Src.Compare(b.Src), a.Dst.Compare(b.Dst))
 	})
-	doc.FlowsTotal = len(flows)
+	doc.Total = len(flows)
 	if limit > 0 && len(flows) > limit {
 		flows = flows[:limit]
 	}
@@ -370,14 +354,15 @@ func showFlows(p *xdp.Pinned, only netip.Addr, limit int, doc *showDoc) error {
 		}
 		doc.Flows = append(doc.Flows, sf)
 	}
-	return nil
+	return doc, nil
 }
 
-// showReasons fills doc with the verdict counters that are not zero.
-func showReasons(p *xdp.Pinned, doc *showDoc) error {
+// showReasons returns the verdict counters that are not zero.
+func showReasons(p *xdp.Pinned) (reasonsDoc, error) {
+	var doc reasonsDoc
 	rs, err := p.Reasons()
 	if err != nil {
-		return err
+		return doc, err
 	}
 	doc.Reasons = map[string]uint64{}
 	for r, n := range rs {
@@ -385,15 +370,15 @@ func showReasons(p *xdp.Pinned, doc *showDoc) error {
 			doc.Reasons[r.String()] = n
 		}
 	}
-	return nil
+	return doc, nil
 }
 
-// printShow prints doc's part what as tables.
-func printShow(w io.Writer, what string, doc showDoc) {
+// printShow prints a part's document as tables.
+func printShow(w io.Writer, doc any) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	switch what {
-	case "services":
+	switch doc := doc.(type) {
+	case servicesDoc:
 		if len(doc.Services) == 0 {
 			fmt.Fprintln(tw, "no services")
 		}
@@ -433,7 +418,7 @@ func printShow(w io.Writer, what string, doc showDoc) {
 					b.Packets, b.Bytes, b.NewFlows)
 			}
 		}
-	case "flows":
+	case flowsDoc:
 		fmt.Fprintln(tw, "PROTO\tCLIENT\tVIP\tBACKEND\tIDLE\tSTATE")
 		for _, f := range doc.Flows {
 			state := ""
@@ -452,18 +437,20 @@ func printShow(w io.Writer, what string, doc showDoc) {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\t%s\n", f.Proto, f.Src, f.Dst, be, idleString(f.IdleSec), state)
 		}
-		if n := doc.FlowsTotal - len(doc.Flows); n > 0 {
+		if n := doc.Total - len(doc.Flows); n > 0 {
 			fmt.Fprintf(tw, "... and %d more (--limit)\n", n)
 		}
-		fmt.Fprintf(tw, "%d entries\n", doc.FlowsTotal)
-	case "flow":
-		e := doc.Explain
+		fmt.Fprintf(tw, "%d entries\n", doc.Total)
+	case explainDoc:
+		e := doc
 		fmt.Fprintf(tw, "flow\t%s -> %s/%s\n", e.Client, e.To, e.Proto)
 		for _, st := range e.Steps {
 			fmt.Fprintf(tw, "%s\t%s\n", st.Step, st.Says)
 		}
 		fmt.Fprintf(tw, "=>\t%s\n", e.Verdict)
-	case "reasons":
+	case agentDoc:
+		printAgent(tw, doc)
+	case reasonsDoc:
 		names := make([]string, 0, len(doc.Reasons))
 		for r := range doc.Reasons {
 			names = append(names, r)
@@ -777,12 +764,11 @@ type agentFrontend struct {
 	MissingSlots int `json:"missingSlots,omitempty"`
 }
 
-// showAgent prints the frontends and counters of the node agent pinned in dir.
-func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
+// readAgent reads the frontends and counters of the node agent pinned in dir.
+func readAgent(dir string) (agentDoc, error) {
 	pa, err := socklb.ReadPinned(dir)
 	if err != nil {
-		fmt.Fprintf(stderr, "xlb show agent: %v\n", err)
-		return 1
+		return agentDoc{}, err
 	}
 	c := pa.Counters
 	doc := agentDoc{Frontends: []agentFrontend{}, Counters: agentCounters{Connects: c.Connects, Refused: c.Refused,
@@ -796,17 +782,12 @@ func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
 		}
 		doc.Frontends = append(doc.Frontends, af)
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(doc); err != nil {
-			fmt.Fprintf(stderr, "xlb show agent: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	defer tw.Flush()
+	return doc, nil
+}
+
+// printAgent prints a node agent's document as a table.
+func printAgent(tw io.Writer, doc agentDoc) {
+	c := doc.Counters
 	if doc.Attached < doc.Hooks {
 		fmt.Fprintf(tw, "DETACHED: %d of %d programs have no pinned link: part of the balancing is off (xlb cleanup stopped half-way?)\n",
 			doc.Hooks-doc.Attached, doc.Hooks)
@@ -837,5 +818,4 @@ func showAgent(dir string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(tw, "counters: connects %d, refused %d, datagrams %d (kept %d), replies and getpeername %d, affinity kept %d, no slot %d\n",
 		c.Connects, c.Refused, c.Datagrams, c.DatagramsKept, c.Revnat, c.AffinityKept, c.NoSlot)
-	return 0
 }
