@@ -76,6 +76,11 @@ func (d *Datapath) Attach(ifname string, mode AttachMode) error {
 		return fmt.Errorf("attach to %s: add to tx_ports: %w", ifname, err)
 	}
 	d.links[ifname] = linkHandle{link: l, ifindex: iface.Index}
+	if !d.opts.NoPin {
+		if err := d.syncProgsPins(); err != nil {
+			return fmt.Errorf("attach to %s: %w", ifname, err)
+		}
+	}
 	// Cached next hops may name interfaces that changed.
 	return d.invalidateCaches()
 }
@@ -166,6 +171,11 @@ func (d *Datapath) Detach(ifname string) error {
 	}
 	if err := h.link.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("detach from %s: %w", ifname, err))
+	}
+	if !d.opts.NoPin {
+		if err := d.syncProgsPins(); err != nil {
+			errs = append(errs, fmt.Errorf("detach from %s: %w", ifname, err))
+		}
 	}
 	if h.ifindex > 0 {
 		_ = d.objs.TxPorts.Delete(uint32(h.ifindex))

@@ -397,6 +397,9 @@ func (d *Datapath) Remove() error {
 				errs = append(errs, fmt.Errorf("unpin map: %w", err))
 			}
 		}
+		if err := d.removeProgsPins(); err != nil {
+			errs = append(errs, err)
+		}
 		_ = os.Remove(filepath.Join(d.opts.PinPath, "links"))
 		_ = os.Remove(d.opts.PinPath)
 	}

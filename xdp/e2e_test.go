@@ -20,6 +20,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -745,12 +747,45 @@ func TestE2ELoaderRestart(t *testing.T) {
 			t.Fatalf("%s: %v", msg, err)
 		}
 	}
+	// A new connection takes the full path (xlb_full, by tail call), and a ping to the VIP the
+	// ICMP program after it: both tail calls must outlive the loader that filled the table.
+	newFlows := func(msg string) {
+		t.Helper()
+		c2, err := l.dialTCP(vip)
+		if err != nil {
+			t.Fatalf("%s: %v", msg, err)
+		}
+		defer c2.Close()
+		if err := c2.exchange(msg); err != nil {
+			t.Fatalf("%s: new connection: %v", msg, err)
+		}
+		if out, err := l.client.Cmd("ping", "-c", "1", "-W", "2", f.vip.String()).CombinedOutput(); err != nil {
+			t.Errorf("%s: ping %s: %v\n%s", msg, f.vip, err, out)
+		}
+	}
+	// Each generation's tail-call table is pinned while a link runs its program, and only then.
+	progsPins := func(want uint32) {
+		t.Helper()
+		ents, err := os.ReadDir(filepath.Join(l.pinPath, "progs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if !slices.Equal(names, []string{strconv.FormatUint(uint64(want), 10)}) {
+			t.Errorf("pinned tail-call tables %v, want only that of program %d", names, want)
+		}
+	}
 	step("with the first loader")
+	progsPins(progs1[0])
 	first.kill(t)
 	if got := l.gatewayProgs(t); got != progs1 {
 		t.Errorf("XDP programs on the gateway changed from %v to %v when the loader died", progs1, got)
 	}
 	step("with no loader")
+	newFlows("with no loader")
 	second := startE2ELoader(t, l)
 	progs2 := l.gatewayProgs(t)
 	for i := range progs2 {
@@ -760,9 +795,11 @@ func TestE2ELoaderRestart(t *testing.T) {
 			break
 		}
 	}
+	progsPins(progs2[0])
 	step("with the second loader")
 	second.kill(t)
 	step("with no loader again")
+	newFlows("with no loader again")
 
 	d, err := Load(Options{PinPath: l.pinPath, ConntrackSize: e2eConntrackSize})
 	if err != nil {
