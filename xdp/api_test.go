@@ -45,6 +45,7 @@ func TestConstantsMatchBPF(t *testing.T) {
 		xlbMapConntrack:    DefaultConntrackSize,
 		xlbMapHandshakes:   DefaultHandshakeSize,
 		xlbMapMaglevSlots:  DefaultMaglevSlots,
+		xlbMapProgs:        progFull + 1,
 	} {
 		if got := spec.Maps[name].MaxEntries; got != want {
 			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)

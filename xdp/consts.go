@@ -6,6 +6,7 @@ const (
 	maxBackends     = 262144
 	maxMaglevM      = 1048573
 	progICMP        = 0
+	progFull        = 1
 	addrFilterLog2  = 16
 	addrFilterBits  = 1 << addrFilterLog2
 	addrFilterWords = addrFilterBits / 64
@@ -69,7 +70,10 @@ const (
 	// ReasonNATReverseMaglev counts, among ReasonNATReverse, the replies of an ambiguous
 	// endpoint without conntrack entry whose frontend Maglev re-derived (ReverseNAT.Candidates).
 	ReasonNATReverseMaglev = Reason(xlbReasonREASON_NAT_REVERSE_MAGLEV)
-	numReasons             = int(xlbReasonREASON_MAX)
+	// ReasonPassTailCall: a tail call found no program (the loader installs them before it
+	// attaches, so this stays 0).
+	ReasonPassTailCall = Reason(xlbReasonREASON_PASS_TAIL_CALL)
+	numReasons         = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -78,7 +82,7 @@ var reasonNames = [...]string{
 	"pass_icmp", "pass_local", "drop_malformed_l4", "drop_src_range", "drop_no_backend", "drop_frag_unknown",
 	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
-	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev",
+	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev", "pass_tail_call",
 }
 
 // String returns the counter's name, as used in metrics.

@@ -1,11 +1,17 @@
 package xdp
 
 import (
+	"bytes"
+	"encoding/binary"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/internal/progrun"
 )
 
 // The flow cache's records (flow_replay in bpf/xlb.c): an established flow's third packet is
@@ -337,4 +343,172 @@ func TestGoldenReplayFragmentedSYN(t *testing.T) {
 	// ... and so does the handshake's ACK.
 	_, ackToBE2 := clientTCP(41500, ap(vip4, 80), "A", ap(be2v4, 8080), macBE2)
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToBE2.bytes(t), fwd(ReasonFwdRedirect)})
+}
+
+// fastVariant is a recorded flow's packet (or a reply) changed in one way, and which part of
+// xlb_xdp's first step, fast_path (bpf/xlb.c), leaves it to the full path.
+type fastVariant struct {
+	name   string
+	mod    func(p pk) pk
+	raw    func(b []byte) []byte // applied to the bytes after mod; nil: none
+	parse  bool                  // fast_path does not parse it: the full path's, whatever the flow
+	replay bool                  // flow_replay does not take it: the full path's, to a VIP
+	tcp    bool                  // it only changes TCP flags (a UDP datagram stays as recorded)
+}
+
+func fastVariants() []fastVariant {
+	same := func(p pk) pk { return p }
+	return []fastVariant{
+		{name: "as recorded", mod: same},
+		{name: "other TTL and payload", mod: func(p pk) pk { p.TTL, p.Payload = 9, []byte("other payload"); return p }},
+		{name: "TTL 1", mod: func(p pk) pk { p.TTL = 1; return p }, replay: true},
+		{name: "SYN", mod: func(p pk) pk { p.Flags = "S"; return p }, replay: true, tcp: true},
+		{name: "FIN", mod: func(p pk) pk { p.Flags = "FA"; return p }, replay: true, tcp: true},
+		{name: "RST", mod: func(p pk) pk { p.Flags = "R"; return p }, replay: true, tcp: true},
+		{name: "VLAN tag", mod: func(p pk) pk { p.VLAN = 100; return p }, parse: true},
+		{name: "IPv4 options or IPv6 extension header", mod: func(p pk) pk {
+			if p.is4() {
+				p.IPv4Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}}
+			} else {
+				p.Ext6, p.Ext6Types = ext6HopDst(), []layers.IPProtocol{0}
+			}
+			return p
+		}, raw: func(b []byte) []byte {
+			// The options hold the ports, so that a parser ignoring them would find the flow; for
+			// TCP, the acknowledgement number's first byte is then a valid data offset.
+			if b[12] == 0x08 {
+				copy(b[14+20:14+24], b[14+24:14+28])
+				if b[14+9] == byte(layers.IPProtocolTCP) {
+					b[14+20+12] = 0x50
+				}
+			}
+			return b
+		}, parse: true},
+		{name: "IPv6 UDP without checksum", mod: func(p pk) pk {
+			p.UDPZeroCsum = !p.is4() && p.Proto == layers.IPProtocolUDP
+			return p
+		}},
+		{name: "first fragment", mod: same, raw: func(b []byte) []byte {
+			if b[12] == 0x08 { // IPv4: set MF (the checksum is not the datapath's to check)
+				b[14+6] |= 0x20
+			}
+			return b
+		}},
+		{name: "truncated", mod: same, raw: func(b []byte) []byte {
+			n := 14 + int(binary.BigEndian.Uint16(b[16:])) // IPv4: the header's total length
+			if b[12] == 0x86 {
+				n = 14 + 40 + int(binary.BigEndian.Uint16(b[18:])) // IPv6: the payload length
+			}
+			return b[:n-2] // two bytes short of what the IP header says
+		}, parse: true},
+		{name: "L4 header longer than the datagram", mod: same, raw: func(b []byte) []byte {
+			l4, proto := 14+20, b[14+9]
+			if b[12] == 0x86 {
+				l4, proto = 14+40, b[14+6]
+			}
+			if proto == byte(layers.IPProtocolTCP) {
+				b[l4+12] = 0xf0 // data offset 60
+			} else {
+				b[l4+4] = 0xff // UDP length
+			}
+			return b
+		}, replay: true},
+	}
+}
+
+// fullPathOnly reports whether fast_path must leave variant v of case c (the packet in) to the
+// full path.
+func fullPathOnly(c replayCase, v fastVariant, in pk) bool {
+	switch {
+	case v.parse:
+		return true
+	case v.name == "first fragment":
+		return in.is4() // an IPv6 packet is left as it was
+	case c.reverse: // lb_reverse decides everything else
+		return false
+	case v.replay:
+		return !v.tcp || in.Proto == layers.IPProtocolTCP
+	}
+	return in.UDPZeroCsum // flow_replay leaves it to the full path, which drops it
+}
+
+// TestGoldenFastPath: xlb_xdp first tries fast_path, which handles the common packets of
+// recorded flows, replies and traffic that is none of ours, and tail-calls the full path
+// (xlb_full) for the rest. Two gateways with the same services see the same packets; then each
+// variant of each kind of flow goes to xlb_xdp on one, with the full path out of the tail-call
+// table for that packet, and to xlb_full alone on the other. What fast_path must leave is passed untouched
+// (pass_tail_call); what it takes gets exactly the full path's verdict, bytes and counters.
+func TestGoldenFastPath(t *testing.T) {
+	gx, gf := newGW(t, Options{}), newGW(t, Options{})
+	services(t, gx)
+	services(t, gf)
+	runOn := func(t *testing.T, g *gw, prog *ebpf.Program, b []byte, ifindex int) (progrun.Result, map[Reason]uint64) {
+		t.Helper()
+		before := g.reasons(t)
+		var res progrun.Result
+		must(t, g.do(func() error {
+			var err error
+			res, err = progrun.XDP(prog, b, ifindex, 1)
+			return err
+		}))
+		delta := map[Reason]uint64{}
+		for r, n := range g.reasons(t) {
+			if d := n - before[r]; d != 0 {
+				delta[r] = d
+			}
+		}
+		return res, delta
+	}
+	port := uint16(43000)
+	cases := replayCases()
+	// Traffic of no VIP or backend: it never needs the full path.
+	cases = append(cases, replayCase{name: "not ours", in: func(ttl uint8, payload []byte) pk {
+		return pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 1), Dst: ap(other4, 80), Proto: layers.IPProtocolTCP, Flags: "A", TTL: ttl, Payload: payload}
+	}, out: func(p pk) pk { return p }, ifindex: func(g *gw) int { return g.ext }, reverse: true})
+	for _, c := range cases {
+		for _, v := range fastVariants() {
+			t.Run(c.name+"/"+v.name, func(t *testing.T) {
+				port++
+				p := c.in(64, nil)
+				if c.reverse {
+					p.Dst = netip.AddrPortFrom(p.Dst.Addr(), port)
+				} else {
+					p.Src = netip.AddrPortFrom(p.Src.Addr(), port)
+				}
+				if c.name != "not ours" {
+					for _, g := range []*gw{gx, gf} {
+						for range 2 { // the conntrack entry, then the record
+							g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+						}
+					}
+				}
+				in := v.mod(p)
+				b := in.bytes(t)
+				if v.raw != nil {
+					b = v.raw(b)
+				}
+				must(t, gx.dp.objs.Progs.Delete(uint32(progFull)))
+				got, gotReasons := runOn(t, gx, gx.dp.Program(), bytes.Clone(b), c.ifindex(gx))
+				must(t, gx.dp.objs.Progs.Put(uint32(progFull), gx.dp.objs.XlbFull))
+				if fullPathOnly(c, v, in) {
+					want := map[Reason]uint64{ReasonPassTailCall: 1}
+					if got.Verdict != xdpPass || !bytes.Equal(got.Data, b) || !maps.Equal(gotReasons, want) {
+						t.Errorf("fast_path took it (verdict %s, counters %v), want the full path\n%s",
+							verdictNames[got.Verdict], gotReasons, dump("got", got.Data))
+					}
+					return
+				}
+				full, fullReasons := runOn(t, gf, gf.dp.objs.XlbFull, bytes.Clone(b), c.ifindex(gf))
+				if got.Verdict != full.Verdict {
+					t.Errorf("verdict %s, the full path's %s", verdictNames[got.Verdict], verdictNames[full.Verdict])
+				}
+				if !bytes.Equal(got.Data, full.Data) {
+					t.Errorf("output differs from the full path's\n%s\n%s", dump("got", got.Data), dump("full path", full.Data))
+				}
+				if !maps.Equal(gotReasons, fullReasons) {
+					t.Errorf("counters moved by %v, the full path's by %v", gotReasons, fullReasons)
+				}
+			})
+		}
+	}
 }

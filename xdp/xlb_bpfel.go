@@ -184,7 +184,8 @@ const (
 	xlbReasonREASON_HS_HIT             xlbReason = 27
 	xlbReasonREASON_HS_RATE_LIMITED    xlbReason = 28
 	xlbReasonREASON_NAT_REVERSE_MAGLEV xlbReason = 29
-	xlbReasonREASON_MAX                xlbReason = 30
+	xlbReasonREASON_PASS_TAIL_CALL     xlbReason = 30
+	xlbReasonREASON_MAX                xlbReason = 31
 )
 
 type xlbRevValue struct {
@@ -273,6 +274,7 @@ const (
 	xlbMapVipById             = "vip_by_id"
 	xlbMapVipStats            = "vip_stats"
 	xlbMapVips                = "vips"
+	xlbProgXlbFull            = "xlb_full"
 	xlbProgXlbIcmp            = "xlb_icmp"
 	xlbProgXlbXdp             = "xlb_xdp"
 	xlbVarCfgHashSeed         = "cfg_hash_seed"
@@ -325,6 +327,7 @@ type xlbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbProgramSpecs struct {
+	XlbFull *ebpf.ProgramSpec `ebpf:"xlb_full"`
 	XlbIcmp *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
 	XlbXdp  *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
 }
@@ -453,12 +456,14 @@ type xlbVariables struct {
 //
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbPrograms struct {
+	XlbFull *ebpf.Program `ebpf:"xlb_full"`
 	XlbIcmp *ebpf.Program `ebpf:"xlb_icmp"`
 	XlbXdp  *ebpf.Program `ebpf:"xlb_xdp"`
 }
 
 func (p *xlbPrograms) Close() error {
 	return _XlbClose(
+		p.XlbFull,
 		p.XlbIcmp,
 		p.XlbXdp,
 	)

@@ -49,8 +49,9 @@
 #define SVC_CACHE_VIPS    1
 #define SVC_CACHE_REVERSE 2
 
-/* Index of the ICMP program in the progs tail-call table. */
+/* Indexes in the progs tail-call table: the ICMP program, the full path. */
 #define PROG_ICMP 0
+#define PROG_FULL 1
 
 /* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
  * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array
@@ -125,6 +126,7 @@ enum hs_match {
 #define ETH_P_IPV6_BE   0xDD86 /* htons(0x86DD) */
 #define ETH_P_8021Q_BE  0x0081 /* htons(0x8100) */
 #define ETH_P_8021AD_BE 0xA888 /* htons(0x88A8) */
+#define IPV4_NO_OPTIONS 0x45 /* first byte of an IPv4 header: version 4, 20-byte header */
 #define IP_MF_BE        0x0020 /* htons(0x2000): more fragments */
 #define IP_OFFSET_BE    0xFF1F /* htons(0x1FFF): fragment offset */
 #define IPV6_EXT_MAX    6      /* extension headers we walk before giving up (pass) */
@@ -193,6 +195,8 @@ enum reason {
 	REASON_HS_RATE_LIMITED,      /* SYN forwarded without a handshakes entry (rate guard) */
 	REASON_NAT_REVERSE_MAGLEV,   /* of nat_reverse: an ambiguous endpoint's reply without conntrack
 				      * entry, its VIP re-derived from the candidates' Maglev tables */
+	REASON_PASS_TAIL_CALL,       /* a tail call failed (its program missing from progs: never
+				      * once loaded) */
 	REASON_MAX,
 };
 

@@ -224,13 +224,14 @@ struct {
 	__uint(max_entries, 1);
 } v6_scratch SEC(".maps");
 
-/* progs: tail-call table; PROG_ICMP -> xlb_icmp. Written by Go at load. Not pinned: each program
- * generation has its own. */
+/* progs: tail-call table; PROG_FULL -> xlb_full, PROG_ICMP -> xlb_icmp. Written by Go at load.
+ * Each program generation has its own, which Go pins under progs/<id of its xlb_xdp> while a
+ * pinned link runs it (the kernel empties a program array with no user reference left). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 } progs SEC(".maps");
 
 #endif

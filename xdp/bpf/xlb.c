@@ -427,8 +427,111 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 }
 
+/* fast_process is process() for a packet fast_path parsed (its L4 header follows the IP header
+ * directly; fam is a constant in each inlined copy), for the cases that need no more: traffic of
+ * no VIP or backend address, a backend's reply, and a packet to a VIP that flow_replay takes. The
+ * same checks in the same order; nothing is written unless it gives the verdict process() would.
+ * Returns -1 for the full path (a packet to a VIP that flow_replay does not take, after reading
+ * flow_cache; a SYN before). */
+static __always_inline int fast_process(struct xdp_md *ctx, struct packet *p, void *data_end,
+					const __u8 fam)
+{
+	struct flow_cache_entry *fc;
+	struct flow_key fk = {};
+	struct cpu_state *cs;
+	__u64 now;
+	__u32 gen;
+	int rc;
+
+	p->family = fam;
+	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP)
+		return -1;
+	if (!filter_has(0, &p->dst, fam)) {
+		if (!filter_has(1, &p->src, fam) || parse_ports(data_end, p))
+			return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+		cs = cpu_state_get();
+		now = now_gen(cs, &gen);
+		rc = lb_reverse(ctx, p, data_end, now, gen);
+		return rc >= 0 ? rc : verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+	}
+	if (parse_ports(data_end, p) ||
+	    (p->proto == PROTO_TCP && (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN))
+		return -1;
+	flow_key_of(&fk, p);
+	fc = flow_cache_slot(&fk);
+	cs = cpu_state_get();
+	now = now_gen(cs, &gen);
+	return flow_replay(ctx, p, data_end, fc, &fk, now, gen);
+}
+
+/* fast_path is tried on every packet before anything else. It parses only the common packet:
+ * untagged, not fragmented, TCP or UDP right after an IPv4 header without options or an IPv6
+ * header without extension headers, into a packet and a flow key that the compiler keeps in
+ * registers (the full path's stay on its stack), and hands it to fast_process. Returns -1 for
+ * anything else: the full path then decides, from the same state. */
+static __always_inline int fast_path(struct xdp_md *ctx, void *data, void *data_end)
+{
+	struct ethhdr *eth = data;
+	struct packet p = {};
+
+	if ((void *)(eth + 1) > data_end)
+		return -1;
+	p.eth = eth;
+	p.pkt_len = data_end - data;
+	if (eth->h_proto == ETH_P_IP_BE) {
+		struct iphdr *iph = (void *)(eth + 1);
+		__u32 tot;
+
+		if ((void *)(iph + 1) > data_end || *(__u8 *)iph != IPV4_NO_OPTIONS ||
+		    (iph->frag_off & (IP_MF_BE | IP_OFFSET_BE)))
+			return -1;
+		tot = bpf_ntohs(iph->tot_len);
+		if (tot < sizeof(*iph) || (void *)iph + tot > data_end)
+			return -1;
+		p.l3 = iph;
+		p.l3_end = (void *)iph + tot;
+		p.l4 = iph + 1;
+		p.proto = iph->protocol;
+		p.src.w[0] = iph->saddr;
+		p.dst.w[0] = iph->daddr;
+		return fast_process(ctx, &p, data_end, FAMILY_V4);
+	}
+	if (eth->h_proto == ETH_P_IPV6_BE) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end || ip6->version != 6 ||
+		    (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > data_end)
+			return -1;
+		p.l3 = ip6;
+		p.l3_end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
+		p.l4 = ip6 + 1;
+		p.proto = ip6->nexthdr;
+		__builtin_memcpy(&p.src, &ip6->saddr, sizeof(p.src));
+		__builtin_memcpy(&p.dst, &ip6->daddr, sizeof(p.dst));
+		return fast_process(ctx, &p, data_end, FAMILY_V6);
+	}
+	return -1;
+}
+
+/* xlb_xdp is the program attached to interfaces: fast_path, else the full path (xlb_full, by tail
+ * call: a program of its own, so the verifier explores the two apart, and the fast path runs on a
+ * small stack). */
 SEC("xdp")
 int xlb_xdp(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)ctx->data;
+	int rc = fast_path(ctx, data, data_end);
+
+	if (rc >= 0)
+		return rc;
+	bpf_tail_call(ctx, &progs, PROG_FULL);
+	return verdict(REASON_PASS_TAIL_CALL, XDP_PASS);
+}
+
+/* xlb_full is the full path: every packet fast_path did not take. */
+SEC("xdp")
+int xlb_full(struct xdp_md *ctx)
 {
 	void *data_end = (void *)(long)ctx->data_end;
 	void *data = (void *)(long)ctx->data;
@@ -455,7 +558,7 @@ int xlb_xdp(struct xdp_md *ctx)
 	return process(ctx, &p, data_end, FAMILY_V6);
 }
 
-/* xlb_icmp handles ICMP and ICMPv6 (icmp.h), reached by tail call from xlb_xdp. */
+/* xlb_icmp handles ICMP and ICMPv6 (icmp.h), reached by tail call from xlb_full. */
 SEC("xdp")
 int xlb_icmp(struct xdp_md *ctx)
 {
