@@ -46,43 +46,57 @@ func (d *Datapath) Attach(ifname string, mode AttachMode) error {
 	if _, ok := d.links[ifname]; ok {
 		return nil
 	}
-	var l link.Link
 	if !d.opts.NoPin {
-		pinned, err := d.adoptPinnedLink(ifname, iface.Index)
-		if err != nil {
-			return err
+		// The table first: once the link runs our program, its tail calls need it pinned.
+		if err := d.pinProgs(); err != nil {
+			return fmt.Errorf("attach to %s: %w", ifname, err)
 		}
-		l = pinned
 	}
-	if l == nil {
-		var err error
-		l, err = d.attachNew(iface, mode)
-		if err != nil {
-			return err
-		}
+	l, err := d.attachLink(iface, mode)
+	if err != nil {
 		if !d.opts.NoPin {
-			if err := os.MkdirAll(filepath.Dir(d.linkPin(ifname)), 0o700); err != nil {
-				l.Close()
-				return fmt.Errorf("attach to %s: %w", ifname, err)
-			}
-			if err := l.Pin(d.linkPin(ifname)); err != nil {
-				l.Close()
-				return fmt.Errorf("attach to %s: pin link: %w", ifname, err)
-			}
+			d.unpinIdleProgs()
 		}
+		return err
 	}
 	idx := uint32(iface.Index)
 	if err := d.objs.TxPorts.Put(idx, idx); err != nil {
+		l.Close() // a pinned link stays; the next Attach adopts it
 		return fmt.Errorf("attach to %s: add to tx_ports: %w", ifname, err)
 	}
 	d.links[ifname] = linkHandle{link: l, ifindex: iface.Index}
 	if !d.opts.NoPin {
-		if err := d.syncProgsPins(); err != nil {
-			return fmt.Errorf("attach to %s: %w", ifname, err)
-		}
+		d.unpinIdleProgs()
 	}
 	// Cached next hops may name interfaces that changed.
 	return d.invalidateCaches()
+}
+
+// attachLink runs the program on iface: through the link pinned for it, whose program it
+// replaces, else through a new link, pinned unless NoPin.
+func (d *Datapath) attachLink(iface *net.Interface, mode AttachMode) (link.Link, error) {
+	ifname := iface.Name
+	if !d.opts.NoPin {
+		l, err := d.adoptPinnedLink(ifname, iface.Index)
+		if err != nil || l != nil {
+			return l, err
+		}
+	}
+	l, err := d.attachNew(iface, mode)
+	if err != nil {
+		return nil, err
+	}
+	if !d.opts.NoPin {
+		if err := os.MkdirAll(filepath.Dir(d.linkPin(ifname)), 0o700); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("attach to %s: %w", ifname, err)
+		}
+		if err := l.Pin(d.linkPin(ifname)); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("attach to %s: pin link: %w", ifname, err)
+		}
+	}
+	return l, nil
 }
 
 // adoptPinnedLink replaces the program of the link pinned for ifname, if there is one, and
@@ -173,9 +187,7 @@ func (d *Datapath) Detach(ifname string) error {
 		errs = append(errs, fmt.Errorf("detach from %s: %w", ifname, err))
 	}
 	if !d.opts.NoPin {
-		if err := d.syncProgsPins(); err != nil {
-			errs = append(errs, fmt.Errorf("detach from %s: %w", ifname, err))
-		}
+		d.unpinIdleProgs()
 	}
 	if h.ifindex > 0 {
 		_ = d.objs.TxPorts.Delete(uint32(h.ifindex))

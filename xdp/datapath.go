@@ -400,9 +400,7 @@ func (d *Datapath) Remove() error {
 				errs = append(errs, fmt.Errorf("unpin map: %w", err))
 			}
 		}
-		if err := d.removeProgsPins(); err != nil {
-			errs = append(errs, err)
-		}
+		d.unpinIdleProgs() // a link that failed to detach keeps its table
 		_ = os.Remove(filepath.Join(d.opts.PinPath, "links"))
 		_ = os.Remove(d.opts.PinPath)
 	}
