@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -354,6 +355,7 @@ type fastVariant struct {
 	parse  bool                  // fast_path does not parse it: the full path's, whatever the flow
 	replay bool                  // flow_replay does not take it: the full path's, to a VIP
 	tcp    bool                  // it only changes TCP flags (a UDP datagram stays as recorded)
+	v4     bool                  // it only changes IPv4 packets (an IPv6 one stays as recorded)
 }
 
 func fastVariants() []fastVariant {
@@ -393,7 +395,30 @@ func fastVariants() []fastVariant {
 				b[14+6] |= 0x20
 			}
 			return b
+		}, parse: true, v4: true},
+		{name: "later fragment", mod: same, raw: func(b []byte) []byte {
+			if b[12] == 0x08 { // IPv4: offset 8 bytes
+				b[14+7] = 1
+			}
+			return b
+		}, parse: true, v4: true},
+		{name: "IPv4 header length below 20", mod: same, raw: func(b []byte) []byte {
+			if b[12] == 0x08 {
+				b[14] = 0x44
+			}
+			return b
+		}, parse: true, v4: true},
+		{name: "Ethernet trailer", mod: same, raw: func(b []byte) []byte {
+			return append(b, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee, 0xee)
 		}},
+		{name: "IP length shorter than the L4 header", mod: same, raw: func(b []byte) []byte {
+			if b[12] == 0x08 {
+				binary.BigEndian.PutUint16(b[16:], 20+4)
+			} else {
+				binary.BigEndian.PutUint16(b[18:], 4)
+			}
+			return b
+		}, replay: true},
 		{name: "truncated", mod: same, raw: func(b []byte) []byte {
 			n := 14 + int(binary.BigEndian.Uint16(b[16:])) // IPv4: the header's total length
 			if b[12] == 0x86 {
@@ -420,10 +445,10 @@ func fastVariants() []fastVariant {
 // full path.
 func fullPathOnly(c replayCase, v fastVariant, in pk) bool {
 	switch {
+	case v.v4 && !in.is4():
+		return false // as recorded
 	case v.parse:
 		return true
-	case v.name == "first fragment":
-		return in.is4() // an IPv6 packet is left as it was
 	case c.reverse: // lb_reverse decides everything else
 		return false
 	case v.replay:
@@ -462,9 +487,15 @@ func TestGoldenFastPath(t *testing.T) {
 	port := uint16(43000)
 	cases := replayCases()
 	// Traffic of no VIP or backend: it never needs the full path.
-	cases = append(cases, replayCase{name: "not ours", in: func(ttl uint8, payload []byte) pk {
-		return pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 1), Dst: ap(other4, 80), Proto: layers.IPProtocolTCP, Flags: "A", TTL: ttl, Payload: payload}
-	}, out: func(p pk) pk { return p }, ifindex: func(g *gw) int { return g.ext }, reverse: true})
+	notOurs := func(name string, src, dst netip.Addr, proto layers.IPProtocol) replayCase {
+		return replayCase{name: name, in: func(ttl uint8, payload []byte) pk {
+			return pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, 1), Dst: ap(dst, 80), Proto: proto, Flags: "A", TTL: ttl, Payload: payload}
+		}, out: func(p pk) pk { return p }, ifindex: func(g *gw) int { return g.ext }, reverse: true}
+	}
+	cases = append(cases,
+		notOurs("not ours tcp4", client4, other4, layers.IPProtocolTCP),
+		notOurs("not ours udp4", client4, other4, layers.IPProtocolUDP),
+		notOurs("not ours tcp6", client6, netipMust("2001:db8:200::1"), layers.IPProtocolTCP))
 	for _, c := range cases {
 		for _, v := range fastVariants() {
 			t.Run(c.name+"/"+v.name, func(t *testing.T) {
@@ -475,7 +506,7 @@ func TestGoldenFastPath(t *testing.T) {
 				} else {
 					p.Src = netip.AddrPortFrom(p.Src.Addr(), port)
 				}
-				if c.name != "not ours" {
+				if !strings.HasPrefix(c.name, "not ours") {
 					for _, g := range []*gw{gx, gf} {
 						for range 2 { // the conntrack entry, then the record
 							g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
@@ -507,6 +538,11 @@ func TestGoldenFastPath(t *testing.T) {
 				}
 				if !maps.Equal(gotReasons, fullReasons) {
 					t.Errorf("counters moved by %v, the full path's by %v", gotReasons, fullReasons)
+				}
+				gotVIP, gotBE := gx.traffic(t, c.vip)
+				fullVIP, fullBE := gf.traffic(t, c.vip)
+				if gotVIP != fullVIP || gotBE != fullBE {
+					t.Errorf("VIP and backend traffic %+v, %+v; the full path's %+v, %+v", gotVIP, gotBE, fullVIP, fullBE)
 				}
 			})
 		}

@@ -430,9 +430,9 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 /* fast_process is process() for a packet fast_path parsed (its L4 header follows the IP header
  * directly; fam is a constant in each inlined copy), for the cases that need no more: traffic of
  * no VIP or backend address, a backend's reply, and a packet to a VIP that flow_replay takes. The
- * same checks in the same order; nothing is written unless it gives the verdict process() would.
- * Returns -1 for the full path (a packet to a VIP that flow_replay does not take, after reading
- * flow_cache; a SYN before). */
+ * same checks in the same order. Returns -1 for the full path (a packet to a VIP that flow_replay
+ * does not take, after reading flow_cache; a SYN before), having changed nothing the full path
+ * reads but now_gen's per-CPU clock bookkeeping. */
 static __always_inline int fast_process(struct xdp_md *ctx, struct packet *p, void *data_end,
 					const __u8 fam)
 {
@@ -468,7 +468,7 @@ static __always_inline int fast_process(struct xdp_md *ctx, struct packet *p, vo
  * untagged, not fragmented, TCP or UDP right after an IPv4 header without options or an IPv6
  * header without extension headers, into a packet and a flow key that the compiler keeps in
  * registers (the full path's stay on its stack), and hands it to fast_process. Returns -1 for
- * anything else: the full path then decides, from the same state. */
+ * anything else: the full path then decides. */
 static __always_inline int fast_path(struct xdp_md *ctx, void *data, void *data_end)
 {
 	struct ethhdr *eth = data;
