@@ -194,6 +194,13 @@ func TestPinnedAdoption(t *testing.T) {
 		t.Fatalf("adopt: %+v", err)
 	}
 	defer d2.Close()
+	// One process at a time manages a pin path.
+	if d3, err := Load(opts); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		if d3 != nil {
+			d3.Close()
+		}
+		t.Errorf("a second load while the first holds the pin path: %v, want it refused", err)
+	}
 	vips, err := d2.VIPs()
 	must(t, err)
 	if vips[Frontend{v4, 80, TCP}].ID != 1 {
@@ -206,11 +213,18 @@ func TestPinnedAdoption(t *testing.T) {
 	if d2.slots.reserve(0, 13) {
 		t.Error("slot allocator not rebuilt: the adopted table's region is free")
 	}
+	must(t, d2.Close())
 	bad := opts
 	bad.ConntrackSize = 8192
 	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "conntrack size") {
 		t.Errorf("load with another conntrack size: %v", err)
 	}
+	// A failed load leaves the pin path free.
+	d4, err := Load(opts)
+	if err != nil {
+		t.Fatalf("load after a failed one: %v", err)
+	}
+	must(t, d4.Close())
 }
 
 // TestGoldenNextHopCache: the next-hop cache never sends a packet over the egress MTU (the kernel

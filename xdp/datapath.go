@@ -96,6 +96,8 @@ type Datapath struct {
 	clockMu sync.Mutex
 	// gen is the cache generation written to map clock (see bpf/consts.h); never 0.
 	gen uint32
+	// lockf is PinPath, flock'ed while this Datapath manages it (nil with NoPin).
+	lockf *os.File
 }
 
 func (o Options) withDefaults() Options {
@@ -141,7 +143,7 @@ func (o Options) withDefaults() Options {
 // Load loads the datapath program and creates its maps, or adopts the maps pinned under
 // opts.PinPath by an earlier process (their contents, and so forwarding, carry on). Links
 // pinned there are adopted by Attach.
-func Load(opts Options) (*Datapath, error) {
+func Load(opts Options) (_ *Datapath, err error) {
 	opts = opts.withDefaults()
 	for name, v := range map[string]time.Duration{"TCPEstablishedTimeout": opts.TCPEstablishedTimeout,
 		"TCPClosingTimeout": opts.TCPClosingTimeout, "UDPTimeout": opts.UDPTimeout} {
@@ -179,6 +181,7 @@ func Load(opts Options) (*Datapath, error) {
 
 	var collOpts ebpf.CollectionOptions
 	var oldReverse []reverseEntry
+	var lockf *os.File
 	if opts.NoPin {
 		for _, m := range spec.Maps {
 			m.Pinning = ebpf.PinNone
@@ -187,6 +190,14 @@ func Load(opts Options) (*Datapath, error) {
 		if err := ensureBPFFS(opts.PinPath); err != nil {
 			return nil, fmt.Errorf("load datapath: %w", err)
 		}
+		if lockf, err = lockPinPath(opts.PinPath); err != nil {
+			return nil, fmt.Errorf("load datapath: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				lockf.Close()
+			}
+		}()
 		collOpts.Maps.PinPath = opts.PinPath
 		if err := replaceDisposablePins(spec, opts.PinPath, opts.Logger); err != nil {
 			return nil, fmt.Errorf("load datapath: %w", err)
@@ -199,7 +210,7 @@ func Load(opts Options) (*Datapath, error) {
 		}
 	}
 
-	d := &Datapath{opts: opts, log: opts.Logger, links: map[string]linkHandle{}}
+	d := &Datapath{opts: opts, log: opts.Logger, links: map[string]linkHandle{}, lockf: lockf}
 	if err := spec.LoadAndAssign(&d.objs, &collOpts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -378,7 +389,30 @@ func (d *Datapath) Close() error {
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, err)
 	}
+	if d.lockf != nil {
+		d.lockf.Close() // another process may manage PinPath now
+		d.lockf = nil
+	}
 	return errors.Join(errs...)
+}
+
+// lockPinPath takes the lock of the pin directory dir, so that two processes (a second daemon
+// started by hand, a restart that overlaps the old process) never manage the same pins: links,
+// tail-call tables, and state rebuilt from the maps. The kernel drops it when the process exits,
+// however it exits.
+func lockPinPath(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("pin directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s is in use by another process (an xlb daemon running?)", dir)
+		}
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // Remove detaches the program from every interface it is pinned to, removes all pins and closes

@@ -399,6 +399,8 @@ func TestRestartOldProgramSeesChanges(t *testing.T) {
 	old.stopClock() // the old process dies; its program stays
 	<-old.clockDone
 	old.stopClock = nil
+	must(t, old.lockf.Close()) // and with it the lock of the pin path
+	old.lockf = nil
 
 	neu, err := Load(opts)
 	must(t, err)

@@ -19,7 +19,7 @@ import (
 // programs therefore pins its own table, as PinPath/progs/<id of its xlb_xdp>, before a pinned
 // link is switched to it, and a table is unpinned once no pinned link runs its generation (links
 // are switched one interface at a time, so the previous generation's table outlives the first
-// switch). One process at a time manages a pin path.
+// switch). Load's lock of the pin directory keeps other processes out meanwhile.
 
 // progsDir is the directory of the pinned tail-call tables.
 func (d *Datapath) progsDir() string { return filepath.Join(d.opts.PinPath, "progs") }
