@@ -236,3 +236,36 @@ func (d *Datapath) pinnedLinks() ([]string, error) {
 	}
 	return names, nil
 }
+
+// pinnedLink is a link pinned under a pin path's links directory, named for its interface.
+type pinnedLink struct {
+	name string
+	info *link.Info
+}
+
+// readPinnedLinks returns what the links pinned under pinPath/links are, in name order.
+func readPinnedLinks(pinPath string) ([]pinnedLink, error) {
+	dir := filepath.Join(pinPath, "links")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned links: %w", err)
+	}
+	var out []pinnedLink
+	for _, e := range ents {
+		path := filepath.Join(dir, e.Name())
+		l, err := link.LoadPinnedLink(path, nil) // a link has no read-only mode; only Info is called
+		if err != nil {
+			return nil, fmt.Errorf("open pinned link %s: %w", path, err)
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil {
+			return nil, fmt.Errorf("pinned link %s: %w", path, err)
+		}
+		out = append(out, pinnedLink{e.Name(), info})
+	}
+	return out, nil
+}

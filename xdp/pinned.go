@@ -12,7 +12,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
 )
 
 // Pinned is a read-only view of the state a datapath pinned under a directory: its VIPs,
@@ -164,32 +163,22 @@ var ErrNotAttached = errors.New("no interface attached (no live link pinned)")
 // all.
 func (p *Pinned) Settings() (Settings, error) {
 	dir := filepath.Join(p.d.opts.PinPath, "links")
-	ents, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	links, err := readPinnedLinks(p.d.opts.PinPath)
+	if err != nil {
 		return Settings{}, fmt.Errorf("read the datapath's settings: %w", err)
 	}
 	var prog ebpf.ProgramID
 	var iface string
-	for _, e := range ents {
-		path := filepath.Join(dir, e.Name())
-		l, err := link.LoadPinnedLink(path, nil) // a link has no read-only mode; only Info is called
-		if err != nil {
-			return Settings{}, fmt.Errorf("open pinned link %s: %w", path, err)
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil {
-			return Settings{}, fmt.Errorf("pinned link %s: %w", path, err)
-		}
-		if x := info.XDP(); x == nil || x.Ifindex == 0 {
+	for _, l := range links {
+		if x := l.info.XDP(); x == nil || x.Ifindex == 0 {
 			continue // its interface was deleted: nothing forwards through it
 		}
 		switch {
 		case prog == 0:
-			prog, iface = info.Program, e.Name()
-		case info.Program != prog:
+			prog, iface = l.info.Program, l.name
+		case l.info.Program != prog:
 			return Settings{}, fmt.Errorf("read the datapath's settings: interfaces %s and %s run different programs (%d, %d): a loader is attaching, try again",
-				iface, e.Name(), prog, info.Program)
+				iface, l.name, prog, l.info.Program)
 		}
 	}
 	if prog == 0 {

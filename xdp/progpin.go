@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 )
 
 // The attached program (xlb_xdp) reaches the full path, and that the ICMP program, by tail calls
@@ -135,22 +134,13 @@ func sameMap(a, b *ebpf.Map) (bool, error) {
 
 // pinnedLinkPrograms returns the ids of the programs that the links pinned under PinPath run.
 func (d *Datapath) pinnedLinkPrograms() (map[uint32]bool, error) {
-	names, err := d.pinnedLinks()
+	links, err := readPinnedLinks(d.opts.PinPath)
 	if err != nil {
 		return nil, err
 	}
 	ids := map[uint32]bool{}
-	for _, name := range names {
-		l, err := link.LoadPinnedLink(d.linkPin(name), nil)
-		if err != nil {
-			return nil, fmt.Errorf("load pinned link of %s: %w", name, err)
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil {
-			return nil, fmt.Errorf("pinned link of %s: %w", name, err)
-		}
-		ids[uint32(info.Program)] = true
+	for _, l := range links {
+		ids[uint32(l.info.Program)] = true
 	}
 	return ids, nil
 }
