@@ -39,7 +39,7 @@ const usage = `usage:
       stay pinned; with datapath.kind afxdp forwarding stops with the daemon).
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
-      /sys/fs/bpf/xlb).
+      /sys/fs/bpf/xlb). Refused while an xlb run daemon holds DIR: stop it first.
   xlb show [services|flows|reasons] [--pin-path DIR] [--json] [--vip ADDR] [--limit N]
   xlb show flow --client ADDR:PORT --to VIP:PORT [--proto tcp|udp] [--seed N] [...]
   xlb show agent [--pin-path DIR] [--json]
