@@ -5,26 +5,13 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // ConnectPlan is the node agent's desired state (the socket load balancer, xdp/socklb): what
 // each frontend (a cluster IP, port and protocol) does with new connections.
-type ConnectPlan map[Frontend]ConnectFrontend
-
-// ConnectFrontend is one frontend of a ConnectPlan.
-type ConnectFrontend struct {
-	// Endpoints are the Pod addresses and target ports new connections go to, sorted. None
-	// means the frontend refuses connections: the service exists but no endpoint serves it.
-	Endpoints []netip.AddrPort
-	// AffinityTimeout, when not zero, keeps each client's connections on one endpoint while
-	// it serves and until the client has made none for that long (sessionAffinity: ClientIP).
-	AffinityTimeout time.Duration
-}
-
-// Equal reports whether f and g are the same.
-func (f ConnectFrontend) Equal(g ConnectFrontend) bool {
-	return f.AffinityTimeout == g.AffinityTimeout && slices.Equal(f.Endpoints, g.Endpoints)
-}
+type ConnectPlan map[datapath.Frontend]datapath.ConnectFrontend
 
 // PlanConnect computes the socket load balancer's desired state from services (cluster IPs in
 // VIPs). A frontend takes the Active backends of its address's family with a weight above zero,
@@ -34,7 +21,7 @@ func (f ConnectFrontend) Equal(g ConnectFrontend) bool {
 // errs; the others are planned as if it were not there.
 func PlanConnect(services []Service) (ConnectPlan, []error) {
 	plan := ConnectPlan{}
-	owner := map[Frontend]string{}
+	owner := map[datapath.Frontend]string{}
 	valid, errs := validByName(services)
 	for _, s := range valid {
 		fronts, err := connectFrontends(s)
@@ -80,11 +67,11 @@ func connectFrontends(s *Service) (ConnectPlan, error) {
 				eps = append(eps, netip.AddrPortFrom(a, port))
 			}
 			slices.SortFunc(eps, netip.AddrPort.Compare)
-			cf := ConnectFrontend{Endpoints: slices.Compact(eps)}
-			if s.Affinity == AffinityClientIP {
+			cf := datapath.ConnectFrontend{Endpoints: slices.Compact(eps)}
+			if s.Affinity == datapath.AffinityClientIP {
 				cf.AffinityTimeout = max(s.AffinityTimeout, time.Second)
 			}
-			out[Frontend{Addr: v, Port: p.Port, Proto: p.Protocol}] = cf
+			out[datapath.Frontend{Addr: v, Port: p.Port, Proto: p.Protocol}] = cf
 		}
 	}
 	return out, nil

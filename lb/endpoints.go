@@ -3,6 +3,8 @@ package lb
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Sharing describes the backend endpoints a service shares with other services: Pod ports that
@@ -22,7 +24,7 @@ type Sharing struct {
 // endpointKey is a backend endpoint as the datapath's reverse NAT keys it.
 type endpointKey struct {
 	addr  netip.AddrPort
-	proto Protocol
+	proto datapath.Protocol
 }
 
 // endpointUse is one service port sending to an endpoint.

@@ -4,50 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
-)
 
-// Protocol is the IP protocol of a service port.
-type Protocol uint8
-
-// The protocols a service port can have. SCTP is refused: the datapath does not balance it.
-const (
-	TCP Protocol = 6
-	UDP Protocol = 17
-)
-
-// String returns "TCP" or "UDP".
-func (p Protocol) String() string {
-	switch p {
-	case TCP:
-		return "TCP"
-	case UDP:
-		return "UDP"
-	}
-	return fmt.Sprintf("protocol %d", uint8(p))
-}
-
-// ParseProtocol parses "TCP" or "UDP" (any case).
-func ParseProtocol(s string) (Protocol, error) {
-	switch s {
-	case "TCP", "tcp", "Tcp":
-		return TCP, nil
-	case "UDP", "udp", "Udp":
-		return UDP, nil
-	case "SCTP", "sctp":
-		return 0, fmt.Errorf("protocol SCTP is not supported (xlb balances TCP and UDP)")
-	}
-	return 0, fmt.Errorf("unknown protocol %q (want TCP or UDP)", s)
-}
-
-// Affinity is a service's session affinity.
-type Affinity uint8
-
-const (
-	// AffinityNone spreads a client's connections over the backends.
-	AffinityNone Affinity = iota
-	// AffinityClientIP sends every connection of a client to one backend (sessionAffinity:
-	// ClientIP), for as long as the backend set is unchanged.
-	AffinityClientIP
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TrafficPolicy is externalTrafficPolicy.
@@ -101,7 +59,7 @@ type Service struct {
 	Backends []Backend
 	// Affinity and AffinityTimeout are sessionAffinity and its timeout. The datapath keeps a
 	// client on one backend while the backend set is unchanged; the timeout is not enforced.
-	Affinity        Affinity
+	Affinity        datapath.Affinity
 	AffinityTimeout time.Duration
 	// SourceRanges, if set, are the only client prefixes allowed (loadBalancerSourceRanges); each
 	// VIP uses the prefixes of its family.
@@ -143,7 +101,7 @@ type Port struct {
 	// Port is the port clients connect to; 0 serves every port of the VIP.
 	Port uint16
 	// Protocol is TCP or UDP.
-	Protocol Protocol
+	Protocol datapath.Protocol
 	// TargetPort is the backends' port; 0 means the same as Port.
 	TargetPort uint16
 }
@@ -196,12 +154,12 @@ func (s *Service) Validate() error {
 	}
 	type pp struct {
 		port  uint16
-		proto Protocol
+		proto datapath.Protocol
 	}
 	seenPort := map[pp]bool{}
 	seenName := map[string]bool{}
 	for _, p := range s.Ports {
-		if p.Protocol != TCP && p.Protocol != UDP {
+		if p.Protocol != datapath.TCP && p.Protocol != datapath.UDP {
 			return fmt.Errorf("service %s: port %d: %s is not supported (TCP or UDP)", s.Name, p.Port, p.Protocol)
 		}
 		if seenPort[pp{p.Port, p.Protocol}] {

@@ -7,26 +7,8 @@ import (
 	"sort"
 
 	"github.com/xlb-dev/xlb/lb/maglev"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
-
-// Frontend is a VIP service as clients address it. Port 0 serves every port of the VIP.
-type Frontend struct {
-	Addr  netip.Addr
-	Port  uint16
-	Proto Protocol
-}
-
-// String returns "addr:port/PROTO".
-func (f Frontend) String() string {
-	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(f.Addr, f.Port), f.Proto)
-}
-
-// Endpoint is a backend's {address, target port, protocol}, as its replies carry it.
-type Endpoint struct {
-	Addr  netip.Addr
-	Port  uint16
-	Proto Protocol
-}
 
 // PlannedBackend is one backend of a frontend.
 type PlannedBackend struct {
@@ -43,7 +25,7 @@ type FrontendPlan struct {
 	// Service names the service the frontend belongs to.
 	Service string
 	// Affinity is the service's session affinity.
-	Affinity Affinity
+	Affinity datapath.Affinity
 	// SourceRanges are the service's source ranges of the frontend's family.
 	SourceRanges []netip.Prefix
 	// Backends are every backend of the frontend's family, sorted by Key, draining and
@@ -61,7 +43,7 @@ type FrontendPlan struct {
 // ReversePlan says which frontend a backend endpoint's replies must come from.
 type ReversePlan struct {
 	// Frontend is the frontend when the endpoint serves exactly one.
-	Frontend Frontend
+	Frontend datapath.Frontend
 	// Ambiguous is set when the endpoint serves several frontends (replies are then mapped by
 	// conntrack, else by Candidates; see docs/datapath.md).
 	Ambiguous bool
@@ -69,20 +51,15 @@ type ReversePlan struct {
 	// sorted; nil when there are more than MaxReverseCandidates. A gateway without conntrack
 	// entry for a reply finds its frontend as the one candidate whose Maglev table sends the
 	// reply's forward tuple to this endpoint.
-	Candidates []Frontend
+	Candidates []datapath.Frontend
 }
-
-// MaxReverseCandidates is how many frontends an ambiguous endpoint may list in
-// ReversePlan.Candidates: the datapath's REV_MAX_CANDIDATES (xdp.MaxReverseCandidates). Each costs
-// a reply without conntrack entry a few map lookups.
-const MaxReverseCandidates = 4
 
 // Desired is the datapath state every gateway derives from the same services.
 type Desired struct {
 	// Frontends maps each frontend to its plan.
-	Frontends map[Frontend]*FrontendPlan
+	Frontends map[datapath.Frontend]*FrontendPlan
 	// Reverse maps backend endpoints to the frontend their replies come from.
-	Reverse map[Endpoint]ReversePlan
+	Reverse map[datapath.Endpoint]ReversePlan
 }
 
 // DefaultTableSize is the Maglev table size of a frontend unless configured otherwise: 16381 slots
@@ -107,7 +84,7 @@ func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
 	if opts.TableSize == 0 {
 		opts.TableSize = DefaultTableSize
 	}
-	d = &Desired{Frontends: map[Frontend]*FrontendPlan{}, Reverse: map[Endpoint]ReversePlan{}}
+	d = &Desired{Frontends: map[datapath.Frontend]*FrontendPlan{}, Reverse: map[datapath.Endpoint]ReversePlan{}}
 	valid, errs := validByName(services)
 	for _, s := range valid {
 		plans, err := planService(s, opts)
@@ -155,7 +132,7 @@ func validByName(services []Service) (valid []*Service, errs []error) {
 }
 
 // planService plans every frontend of one valid service.
-func planService(s *Service, opts PlanOptions) (map[Frontend]*FrontendPlan, error) {
+func planService(s *Service, opts PlanOptions) (map[datapath.Frontend]*FrontendPlan, error) {
 	m := s.TableSize
 	if m == 0 {
 		m = opts.TableSize
@@ -163,7 +140,7 @@ func planService(s *Service, opts PlanOptions) (map[Frontend]*FrontendPlan, erro
 	if err := maglev.CheckSize(m); err != nil {
 		return nil, fmt.Errorf("service %s: %w", s.Name, err)
 	}
-	out := map[Frontend]*FrontendPlan{}
+	out := map[datapath.Frontend]*FrontendPlan{}
 	for _, vip := range s.VIPs {
 		vip = vip.Unmap()
 		var ranges []netip.Prefix
@@ -177,7 +154,7 @@ func planService(s *Service, opts PlanOptions) (map[Frontend]*FrontendPlan, erro
 				"(it would admit every client)", s.Name, vip)
 		}
 		for _, port := range s.Ports {
-			f := Frontend{Addr: vip, Port: port.Port, Proto: port.Protocol}
+			f := datapath.Frontend{Addr: vip, Port: port.Port, Proto: port.Protocol}
 			p := &FrontendPlan{Service: s.Name, Affinity: s.Affinity, SourceRanges: ranges, Route: s.Route}
 			for _, b := range s.Backends {
 				a := b.Addr.Unmap()
@@ -225,10 +202,10 @@ func buildTable(bes []PlannedBackend, m int, seed uint32) ([]int, error) {
 
 // planReverse derives the reverse NAT entries from the frontends.
 func (d *Desired) planReverse() {
-	serves := map[Endpoint][]Frontend{}
+	serves := map[datapath.Endpoint][]datapath.Frontend{}
 	for f, p := range d.Frontends {
 		for _, b := range p.Backends {
-			ep := Endpoint{Addr: b.Key.Addr(), Port: b.Key.Port(), Proto: f.Proto}
+			ep := datapath.Endpoint{Addr: b.Key.Addr(), Port: b.Key.Port(), Proto: f.Proto}
 			if !slices.Contains(serves[ep], f) {
 				serves[ep] = append(serves[ep], f)
 			}
@@ -241,7 +218,7 @@ func (d *Desired) planReverse() {
 			// an endpoint that also serves all-ports frontends (or fixed ones with target port
 			// 0) are looked up here, so those frontends are candidates too, and the entry is
 			// ambiguous; so is the {address, 0} one, whose replies may then come from any port.
-			any := Endpoint{Addr: ep.Addr, Port: 0, Proto: ep.Proto}
+			any := datapath.Endpoint{Addr: ep.Addr, Port: 0, Proto: ep.Proto}
 			if other, ok := serves[any]; ok {
 				cands = append(slices.Clone(fs), other...)
 				d.Reverse[any] = ambiguous(other)
@@ -259,23 +236,12 @@ func (d *Desired) planReverse() {
 
 // ambiguous is the reverse plan of an endpoint serving frontends fs (sorted into Candidates, or
 // none when there are too many for the datapath).
-func ambiguous(fs []Frontend) ReversePlan {
+func ambiguous(fs []datapath.Frontend) ReversePlan {
 	r := ReversePlan{Ambiguous: true}
 	fs = slices.Clone(fs)
-	slices.SortFunc(fs, Frontend.Compare)
-	if fs = slices.Compact(fs); len(fs) <= MaxReverseCandidates {
+	slices.SortFunc(fs, datapath.Frontend.Compare)
+	if fs = slices.Compact(fs); len(fs) <= datapath.MaxReverseCandidates {
 		r.Candidates = fs
 	}
 	return r
-}
-
-// Compare orders frontends by address, port and protocol.
-func (f Frontend) Compare(g Frontend) int {
-	if c := f.Addr.Compare(g.Addr); c != 0 {
-		return c
-	}
-	if f.Port != g.Port {
-		return int(f.Port) - int(g.Port)
-	}
-	return int(f.Proto) - int(g.Proto)
 }

@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 func svc(name, vip string, port uint16, backends ...string) Service {
 	s := Service{Name: name, VIPs: []netip.Addr{netip.MustParseAddr(vip)},
-		Ports: []Port{{Name: "p", Port: port, Protocol: TCP, TargetPort: 8080}}}
+		Ports: []Port{{Name: "p", Port: port, Protocol: datapath.TCP, TargetPort: 8080}}}
 	for _, b := range backends {
 		s.Backends = append(s.Backends, Backend{Addr: netip.MustParseAddr(b), Weight: 1})
 	}
@@ -29,7 +31,7 @@ func TestPlanFrontendsAndReverse(t *testing.T) {
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	f4 := d.Frontends[Frontend{netip.MustParseAddr("198.18.100.1"), 80, TCP}]
+	f4 := d.Frontends[datapath.Frontend{Addr: netip.MustParseAddr("198.18.100.1"), Port: 80, Proto: datapath.TCP}]
 	if f4 == nil || len(f4.Backends) != 2 || f4.Serving != 1 || len(f4.SourceRanges) != 1 {
 		t.Fatalf("IPv4 frontend of a: %+v", f4)
 	}
@@ -38,27 +40,27 @@ func TestPlanFrontendsAndReverse(t *testing.T) {
 			t.Fatal("a draining backend got table slots")
 		}
 	}
-	f6 := d.Frontends[Frontend{netip.MustParseAddr("2001:db8:100::1"), 80, TCP}]
+	f6 := d.Frontends[datapath.Frontend{Addr: netip.MustParseAddr("2001:db8:100::1"), Port: 80, Proto: datapath.TCP}]
 	if f6 == nil || len(f6.Backends) != 1 || f6.Backends[0].Key.String() != "[2001:db8:1::10]:8080" {
 		t.Fatalf("IPv6 frontend of a uses IPv6 backends only: %+v", f6)
 	}
-	fb := d.Frontends[Frontend{netip.MustParseAddr("198.18.100.2"), 0, TCP}]
+	fb := d.Frontends[datapath.Frontend{Addr: netip.MustParseAddr("198.18.100.2"), Port: 0, Proto: datapath.TCP}]
 	if fb == nil || fb.Backends[0].Key.Port() != 0 {
 		t.Fatalf("all-ports frontend keeps the client's port: %+v", fb)
 	}
-	if r := d.Reverse[Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}]; !r.Ambiguous {
+	if r := d.Reverse[datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: datapath.TCP}]; !r.Ambiguous {
 		t.Errorf("endpoint behind a and c should be ambiguous: %+v", r)
 	}
-	if r := d.Reverse[Endpoint{netip.MustParseAddr("198.18.1.11"), 8080, TCP}]; r.Ambiguous || r.Frontend.Port != 80 {
+	if r := d.Reverse[datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.11"), Port: 8080, Proto: datapath.TCP}]; r.Ambiguous || r.Frontend.Port != 80 {
 		t.Errorf("draining endpoint keeps its reverse entry: %+v", r)
 	}
 	// 198.18.1.10 serves b on every port and a, c on 8080: the datapath would match a reply from
 	// :8080 to b's clients with the :8080 entry, so both entries are ambiguous.
-	if r := d.Reverse[Endpoint{netip.MustParseAddr("198.18.1.10"), 0, TCP}]; !r.Ambiguous {
+	if r := d.Reverse[datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 0, Proto: datapath.TCP}]; !r.Ambiguous {
 		t.Errorf("all-ports endpoint sharing an address with a fixed-port one: %+v", r)
 	}
 	e, _ := Plan([]Service{b}, PlanOptions{Seed: 1, TableSize: 251})
-	if r := e.Reverse[Endpoint{netip.MustParseAddr("198.18.1.10"), 0, TCP}]; r.Ambiguous || r.Frontend.Addr != netip.MustParseAddr("198.18.100.2") {
+	if r := e.Reverse[datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 0, Proto: datapath.TCP}]; r.Ambiguous || r.Frontend.Addr != netip.MustParseAddr("198.18.100.2") {
 		t.Errorf("all-ports endpoint alone: %+v", r)
 	}
 }
@@ -88,7 +90,7 @@ func TestPlanErrorsAreContained(t *testing.T) {
 			t.Errorf("error %d = %q, want it to contain %q", i, errs[i], w)
 		}
 	}
-	if len(d.Frontends) != 1 || d.Frontends[Frontend{netip.MustParseAddr("198.18.100.1"), 80, TCP}].Service != "good" {
+	if len(d.Frontends) != 1 || d.Frontends[datapath.Frontend{Addr: netip.MustParseAddr("198.18.100.1"), Port: 80, Proto: datapath.TCP}].Service != "good" {
 		t.Fatalf("frontends: %v", d.Frontends)
 	}
 }
@@ -100,7 +102,7 @@ func TestPlanIsDeterministic(t *testing.T) {
 	b.Backends = []Backend{a.Backends[2], a.Backends[0], a.Backends[1]}
 	d1, _ := Plan([]Service{a}, PlanOptions{Seed: 9})
 	d2, _ := Plan([]Service{b}, PlanOptions{Seed: 9})
-	f := Frontend{netip.MustParseAddr("198.18.100.1"), 80, TCP}
+	f := datapath.Frontend{Addr: netip.MustParseAddr("198.18.100.1"), Port: 80, Proto: datapath.TCP}
 	t1, t2 := d1.Frontends[f], d2.Frontends[f]
 	for i := range t1.Table {
 		if t1.Backends[t1.Table[i]].Key != t2.Backends[t2.Table[i]].Key {
@@ -119,8 +121,8 @@ func TestValidate(t *testing.T) {
 		"bad vip":       {func(s *Service) { s.VIPs = []netip.Addr{netip.MustParseAddr("0.0.0.0")} }, "not a usable unicast address"},
 		"dup vip":       {func(s *Service) { s.VIPs = append(s.VIPs, s.VIPs[0]) }, "listed twice"},
 		"no ports":      {func(s *Service) { s.Ports = nil }, "no ports"},
-		"dup port":      {func(s *Service) { s.Ports = append(s.Ports, Port{Name: "q", Port: 80, Protocol: TCP}) }, "port 80/TCP listed twice"},
-		"dup port name": {func(s *Service) { s.Ports = append(s.Ports, Port{Name: "p", Port: 81, Protocol: TCP}) }, `port name "p" used twice`},
+		"dup port":      {func(s *Service) { s.Ports = append(s.Ports, Port{Name: "q", Port: 80, Protocol: datapath.TCP}) }, "port 80/TCP listed twice"},
+		"dup port name": {func(s *Service) { s.Ports = append(s.Ports, Port{Name: "p", Port: 81, Protocol: datapath.TCP}) }, `port name "p" used twice`},
 		"all ports tp":  {func(s *Service) { s.Ports[0].Port = 0 }, "all-ports port (0) cannot have targetPort"},
 		"dup backend":   {func(s *Service) { s.Backends = append(s.Backends, s.Backends[0]) }, "backend 198.18.1.10 listed twice"},
 		"named tp":      {func(s *Service) { s.Backends[0].TargetPorts = map[string]uint16{"x": 1} }, `target port for unknown port "x"`},
@@ -138,15 +140,19 @@ func TestValidate(t *testing.T) {
 // reaching it through an all-ports entry included) for the datapath's Maglev re-derivation, and
 // none when there are more than MaxReverseCandidates.
 func TestPlanReverseCandidates(t *testing.T) {
-	fe := func(a string, port uint16) Frontend { return Frontend{netip.MustParseAddr(a), port, TCP} }
-	ep := func(a string, port uint16) Endpoint { return Endpoint{netip.MustParseAddr(a), port, TCP} }
+	fe := func(a string, port uint16) datapath.Frontend {
+		return datapath.Frontend{Addr: netip.MustParseAddr(a), Port: port, Proto: datapath.TCP}
+	}
+	ep := func(a string, port uint16) datapath.Endpoint {
+		return datapath.Endpoint{Addr: netip.MustParseAddr(a), Port: port, Proto: datapath.TCP}
+	}
 	a := svc("a", "198.18.100.1", 80, "198.18.1.10", "198.18.1.11")
 	c := svc("c", "198.18.100.3", 81, "198.18.1.10")
 	d, errs := Plan([]Service{c, a}, PlanOptions{Seed: 1, TableSize: 251})
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	want := []Frontend{fe("198.18.100.1", 80), fe("198.18.100.3", 81)}
+	want := []datapath.Frontend{fe("198.18.100.1", 80), fe("198.18.100.3", 81)}
 	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || !slices.Equal(r.Candidates, want) {
 		t.Errorf("endpoint behind a and c: %+v, want candidates %v", r, want)
 	}
@@ -158,25 +164,25 @@ func TestPlanReverseCandidates(t *testing.T) {
 	b := svc("b", "198.18.100.2", 0, "198.18.1.10")
 	b.Ports[0].TargetPort = 0
 	d, _ = Plan([]Service{c, b, a}, PlanOptions{Seed: 1, TableSize: 251})
-	want = []Frontend{fe("198.18.100.1", 80), fe("198.18.100.2", 0), fe("198.18.100.3", 81)}
+	want = []datapath.Frontend{fe("198.18.100.1", 80), fe("198.18.100.2", 0), fe("198.18.100.3", 81)}
 	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || !slices.Equal(r.Candidates, want) {
 		t.Errorf("endpoint behind a, c and all-ports b: %+v, want candidates %v", r, want)
 	}
-	if r := d.Reverse[ep("198.18.1.10", 0)]; !r.Ambiguous || !slices.Equal(r.Candidates, []Frontend{fe("198.18.100.2", 0)}) {
+	if r := d.Reverse[ep("198.18.1.10", 0)]; !r.Ambiguous || !slices.Equal(r.Candidates, []datapath.Frontend{fe("198.18.100.2", 0)}) {
 		t.Errorf("all-ports entry shadowed by a fixed-port one: %+v", r)
 	}
 
 	// Five frontends on one endpoint: too many for the datapath, conntrack only.
 	var many []Service
-	for i := range MaxReverseCandidates + 1 {
+	for i := range datapath.MaxReverseCandidates + 1 {
 		many = append(many, svc(fmt.Sprintf("s%d", i), fmt.Sprintf("198.18.100.%d", i+1), 80, "198.18.1.10"))
 	}
 	d, _ = Plan(many, PlanOptions{Seed: 1, TableSize: 251})
 	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || r.Candidates != nil {
 		t.Errorf("endpoint behind %d frontends: %+v, want ambiguous without candidates", len(many), r)
 	}
-	d, _ = Plan(many[:MaxReverseCandidates], PlanOptions{Seed: 1, TableSize: 251})
-	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || len(r.Candidates) != MaxReverseCandidates {
-		t.Errorf("endpoint behind %d frontends: %+v, want them all as candidates", MaxReverseCandidates, r)
+	d, _ = Plan(many[:datapath.MaxReverseCandidates], PlanOptions{Seed: 1, TableSize: 251})
+	if r := d.Reverse[ep("198.18.1.10", 8080)]; !r.Ambiguous || len(r.Candidates) != datapath.MaxReverseCandidates {
+		t.Errorf("endpoint behind %d frontends: %+v, want them all as candidates", datapath.MaxReverseCandidates, r)
 	}
 }

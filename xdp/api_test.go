@@ -13,6 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 func loadNoPin(t *testing.T, opts Options) *Datapath {
@@ -37,13 +38,13 @@ func TestConstantsMatchBPF(t *testing.T) {
 	spec, err := loadXlb()
 	must(t, err)
 	for name, want := range map[string]uint32{
-		xlbMapVipById:      maxVIPs,
-		xlbMapVipStats:     maxVIPs,
-		xlbMapBackends:     maxBackends,
-		xlbMapBackendStats: maxBackends,
+		xlbMapVipById:      datapath.MaxVIPs,
+		xlbMapVipStats:     datapath.MaxVIPs,
+		xlbMapBackends:     datapath.MaxBackends,
+		xlbMapBackendStats: datapath.MaxBackends,
 		xlbMapReasons:      uint32(numReasons),
-		xlbMapConntrack:    DefaultConntrackSize,
-		xlbMapHandshakes:   DefaultHandshakeSize,
+		xlbMapConntrack:    datapath.DefaultConntrackSize,
+		xlbMapHandshakes:   datapath.DefaultHandshakeSize,
 		xlbMapMaglevSlots:  DefaultMaglevSlots,
 		xlbMapProgs:        progFull + 1,
 	} {
@@ -60,8 +61,8 @@ func TestConstantsMatchBPF(t *testing.T) {
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)
 	}
-	if DefaultConntrackSize < 1_000_000 {
-		t.Errorf("default conntrack size %d < 1,000,000 flows", DefaultConntrackSize)
+	if datapath.DefaultConntrackSize < 1_000_000 {
+		t.Errorf("default conntrack size %d < 1,000,000 flows", datapath.DefaultConntrackSize)
 	}
 }
 
@@ -81,23 +82,23 @@ func TestDefaultLoad(t *testing.T) {
 func TestAPIErrors(t *testing.T) {
 	d := loadNoPin(t, Options{MaglevSlots: 100})
 	v4 := netip.MustParseAddr("198.18.100.1")
-	must(t, d.UpsertVIP(Frontend{v4, 80, TCP}, VIPConfig{ID: 1}))
+	must(t, d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
 	for name, err := range map[string]error{
-		"zero id":         d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{}),
-		"id too big":      d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{ID: maxVIPs}),
-		"sctp":            d.UpsertVIP(Frontend{v4, 81, 132}, VIPConfig{ID: 2}),
-		"no address":      d.UpsertVIP(Frontend{Port: 81, Proto: TCP}, VIPConfig{ID: 2}),
-		"zone":            d.UpsertVIP(Frontend{netip.MustParseAddr("fe80::1%eth0"), 81, TCP}, VIPConfig{ID: 2}),
-		"range family":    d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{ID: 2, SourceRanges: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}),
-		"id in use":       d.UpsertVIP(Frontend{v4, 81, TCP}, VIPConfig{ID: 1}),
-		"table, no vip":   d.SetMaglevTable(9, []BackendID{1}),
+		"zero id":         d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{}),
+		"id too big":      d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: datapath.MaxVIPs}),
+		"sctp":            d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 81, Proto: 132}, datapath.VIPConfig{ID: 2}),
+		"no address":      d.UpsertVIP(datapath.Frontend{Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: 2}),
+		"zone":            d.UpsertVIP(datapath.Frontend{Addr: netip.MustParseAddr("fe80::1%eth0"), Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: 2}),
+		"range family":    d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: 2, SourceRanges: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}),
+		"id in use":       d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}),
+		"table, no vip":   d.SetMaglevTable(9, []datapath.BackendID{1}),
 		"table empty":     d.SetMaglevTable(1, nil),
-		"table too big":   d.SetMaglevTable(1, make([]BackendID, 101)),
-		"backend id 0":    d.UpsertBackend(0, Backend{Addr: v4}),
-		"backend no addr": d.UpsertBackend(1, Backend{}),
-		"reverse, no vip": d.SetReverse(Endpoint{v4, 80, TCP}, ReverseNAT{VIP: 9}),
-		"reverse, family": d.SetReverse(Endpoint{netip.MustParseAddr("2001:db8::1"), 80, TCP}, ReverseNAT{VIP: 1}),
-		"reverse, proto":  d.SetReverse(Endpoint{v4, 80, 1}, ReverseNAT{VIP: 1}),
+		"table too big":   d.SetMaglevTable(1, make([]datapath.BackendID, 101)),
+		"backend id 0":    d.UpsertBackend(0, datapath.Backend{Addr: v4}),
+		"backend no addr": d.UpsertBackend(1, datapath.Backend{}),
+		"reverse, no vip": d.SetReverse(datapath.Endpoint{Addr: v4, Port: 80, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 9}),
+		"reverse, family": d.SetReverse(datapath.Endpoint{Addr: netip.MustParseAddr("2001:db8::1"), Port: 80, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 1}),
+		"reverse, proto":  d.SetReverse(datapath.Endpoint{Addr: v4, Port: 80, Proto: 1}, datapath.ReverseNAT{VIP: 1}),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -122,20 +123,20 @@ func TestAPIErrors(t *testing.T) {
 	if len(tb) != 61 || tb[0] != 1 {
 		t.Fatalf("table after a failed swap: %d slots, first %d", len(tb), tb[0])
 	}
-	must(t, d.DeleteVIP(Frontend{v4, 99, TCP})) // missing: no error
+	must(t, d.DeleteVIP(datapath.Frontend{Addr: v4, Port: 99, Proto: datapath.TCP})) // missing: no error
 }
 
 // TestAPIRoundTrip: what is written reads back, and deleting cleans up.
 func TestAPIRoundTrip(t *testing.T) {
 	d := loadNoPin(t, Options{})
 	v4 := netip.MustParseAddr("198.18.100.1")
-	f := Frontend{v4, 80, TCP}
-	cfg := VIPConfig{ID: 7, Affinity: AffinityClientIP, SourceRanges: []netip.Prefix{
+	f := datapath.Frontend{Addr: v4, Port: 80, Proto: datapath.TCP}
+	cfg := datapath.VIPConfig{ID: 7, Affinity: datapath.AffinityClientIP, SourceRanges: []netip.Prefix{
 		netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("198.19.0.0/16")}}
 	must(t, d.UpsertVIP(f, cfg))
-	must(t, d.UpsertBackend(3, Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Down: true}))
+	must(t, d.UpsertBackend(3, datapath.Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Down: true}))
 	must(t, d.SetMaglevTable(7, table(13, 3)))
-	must(t, d.SetReverse(Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}, ReverseNAT{VIP: 7}))
+	must(t, d.SetReverse(datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 7}))
 
 	vips, err := d.VIPs()
 	must(t, err)
@@ -149,11 +150,11 @@ func TestAPIRoundTrip(t *testing.T) {
 	}
 	rev, err := d.Reverses()
 	must(t, err)
-	if len(rev) != 1 || rev[Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}].VIP != 7 {
+	if len(rev) != 1 || rev[datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: datapath.TCP}].VIP != 7 {
 		t.Errorf("reverse entries read back as %v", rev)
 	}
 	// Updating the VIP keeps its table.
-	must(t, d.UpsertVIP(f, VIPConfig{ID: 7}))
+	must(t, d.UpsertVIP(f, datapath.VIPConfig{ID: 7}))
 	tb, err := d.MaglevTable(7)
 	must(t, err)
 	if len(tb) != 13 {
@@ -183,10 +184,10 @@ func TestAPIRoundTrip(t *testing.T) {
 func TestPinnedAdoption(t *testing.T) {
 	d1, opts := loadPinnedDir(t)
 	v4 := netip.MustParseAddr("198.18.100.1")
-	must(t, d1.UpsertVIP(Frontend{v4, 80, TCP}, VIPConfig{ID: 1}))
-	must(t, d1.UpsertBackend(1, Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080}))
+	must(t, d1.UpsertVIP(datapath.Frontend{Addr: v4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
+	must(t, d1.UpsertBackend(1, datapath.Backend{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080}))
 	must(t, d1.SetMaglevTable(1, table(13, 1)))
-	must(t, d1.SetReverse(Endpoint{netip.MustParseAddr("198.18.1.10"), 8080, TCP}, ReverseNAT{VIP: 1}))
+	must(t, d1.SetReverse(datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 1}))
 	must(t, d1.Close())
 
 	d2, err := Load(opts)
@@ -203,7 +204,7 @@ func TestPinnedAdoption(t *testing.T) {
 	}
 	vips, err := d2.VIPs()
 	must(t, err)
-	if vips[Frontend{v4, 80, TCP}].ID != 1 {
+	if vips[datapath.Frontend{Addr: v4, Port: 80, Proto: datapath.TCP}].ID != 1 {
 		t.Fatalf("VIPs after adoption: %v", vips)
 	}
 	if d2.filter.vipBits[filterBit(v4)] != 1 || d2.filter.backendAddrs[netip.MustParseAddr("198.18.1.10")] != 1 {
@@ -231,7 +232,7 @@ func TestPinnedAdoption(t *testing.T) {
 // must send "fragmentation needed"), and a route change is seen within its TTL, also by a flow
 // whose packets replay a record (flow_replay).
 func TestGoldenNextHopCache(t *testing.T) {
-	g := newGW(t, Options{NextHopCacheTTL: 50 * time.Millisecond})
+	g := newGW(t, Options{Settings: datapath.Settings{NextHopCacheTTL: 50 * time.Millisecond}})
 	services(t, g)
 	g.ns.MustIP(t, "link set int0 mtu 1000")
 	small, smallOut := clientTCP(1, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
@@ -270,7 +271,7 @@ func TestAttachStalePin(t *testing.T) {
 	peer := netlab.New(t, p+"b")
 	netlab.Veth(t, ns, "gw0", "02:00:00:00:01:01", peer, "pe0", "02:00:00:00:01:02")
 	dir := "/sys/fs/bpf/" + p
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	opts := Options{PinPath: dir, MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096}}
 	t.Cleanup(func() {
 		if d, err := Load(opts); err == nil {
 			ns.Do(d.Remove)
@@ -279,7 +280,7 @@ func TestAttachStalePin(t *testing.T) {
 	})
 	d1, err := Load(opts)
 	must(t, err)
-	must(t, ns.Do(func() error { return d1.Attach("gw0", AttachAuto) }))
+	must(t, ns.Do(func() error { return d1.Attach("gw0", datapath.AttachAuto) }))
 	must(t, d1.Close())
 
 	ns.MustIP(t, "link del gw0")
@@ -287,7 +288,7 @@ func TestAttachStalePin(t *testing.T) {
 	d2, err := Load(opts)
 	must(t, err)
 	defer d2.Close()
-	must(t, ns.Do(func() error { return d2.Attach("gw0", AttachAuto) }))
+	must(t, ns.Do(func() error { return d2.Attach("gw0", datapath.AttachAuto) }))
 	ifs, err := d2.Interfaces()
 	must(t, err)
 	if len(ifs) != 1 || ifs[0] != "gw0" {
@@ -296,7 +297,7 @@ func TestAttachStalePin(t *testing.T) {
 }
 
 func TestLoadRejectsShortTimeouts(t *testing.T) {
-	_, err := Load(Options{NoPin: true, ConntrackSize: 4096, UDPTimeout: 100 * time.Millisecond})
+	_, err := Load(Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096, UDPTimeout: 100 * time.Millisecond}})
 	if err == nil || !strings.Contains(err.Error(), "UDPTimeout") {
 		t.Fatalf("Load with a 100 ms UDP timeout: %v", err)
 	}

@@ -8,20 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	"golang.org/x/sys/unix"
-)
-
-// AttachMode selects how the program is attached to an interface.
-type AttachMode int
-
-const (
-	// AttachAuto uses native (driver) mode and falls back to generic mode, with a warning,
-	// when the driver refuses.
-	AttachAuto AttachMode = iota
-	// AttachNative insists on native mode.
-	AttachNative
-	// AttachGeneric uses generic (SKB) mode: slower, works everywhere.
-	AttachGeneric
 )
 
 type linkHandle struct {
@@ -36,7 +24,12 @@ func (d *Datapath) linkPin(ifname string) string {
 // Attach attaches the program to interface ifname through a bpf_link (pinned unless NoPin) and
 // lets the program redirect to it. If a link pinned by an earlier process exists, its program is
 // replaced atomically: forwarding on the interface never stops.
-func (d *Datapath) Attach(ifname string, mode AttachMode) error {
+func (d *Datapath) Attach(ifname string, mode datapath.AttachMode) error {
+	switch mode {
+	case "", datapath.AttachAuto, datapath.AttachNative, datapath.AttachGeneric:
+	default:
+		return fmt.Errorf("attach to %s: unknown attach mode %q (auto, native or generic)", ifname, mode)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	iface, err := net.InterfaceByName(ifname)
@@ -74,7 +67,7 @@ func (d *Datapath) Attach(ifname string, mode AttachMode) error {
 
 // attachLink runs the program on iface: through the link pinned for it, whose program it
 // replaces, else through a new link, pinned unless NoPin.
-func (d *Datapath) attachLink(iface *net.Interface, mode AttachMode) (link.Link, error) {
+func (d *Datapath) attachLink(iface *net.Interface, mode datapath.AttachMode) (link.Link, error) {
 	ifname := iface.Name
 	if !d.opts.NoPin {
 		l, err := d.adoptPinnedLink(ifname, iface.Index)
@@ -135,16 +128,16 @@ func (d *Datapath) adoptPinnedLink(ifname string, ifindex int) (link.Link, error
 	return nil, nil
 }
 
-func (d *Datapath) attachNew(iface *net.Interface, mode AttachMode) (link.Link, error) {
+func (d *Datapath) attachNew(iface *net.Interface, mode datapath.AttachMode) (link.Link, error) {
 	opts := link.XDPOptions{Program: d.objs.XlbXdp, Interface: iface.Index}
 	switch mode {
-	case AttachGeneric:
+	case datapath.AttachGeneric:
 		opts.Flags = link.XDPGenericMode
 	default:
 		opts.Flags = link.XDPDriverMode
 	}
 	l, err := link.AttachXDP(opts)
-	if err != nil && mode == AttachAuto {
+	if err != nil && (mode == datapath.AttachAuto || mode == "") {
 		d.log.Warn("native XDP refused, falling back to generic mode (slower)",
 			"interface", iface.Name, "error", err)
 		opts.Flags = link.XDPGenericMode

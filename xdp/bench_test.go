@@ -9,6 +9,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/progrun"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // The datapath benchmarks measure the way Katran's numbers were taken on this machine: many
@@ -75,11 +76,11 @@ func flowPackets(b *testing.B, n int, flags string) [][]byte {
 }
 
 func benchGW(b *testing.B) *gw {
-	g := newGW(b, Options{ConntrackSize: 1 << 20})
+	g := newGW(b, Options{Settings: datapath.Settings{ConntrackSize: 1 << 20}})
 	services(b, g)
 	// A realistic table: M = 65537 over 3 backends.
-	must(b, g.dp.UpsertBackend(21, Backend{Addr: be2v4, Port: 8080}))
-	must(b, g.dp.UpsertBackend(22, Backend{Addr: be3v4, Port: 8080}))
+	must(b, g.dp.UpsertBackend(21, datapath.Backend{Addr: be2v4, Port: 8080}))
+	must(b, g.dp.UpsertBackend(22, datapath.Backend{Addr: be3v4, Port: 8080}))
 	must(b, g.dp.SetMaglevTable(1, table(65537, 1, 21, 22)))
 	return g
 }
@@ -162,8 +163,8 @@ func BenchmarkReverseNATMaglev(b *testing.B) {
 	g := benchGW(b)
 	// VIP 9 (vip4:81) sends every tuple to be2v4:9000, VIP 10 (vip4:82) none.
 	must(b, g.dp.SetMaglevTable(10, table(65537, 21)))
-	must(b, g.dp.SetReverse(Endpoint{Addr: be2v4, Port: 9000, Proto: TCP},
-		ReverseNAT{Ambiguous: true, Candidates: [MaxReverseCandidates]VIPID{9, 10}}))
+	must(b, g.dp.SetReverse(datapath.Endpoint{Addr: be2v4, Port: 9000, Proto: datapath.TCP},
+		datapath.ReverseNAT{Ambiguous: true, Candidates: [datapath.MaxReverseCandidates]datapath.VIPID{9, 10}}))
 	pkts := make([][]byte, 4096)
 	for i := range pkts {
 		pkts[i] = pk{SrcMAC: macBE2, DstMAC: macInt, Src: ap(be2v4, 9000), Dst: ap(client4, uint16(10000+i)),

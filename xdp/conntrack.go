@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,14 +17,14 @@ func monotonicNow() uint64 {
 	return uint64(ts.Nano())
 }
 
-func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) Flow {
-	f := Flow{
+func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) datapath.Flow {
+	f := datapath.Flow{
 		Src:     netip.AddrPortFrom(fromWire(k.Src, k.Family), ntohs(k.Sport)),
 		Dst:     netip.AddrPortFrom(fromWire(k.Dst, k.Family), ntohs(k.Dport)),
-		Proto:   Protocol(k.Proto),
+		Proto:   datapath.Protocol(k.Proto),
 		Reverse: e.Flags&ctFlagReverse != 0,
-		Backend: BackendID(e.BackendId),
-		VIP:     VIPID(e.VipId),
+		Backend: datapath.BackendID(e.BackendId),
+		VIP:     datapath.VIPID(e.VipId),
 		VIPPort: ntohs(e.VipPort),
 		Closing: e.Flags&ctFlagClosing != 0,
 	}
@@ -37,13 +38,13 @@ func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) Flow {
 // Flow.Idle). It reads the table in batches, bucket by bucket, so that entries the datapath
 // inserts and evicts meanwhile (a full table under load) cannot make it start over, as a walk
 // key by key does when the key under its cursor goes; an entry that moved is listed once.
-func (d *Datapath) Flows() ([]Flow, error) {
+func (d *Datapath) Flows() ([]datapath.Flow, error) {
 	const chunk = 4096
 	keys := make([]xlbFlowKey, chunk)
 	vals := make([]xlbCtEntry, chunk)
 	var cursor ebpf.MapBatchCursor
 	seen := map[xlbFlowKey]bool{}
-	var out []Flow
+	var out []datapath.Flow
 	now := monotonicNow()
 	for {
 		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
@@ -66,7 +67,7 @@ func (d *Datapath) Flows() ([]Flow, error) {
 // and returns how many it deleted. Their flows are re-balanced by Maglev on their next packet.
 // The handshakes in flight that match (seen as Flows with their SYN's backend and VIP) are deleted
 // too, so that their ACKs are re-balanced as well; they are not counted.
-func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
+func (d *Datapath) FlushFlows(match func(datapath.Flow) bool) (int, error) {
 	if err := d.flushHandshakes(match); err != nil {
 		return 0, err
 	}
@@ -96,7 +97,7 @@ func (d *Datapath) FlushFlows(match func(Flow) bool) (int, error) {
 }
 
 // flushHandshakes deletes the handshakes entries for which match returns true (all when nil).
-func (d *Datapath) flushHandshakes(match func(Flow) bool) error {
+func (d *Datapath) flushHandshakes(match func(datapath.Flow) bool) error {
 	now := monotonicNow()
 	var keys []xlbFlowKey
 	var k xlbFlowKey
@@ -141,7 +142,7 @@ func (d *Datapath) FlowCount() (int, error) {
 // MaxFlowBackend returns the highest backend id a conntrack entry names (0 if none). A caller
 // handing out backend ids starts above it after a restart, so that an id flows may still name is
 // not given to another endpoint soon.
-func (d *Datapath) MaxFlowBackend() (BackendID, error) {
+func (d *Datapath) MaxFlowBackend() (datapath.BackendID, error) {
 	const chunk = 4096
 	keys := make([]xlbFlowKey, chunk)
 	vals := make([]xlbCtEntry, chunk)
@@ -153,10 +154,10 @@ func (d *Datapath) MaxFlowBackend() (BackendID, error) {
 			top = max(top, vals[i].BackendId)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return BackendID(top), nil
+			return datapath.BackendID(top), nil
 		}
 		if err != nil {
-			return BackendID(top), fmt.Errorf("read conntrack: %w", err)
+			return datapath.BackendID(top), fmt.Errorf("read conntrack: %w", err)
 		}
 	}
 }

@@ -1,19 +1,14 @@
 package xdp
 
-// Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree).
+// Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree). The
+// limits every datapath shares are datapath.MaxVIPs and the like (datapath.h).
 const (
-	maxVIPs         = 65536
-	maxBackends     = 262144
-	maxMaglevM      = 1048573
 	progICMP        = 0
 	progFull        = 1
 	addrFilterLog2  = 16
 	addrFilterBits  = 1 << addrFilterLog2
 	addrFilterWords = addrFilterBits / 64
 	nhCacheLog2     = 10
-
-	familyV4 = 4
-	familyV6 = 6
 
 	vipFlagAffinityClientIP = 1 << 0
 	vipFlagSrcRanges        = 1 << 1
@@ -23,11 +18,6 @@ const (
 	backendFlagReverseCT = 1 << 1
 
 	revFlagAmbiguous = 1 << 0
-
-	// MaxReverseCandidates is REV_MAX_CANDIDATES: how many frontends an ambiguous endpoint's
-	// reverse entry lists (ReverseNAT.Candidates) for the datapath to re-derive a reply's
-	// frontend with Maglev when it has no conntrack entry.
-	MaxReverseCandidates = 4
 
 	ctFlagClosing = 1 << 0
 	ctFlagReverse = 1 << 1

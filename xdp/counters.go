@@ -4,10 +4,25 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// Reasons returns every verdict counter summed over CPUs.
-func (d *Datapath) Reasons() (map[Reason]uint64, error) {
+// Reasons returns every verdict counter summed over CPUs, by name (Reason.String), as
+// datapath.Gateway says.
+func (d *Datapath) Reasons() (map[string]uint64, error) {
+	rs, err := d.ReasonCounts()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(rs))
+	for r, n := range rs {
+		out[r.String()] = n
+	}
+	return out, nil
+}
+
+// ReasonCounts returns every verdict counter summed over CPUs.
+func (d *Datapath) ReasonCounts() (map[Reason]uint64, error) {
 	out := make(map[Reason]uint64, numReasons)
 	for r := range numReasons {
 		var per []uint64
@@ -23,12 +38,12 @@ func (d *Datapath) Reasons() (map[Reason]uint64, error) {
 	return out, nil
 }
 
-func sumTraffic(m *ebpf.Map, id uint32) (Traffic, error) {
+func sumTraffic(m *ebpf.Map, id uint32) (datapath.Traffic, error) {
 	var per []xlbTraffic
 	if err := m.Lookup(id, &per); err != nil {
-		return Traffic{}, err
+		return datapath.Traffic{}, err
 	}
-	var t Traffic
+	var t datapath.Traffic
 	for _, v := range per {
 		t.Packets += v.Packets
 		t.Bytes += v.Bytes
@@ -38,7 +53,7 @@ func sumTraffic(m *ebpf.Map, id uint32) (Traffic, error) {
 }
 
 // VIPTraffic returns VIP id's counters (client -> VIP packets and the new flows among them).
-func (d *Datapath) VIPTraffic(id VIPID) (Traffic, error) {
+func (d *Datapath) VIPTraffic(id datapath.VIPID) (datapath.Traffic, error) {
 	t, err := sumTraffic(d.objs.VipStats, uint32(id))
 	if err != nil {
 		return t, fmt.Errorf("read counters of VIP id %d: %w", id, err)
@@ -47,7 +62,7 @@ func (d *Datapath) VIPTraffic(id VIPID) (Traffic, error) {
 }
 
 // BackendTraffic returns backend id's counters (packets sent to it).
-func (d *Datapath) BackendTraffic(id BackendID) (Traffic, error) {
+func (d *Datapath) BackendTraffic(id datapath.BackendID) (datapath.Traffic, error) {
 	t, err := sumTraffic(d.objs.BackendStats, uint32(id))
 	if err != nil {
 		return t, fmt.Errorf("read counters of backend %d: %w", id, err)

@@ -13,63 +13,37 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	"golang.org/x/sys/unix"
 )
 
 // DefaultPinPath is where maps and links are pinned unless Options.PinPath says otherwise.
 const DefaultPinPath = "/sys/fs/bpf/xlb"
 
-// Defaults of Options.
-const (
-	DefaultConntrackSize         = 1 << 20
-	DefaultHandshakeSize         = 1 << 16
-	DefaultTCPEstablishedTimeout = time.Hour
-	DefaultTCPClosingTimeout     = 10 * time.Second
-	DefaultUDPTimeout            = 60 * time.Second
-	DefaultNewFlowRate           = 250000
-	DefaultMaglevSlots           = 1 << 24
-	DefaultNextHopCacheTTL       = 500 * time.Millisecond
-)
+// DefaultMaglevSlots is Options.MaglevSlots unless set: 64 MiB of slots, room for 1,024
+// frontends of the default table size.
+const DefaultMaglevSlots = 1 << 24
 
 // Options configure Load. The zero value is a working default.
 type Options struct {
+	// Settings shape the flow state (seed, conntrack and handshake sizes, timeouts, the
+	// new-flow rate guard, the next-hop cache), as for every gateway datapath. NewFlowRate caps
+	// inserts per CPU. A new ConntrackSize needs the pinned maps removed; a new HandshakeSize
+	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, losing
+	// only the handshakes in flight). The conntrack and handshake tables are LRUs of their own,
+	// so a SYN flood churns the handshakes and never conntrack; the ACK that creates a conntrack
+	// entry deletes its handshake, so at N new connections/s the table holds about N x RTT
+	// entries.
+	datapath.Settings
 	// PinPath is the bpffs directory for maps and links. Empty means DefaultPinPath. A process
 	// that loads with the PinPath of a running one adopts its maps and links.
 	PinPath string
 	// NoPin pins nothing: maps and links live as long as the Datapath. For tests and tools.
 	NoPin bool
-	// ConntrackSize is the number of flows conntrack holds (an LRU); 0 means
-	// DefaultConntrackSize. Changing it needs the pinned maps removed.
-	ConntrackSize uint32
-	// HandshakeSize is the number of TCP handshakes in flight (SYN seen, no conntrack entry yet)
-	// the handshake table holds (an LRU of its own, so a SYN flood churns it and never
-	// conntrack); 0 means DefaultHandshakeSize. The handshake's ACK goes to the backend its SYN
-	// went to even if the VIP's Maglev table changed in between; a handshake whose entry was
-	// evicted falls back to Maglev. The ACK that creates the conntrack entry deletes the
-	// handshake's, so at N new connections/s the table holds about N x RTT entries. A new size
-	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, losing
-	// only the handshakes in flight).
-	HandshakeSize uint32
-	// Seed seeds the flow hash. Every gateway of a site must use the same seed, or a flow that
-	// ECMP moves to another gateway lands on another backend.
-	Seed uint32
-	// TCPEstablishedTimeout, TCPClosingTimeout (after FIN/RST) and UDPTimeout are conntrack idle
-	// timeouts; 0 means the Default* value, and each must be at least one second.
-	TCPEstablishedTimeout time.Duration
-	TCPClosingTimeout     time.Duration
-	UDPTimeout            time.Duration
-	// NewFlowRate caps conntrack inserts per CPU per second (flood guard). Above it, new flows
-	// are still balanced (Maglev is stateless) but not remembered. 0 means DefaultNewFlowRate;
-	// negative means no cap.
-	NewFlowRate int64
 	// MaglevSlots is the capacity of the flat array that holds every VIP's Maglev table (a VIP
 	// with table size M uses M slots); 0 means DefaultMaglevSlots (64 MiB). Changing it needs
 	// the pinned maps removed.
 	MaglevSlots uint32
-	// NextHopCacheTTL is how long the datapath trusts a cached next hop (egress interface, MACs,
-	// MTU) before asking bpf_fib_lookup again: route and neighbour changes take effect within it.
-	// 0 means DefaultNextHopCacheTTL; negative disables the cache.
-	NextHopCacheTTL time.Duration
 	// Logger receives warnings (e.g. generic-mode fallback). nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -101,38 +75,18 @@ type Datapath struct {
 }
 
 func (o Options) withDefaults() Options {
+	o.Settings = o.Settings.WithDefaults()
 	if o.PinPath == "" {
 		o.PinPath = DefaultPinPath
 	}
-	if o.ConntrackSize == 0 {
-		o.ConntrackSize = DefaultConntrackSize
-	}
-	if o.HandshakeSize == 0 {
-		o.HandshakeSize = DefaultHandshakeSize
-	}
-	if o.TCPEstablishedTimeout == 0 {
-		o.TCPEstablishedTimeout = DefaultTCPEstablishedTimeout
-	}
-	if o.TCPClosingTimeout == 0 {
-		o.TCPClosingTimeout = DefaultTCPClosingTimeout
-	}
-	if o.UDPTimeout == 0 {
-		o.UDPTimeout = DefaultUDPTimeout
-	}
-	if o.NewFlowRate == 0 {
-		o.NewFlowRate = DefaultNewFlowRate
-	}
 	if o.NewFlowRate < 0 {
-		o.NewFlowRate = 0
+		o.NewFlowRate = 0 // no cap: the program reads 0 as none
 	}
 	if o.MaglevSlots == 0 {
 		o.MaglevSlots = DefaultMaglevSlots
 	}
-	if o.NextHopCacheTTL == 0 {
-		o.NextHopCacheTTL = DefaultNextHopCacheTTL
-	}
 	if o.NextHopCacheTTL < 0 {
-		o.NextHopCacheTTL = 0
+		o.NextHopCacheTTL = 0 // no cache
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -144,16 +98,15 @@ func (o Options) withDefaults() Options {
 // opts.PinPath by an earlier process (their contents, and so forwarding, carry on). Links
 // pinned there are adopted by Attach.
 func Load(opts Options) (_ *Datapath, err error) {
-	opts = opts.withDefaults()
-	for name, v := range map[string]time.Duration{"TCPEstablishedTimeout": opts.TCPEstablishedTimeout,
-		"TCPClosingTimeout": opts.TCPClosingTimeout, "UDPTimeout": opts.UDPTimeout} {
-		if v < time.Second {
-			return nil, fmt.Errorf("load datapath: %s %s is below the 1 s minimum "+
-				"(conntrack timestamps are refreshed once a second)", name, v)
-		}
+	if err := opts.Settings.Validate(); err != nil {
+		return nil, fmt.Errorf("load datapath: %w", err)
 	}
+	opts = opts.withDefaults()
 	spec, err := loadXlb()
 	if err != nil {
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
+	if err := checkLimits(spec); err != nil {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
@@ -237,6 +190,18 @@ func Load(opts Options) (_ *Datapath, err error) {
 	d.stopClock, d.clockDone = cancel, make(chan struct{})
 	go d.runClock(ctx)
 	return d, nil
+}
+
+// checkLimits checks that the object's maps hold the ids and tables the contract promises
+// (datapath.MaxVIPs and the like, which datapath.h gives the C side).
+func checkLimits(spec *ebpf.CollectionSpec) error {
+	for name, want := range map[string]uint32{xlbMapVipById: datapath.MaxVIPs, xlbMapVipStats: datapath.MaxVIPs,
+		xlbMapBackends: datapath.MaxBackends, xlbMapBackendStats: datapath.MaxBackends} {
+		if got := spec.Maps[name].MaxEntries; got != want {
+			return fmt.Errorf("the BPF object's map %s holds %d ids, the datapath contract %d: the object was built from another datapath.h", name, got, want)
+		}
+	}
+	return nil
 }
 
 // start wires the loaded objects together and rebuilds the loader's derived state from the maps
@@ -368,6 +333,13 @@ func (d *Datapath) runClock(ctx context.Context) {
 
 // Program returns the XDP program, for tests and tools that run it with BPF_PROG_TEST_RUN.
 func (d *Datapath) Program() *ebpf.Program { return d.objs.XlbXdp }
+
+// Persistent reports whether forwarding outlives the process: it does, from the pins, unless
+// Options.NoPin.
+func (d *Datapath) Persistent() bool { return !d.opts.NoPin }
+
+// The XDP datapath is a gateway datapath.
+var _ datapath.Gateway = (*Datapath)(nil)
 
 // Close releases this process's handles. Pinned maps and links stay, so forwarding goes on;
 // with NoPin, closing detaches everything.

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Interface names inside the lab namespaces (each namespace has its own, so they never collide).
@@ -68,8 +69,8 @@ type e2eFamily struct {
 	gwBackend, backend     netip.Addr // the backend link
 	vip                    netip.Addr // on no interface
 	bits                   int        // prefix length of both links
-	tcpVIP, udpVIP         VIPID
-	tcpBackend, udpBackend BackendID
+	tcpVIP, udpVIP         datapath.VIPID
+	tcpBackend, udpBackend datapath.BackendID
 }
 
 var e2eFamilies = []e2eFamily{{
@@ -99,29 +100,29 @@ func (f e2eFamily) ipFlag() string {
 func e2eConfigure(d *Datapath) error {
 	for _, f := range e2eFamilies {
 		for _, s := range []struct {
-			fe    Frontend
-			id    VIPID
-			bid   BackendID
+			fe    datapath.Frontend
+			id    datapath.VIPID
+			bid   datapath.BackendID
 			bport uint16
 		}{
-			{Frontend{f.vip, e2eVIPTCPPort, TCP}, f.tcpVIP, f.tcpBackend, e2eBackendTCPPort},
-			{Frontend{f.vip, e2eVIPUDPPort, UDP}, f.udpVIP, f.udpBackend, e2eBackendUDPPort},
+			{datapath.Frontend{Addr: f.vip, Port: e2eVIPTCPPort, Proto: datapath.TCP}, f.tcpVIP, f.tcpBackend, e2eBackendTCPPort},
+			{datapath.Frontend{Addr: f.vip, Port: e2eVIPUDPPort, Proto: datapath.UDP}, f.udpVIP, f.udpBackend, e2eBackendUDPPort},
 		} {
-			if err := d.UpsertVIP(s.fe, VIPConfig{ID: s.id}); err != nil {
+			if err := d.UpsertVIP(s.fe, datapath.VIPConfig{ID: s.id}); err != nil {
 				return fmt.Errorf("configure lab: %w", err)
 			}
-			if err := d.UpsertBackend(s.bid, Backend{Addr: f.backend, Port: s.bport}); err != nil {
+			if err := d.UpsertBackend(s.bid, datapath.Backend{Addr: f.backend, Port: s.bport}); err != nil {
 				return fmt.Errorf("configure lab: %w", err)
 			}
-			table := make([]BackendID, e2eMaglevM)
+			table := make([]datapath.BackendID, e2eMaglevM)
 			for i := range table {
 				table[i] = s.bid
 			}
 			if err := d.SetMaglevTable(s.id, table); err != nil {
 				return fmt.Errorf("configure lab: %w", err)
 			}
-			ep := Endpoint{Addr: f.backend, Port: s.bport, Proto: s.fe.Proto}
-			if err := d.SetReverse(ep, ReverseNAT{VIP: s.id}); err != nil {
+			ep := datapath.Endpoint{Addr: f.backend, Port: s.bport, Proto: s.fe.Proto}
+			if err := d.SetReverse(ep, datapath.ReverseNAT{VIP: s.id}); err != nil {
 				return fmt.Errorf("configure lab: %w", err)
 			}
 		}
@@ -135,7 +136,7 @@ func e2eConfigure(d *Datapath) error {
 func e2eAttach(d *Datapath, gw *netlab.NS) error {
 	return gw.Do(func() error {
 		for _, ifname := range []string{e2eGWClientIf, e2eGWBackendIf} {
-			if err := d.Attach(ifname, AttachNative); err != nil {
+			if err := d.Attach(ifname, datapath.AttachNative); err != nil {
 				return err
 			}
 		}
@@ -400,7 +401,7 @@ func (l *e2eLab) queryUDP(dst netip.AddrPort, msg string) (answer string, from n
 }
 
 // e2eCheckFlow checks that conntrack holds the forward entry src -> dst/proto, on backend want.
-func e2eCheckFlow(d *Datapath, src, dst netip.AddrPort, proto Protocol, want BackendID) error {
+func e2eCheckFlow(d *Datapath, src, dst netip.AddrPort, proto datapath.Protocol, want datapath.BackendID) error {
 	flows, err := d.Flows()
 	if err != nil {
 		return err
@@ -421,7 +422,7 @@ func e2eCheckFlow(d *Datapath, src, dst netip.AddrPort, proto Protocol, want Bac
 // e2eLogReasons logs the non-zero verdict counters, to explain a failure.
 func e2eLogReasons(t *testing.T, d *Datapath) {
 	t.Helper()
-	rs, err := d.Reasons()
+	rs, err := d.ReasonCounts()
 	if err != nil {
 		t.Logf("read counters: %v", err)
 		return
@@ -460,7 +461,7 @@ func (l *e2eLab) removeDatapath(t *testing.T, d *Datapath) {
 // restarted loader would) and removes it.
 func (l *e2eLab) removePinned(t *testing.T) {
 	t.Helper()
-	d, err := Load(Options{PinPath: l.pinPath, ConntrackSize: e2eConntrackSize})
+	d, err := Load(Options{PinPath: l.pinPath, Settings: datapath.Settings{ConntrackSize: e2eConntrackSize}})
 	if err != nil {
 		t.Errorf("load the pinned datapath to remove it: %v; removing %s", err, l.pinPath)
 		_ = os.RemoveAll(l.pinPath)
@@ -516,7 +517,7 @@ func (l *e2eLab) gatewayProgs(t *testing.T) [2]uint32 {
 // redirect path between the two veths (counters nat_forward, nat_reverse, fwd_redirect).
 func TestE2EForwarding(t *testing.T) {
 	l := newE2ELab(t)
-	d, err := Load(Options{PinPath: l.pinPath, ConntrackSize: e2eConntrackSize})
+	d, err := Load(Options{PinPath: l.pinPath, Settings: datapath.Settings{ConntrackSize: e2eConntrackSize}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +536,7 @@ func TestE2EForwarding(t *testing.T) {
 
 	for _, f := range e2eFamilies {
 		t.Run(f.name, func(t *testing.T) {
-			before, err := d.Reasons()
+			before, err := d.ReasonCounts()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -559,7 +560,7 @@ func TestE2EForwarding(t *testing.T) {
 					t.Fatalf("TCP to %s: %v", vip, err)
 				}
 			}
-			if err := e2eCheckFlow(d, e2eAddrPort(c.LocalAddr()), vip, TCP, f.tcpBackend); err != nil {
+			if err := e2eCheckFlow(d, e2eAddrPort(c.LocalAddr()), vip, datapath.TCP, f.tcpBackend); err != nil {
 				t.Error(err)
 			}
 
@@ -575,11 +576,11 @@ func TestE2EForwarding(t *testing.T) {
 			if want := fmt.Sprintf("%s query %s", client, f.name); answer != want {
 				t.Errorf("UDP answer is %q, want %q", answer, want)
 			}
-			if err := e2eCheckFlow(d, client, uvip, UDP, f.udpBackend); err != nil {
+			if err := e2eCheckFlow(d, client, uvip, datapath.UDP, f.udpBackend); err != nil {
 				t.Error(err)
 			}
 
-			after, err := d.Reasons()
+			after, err := d.ReasonCounts()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -698,7 +699,7 @@ func e2eLoaderMain() error {
 	if pin == "" || nsName == "" {
 		return fmt.Errorf("%s and %s must be set", e2eEnvPinPath, e2eEnvNetns)
 	}
-	d, err := Load(Options{PinPath: pin, ConntrackSize: e2eConntrackSize})
+	d, err := Load(Options{PinPath: pin, Settings: datapath.Settings{ConntrackSize: e2eConntrackSize}})
 	if err != nil {
 		return err
 	}
@@ -801,12 +802,12 @@ func TestE2ELoaderRestart(t *testing.T) {
 	step("with no loader again")
 	newFlows("with no loader again")
 
-	d, err := Load(Options{PinPath: l.pinPath, ConntrackSize: e2eConntrackSize})
+	d, err := Load(Options{PinPath: l.pinPath, Settings: datapath.Settings{ConntrackSize: e2eConntrackSize}})
 	if err != nil {
 		t.Fatalf("load the pinned datapath: %v", err)
 	}
 	removed = true
-	if err := e2eCheckFlow(d, e2eAddrPort(c.LocalAddr()), vip, TCP, f.tcpBackend); err != nil {
+	if err := e2eCheckFlow(d, e2eAddrPort(c.LocalAddr()), vip, datapath.TCP, f.tcpBackend); err != nil {
 		t.Error(err)
 	}
 	l.removeDatapath(t, d)

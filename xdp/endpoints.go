@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // endpointIndex keeps each backend's BACKEND_F_REVERSE_CT flag consistent with the reverse NAT
@@ -14,19 +15,19 @@ import (
 // is derived from the maps on load.
 type endpointIndex struct {
 	// backends: endpoint {address, port} -> backend ids with it.
-	backends map[netip.AddrPort]map[BackendID]struct{}
+	backends map[netip.AddrPort]map[datapath.BackendID]struct{}
 	// ambiguous: endpoint {address, port, protocol} whose reverse entry is ambiguous.
-	ambiguous map[Endpoint]bool
+	ambiguous map[datapath.Endpoint]bool
 }
 
 func (x *endpointIndex) rebuild(objs *xlbObjects) error {
-	*x = endpointIndex{backends: map[netip.AddrPort]map[BackendID]struct{}{}, ambiguous: map[Endpoint]bool{}}
+	*x = endpointIndex{backends: map[netip.AddrPort]map[datapath.BackendID]struct{}{}, ambiguous: map[datapath.Endpoint]bool{}}
 	var k xlbSvcKey
 	var rv xlbRevValue
 	it := objs.Reverse.Iterate()
 	for it.Next(&k, &rv) {
 		if rv.Flags&revFlagAmbiguous != 0 {
-			x.ambiguous[Endpoint(frontendOf(k))] = true
+			x.ambiguous[datapath.Endpoint(frontendOf(k))] = true
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -40,7 +41,7 @@ func (x *endpointIndex) rebuild(objs *xlbObjects) error {
 		n, err := objs.Backends.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
 			if vals[i].Family != 0 {
-				x.add(BackendID(keys[i]), fromWire(vals[i].Addr, vals[i].Family), ntohs(vals[i].Port))
+				x.add(datapath.BackendID(keys[i]), fromWire(vals[i].Addr, vals[i].Family), ntohs(vals[i].Port))
 			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -52,15 +53,15 @@ func (x *endpointIndex) rebuild(objs *xlbObjects) error {
 	}
 }
 
-func (x *endpointIndex) add(id BackendID, a netip.Addr, port uint16) {
+func (x *endpointIndex) add(id datapath.BackendID, a netip.Addr, port uint16) {
 	ep := netip.AddrPortFrom(a.Unmap(), port)
 	if x.backends[ep] == nil {
-		x.backends[ep] = map[BackendID]struct{}{}
+		x.backends[ep] = map[datapath.BackendID]struct{}{}
 	}
 	x.backends[ep][id] = struct{}{}
 }
 
-func (x *endpointIndex) remove(id BackendID, a netip.Addr, port uint16) {
+func (x *endpointIndex) remove(id datapath.BackendID, a netip.Addr, port uint16) {
 	ep := netip.AddrPortFrom(a.Unmap(), port)
 	delete(x.backends[ep], id)
 	if len(x.backends[ep]) == 0 {
@@ -71,11 +72,11 @@ func (x *endpointIndex) remove(id BackendID, a netip.Addr, port uint16) {
 // needsReverseCT says whether backends at {a, port} must keep reverse conntrack entries.
 func (x *endpointIndex) needsReverseCT(a netip.Addr, port uint16) bool {
 	a = a.Unmap()
-	return x.ambiguous[Endpoint{a, port, TCP}] || x.ambiguous[Endpoint{a, port, UDP}]
+	return x.ambiguous[datapath.Endpoint{Addr: a, Port: port, Proto: datapath.TCP}] || x.ambiguous[datapath.Endpoint{Addr: a, Port: port, Proto: datapath.UDP}]
 }
 
 // setAmbiguous records ep's ambiguity and rewrites the flag of the backends at ep.
-func (d *Datapath) setAmbiguous(ep Endpoint, ambiguous bool) error {
+func (d *Datapath) setAmbiguous(ep datapath.Endpoint, ambiguous bool) error {
 	ep.Addr = ep.Addr.Unmap()
 	before := d.endpoints.needsReverseCT(ep.Addr, ep.Port)
 	if ambiguous {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/layers"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestFilterBitMatchesDatapath: the address filter's bit as Go computes it (filterBit, which
@@ -16,8 +17,8 @@ import (
 func TestFilterBitMatchesDatapath(t *testing.T) {
 	g := newGW(t, Options{})
 	d := g.dp
-	must(t, d.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080}))
-	must(t, d.UpsertBackend(2, Backend{Addr: be1v6, Port: 8080}))
+	must(t, d.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.UpsertBackend(2, datapath.Backend{Addr: be1v6, Port: 8080}))
 	r := rand.New(rand.NewPCG(7, 11))
 	type vip struct {
 		a      netip.Addr
@@ -26,7 +27,7 @@ func TestFilterBitMatchesDatapath(t *testing.T) {
 	var vips []vip
 	for i := range 96 {
 		var a netip.Addr
-		client, be := client4, BackendID(1)
+		client, be := client4, datapath.BackendID(1)
 		if i%2 == 0 {
 			a = netip.AddrFrom4([4]byte{198, 19, byte(r.IntN(256)), byte(1 + r.IntN(254))})
 		} else {
@@ -36,8 +37,8 @@ func TestFilterBitMatchesDatapath(t *testing.T) {
 			}
 			a, client, be = netip.AddrFrom16(b), client6, 2
 		}
-		id := VIPID(i + 1)
-		must(t, d.UpsertVIP(Frontend{a, 80, TCP}, VIPConfig{ID: id}))
+		id := datapath.VIPID(i + 1)
+		must(t, d.UpsertVIP(datapath.Frontend{Addr: a, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: id}))
 		must(t, d.SetMaglevTable(id, table(13, be)))
 		vips = append(vips, vip{a, client})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/internal/progrun"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // clientTCP returns a client -> VIP TCP packet and the same packet as the backend should get it.
@@ -25,11 +26,11 @@ func clientTCP(cport uint16, vip netip.AddrPort, flags string, be netip.AddrPort
 // table is replaced and while that backend drains; it moves only when its backend is deleted or
 // marked down, or its entry expires. New flows follow the new table at once.
 func TestGoldenEstablishedFlowKeepsBackend(t *testing.T) {
-	g := newGW(t, Options{UDPTimeout: time.Second})
+	g := newGW(t, Options{Settings: datapath.Settings{UDPTimeout: time.Second}})
 	services(t, g)
 	d := g.dp
-	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
-	must(t, d.SetReverse(Endpoint{be2v4, 8080, TCP}, ReverseNAT{VIP: 1}))
+	must(t, d.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))
+	must(t, d.SetReverse(datapath.Endpoint{Addr: be2v4, Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 1}))
 
 	ack, toBE1 := clientTCP(41000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
@@ -50,7 +51,7 @@ func TestGoldenEstablishedFlowKeepsBackend(t *testing.T) {
 	}
 
 	// Backend 1 is marked down: the flow is re-balanced onto the table's backend.
-	must(t, d.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080, Down: true}))
+	must(t, d.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080, Down: true}))
 	_, ackToBE2 := clientTCP(41000, ap(vip4, 80), "A", ap(be2v4, 8080), macBE2)
 	r := fwd(ReasonFwdRedirect)
 	r[ReasonCTReselect] = 1
@@ -60,7 +61,7 @@ func TestGoldenEstablishedFlowKeepsBackend(t *testing.T) {
 
 	// Deleting a backend re-balances its flows too.
 	must(t, d.SetMaglevTable(1, table(13, 1)))
-	must(t, d.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080}))
 	must(t, d.DeleteBackend(11))
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), r})
 
@@ -171,20 +172,20 @@ func TestGoldenSourceRanges(t *testing.T) {
 	g.expect(t, far.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropSrcRange: 1}})
 
 	// Widening the ranges admits it; clearing them admits everyone.
-	must(t, g.dp.UpsertVIP(Frontend{vip4, 443, TCP}, VIPConfig{ID: 6, SourceRanges: []netip.Prefix{
+	must(t, g.dp.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 443, Proto: datapath.TCP}, datapath.VIPConfig{ID: 6, SourceRanges: []netip.Prefix{
 		netip.MustParsePrefix("198.18.0.0/24")}}))
 	farOut := out
 	farOut.Src = far.Src
 	g.expect(t, far.bytes(t), g.ext, want{xdpRedirect, farOut.bytes(t), fwd(ReasonFwdRedirect)})
 	vips, err := g.dp.VIPs()
 	must(t, err)
-	if got := vips[Frontend{vip4, 443, TCP}].SourceRanges; len(got) != 1 || got[0].String() != "198.18.0.0/24" {
+	if got := vips[datapath.Frontend{Addr: vip4, Port: 443, Proto: datapath.TCP}].SourceRanges; len(got) != 1 || got[0].String() != "198.18.0.0/24" {
 		t.Fatalf("source ranges read back: %v", got)
 	}
-	must(t, g.dp.UpsertVIP(Frontend{vip4, 443, TCP}, VIPConfig{ID: 6, SourceRanges: []netip.Prefix{
+	must(t, g.dp.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 443, Proto: datapath.TCP}, datapath.VIPConfig{ID: 6, SourceRanges: []netip.Prefix{
 		netip.MustParsePrefix("198.18.0.12/32")}}))
 	g.expect(t, far.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropSrcRange: 1}})
-	must(t, g.dp.UpsertVIP(Frontend{vip4, 443, TCP}, VIPConfig{ID: 6}))
+	must(t, g.dp.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 443, Proto: datapath.TCP}, datapath.VIPConfig{ID: 6}))
 	// The same SYN again: a retransmission, sent where the first went (the handshake table).
 	g.expect(t, far.bytes(t), g.ext, want{xdpRedirect, farOut.bytes(t), fwdHS(ReasonFwdRedirect)})
 }
@@ -193,30 +194,30 @@ func TestGoldenSourceRanges(t *testing.T) {
 // implementation of the hash picks from the same table, with and without ClientIP affinity.
 func TestGoldenHashMatchesGo(t *testing.T) {
 	const seed = 0x5eed1234
-	g := newGW(t, Options{Seed: seed})
+	g := newGW(t, Options{Settings: datapath.Settings{Seed: seed}})
 	d := g.dp
 	bes := []netip.Addr{be1v4, be2v4, be3v4}
 	macs := []string{macBE1, macBE2, macBE3}
 	rng := rand.New(rand.NewPCG(1, 2))
 	const m = 251
-	tbl := make([]BackendID, m)
+	tbl := make([]datapath.BackendID, m)
 	for i := range tbl {
-		tbl[i] = BackendID(1 + rng.IntN(3))
+		tbl[i] = datapath.BackendID(1 + rng.IntN(3))
 	}
 	for i, a := range bes {
-		must(t, d.UpsertBackend(BackendID(i+1), Backend{Addr: a, Port: 8080}))
+		must(t, d.UpsertBackend(datapath.BackendID(i+1), datapath.Backend{Addr: a, Port: 8080}))
 	}
-	must(t, d.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
-	must(t, d.UpsertVIP(Frontend{vip4, 81, TCP}, VIPConfig{ID: 2, Affinity: AffinityClientIP}))
+	must(t, d.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
+	must(t, d.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: 2, Affinity: datapath.AffinityClientIP}))
 	must(t, d.SetMaglevTable(1, tbl))
 	must(t, d.SetMaglevTable(2, tbl))
-	seen := map[BackendID]int{}
+	seen := map[datapath.BackendID]int{}
 	for i := range 300 {
 		src := netip.AddrFrom4([4]byte{198, 18, 0, byte(1 + rng.IntN(250))})
 		must(t, g.ns.IP("neigh replace "+src.String()+" lladdr "+macClient+" dev ext0 nud permanent"))
 		sport := uint16(1024 + rng.IntN(60000))
 		vport := uint16(80 + i%2)
-		h := FlowHash(seed, src, sport, vport, uint8(TCP), vport == 81)
+		h := datapath.FlowHash(seed, src, sport, vport, datapath.TCP, vport == 81)
 		be := tbl[h%m]
 		seen[be]++
 		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, sport), Dst: ap(vip4, vport), Proto: layers.IPProtocolTCP, Flags: "S"}
@@ -234,21 +235,21 @@ func TestGoldenHashMatchesGo(t *testing.T) {
 	// IPv6: four address words in the hash.
 	bes6 := []netip.Addr{be1v6, be2v6}
 	macs6 := []string{macBE1, macBE2}
-	tbl6 := make([]BackendID, m)
+	tbl6 := make([]datapath.BackendID, m)
 	for i := range tbl6 {
-		tbl6[i] = BackendID(31 + rng.IntN(2))
+		tbl6[i] = datapath.BackendID(31 + rng.IntN(2))
 	}
 	for i, a := range bes6 {
-		must(t, d.UpsertBackend(BackendID(31+i), Backend{Addr: a, Port: 8080}))
+		must(t, d.UpsertBackend(datapath.BackendID(31+i), datapath.Backend{Addr: a, Port: 8080}))
 	}
-	must(t, d.UpsertVIP(Frontend{vip6, 80, TCP}, VIPConfig{ID: 3}))
+	must(t, d.UpsertVIP(datapath.Frontend{Addr: vip6, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 3}))
 	must(t, d.SetMaglevTable(3, tbl6))
-	seen6 := map[BackendID]int{}
+	seen6 := map[datapath.BackendID]int{}
 	for range 100 {
 		src := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(rng.IntN(256)), 15: byte(1 + rng.IntN(250))})
 		must(t, g.ns.IP("neigh replace "+src.String()+" lladdr "+macClient+" dev ext0 nud permanent"))
 		sport := uint16(1024 + rng.IntN(60000))
-		be := tbl6[FlowHash(seed, src, sport, 80, uint8(TCP), false)%m]
+		be := tbl6[datapath.FlowHash(seed, src, sport, 80, datapath.TCP, false)%m]
 		seen6[be]++
 		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(src, sport), Dst: ap(vip6, 80), Proto: layers.IPProtocolTCP, Flags: "S"}
 		out := in
@@ -268,7 +269,7 @@ func TestGoldenStateChanges(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
 	d := g.dp
-	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	must(t, d.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))
 	ack, toBE1 := clientTCP(44000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 	_, toBE2 := clientTCP(44000, ap(vip4, 80), "A", ap(be2v4, 8080), macBE2)
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
@@ -276,20 +277,20 @@ func TestGoldenStateChanges(t *testing.T) {
 
 	must(t, d.SetMaglevTable(1, table(13, 11)))
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
-	n, err := d.FlushFlows(func(f Flow) bool { return f.VIP == 1 })
+	n, err := d.FlushFlows(func(f datapath.Flow) bool { return f.VIP == 1 })
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("flushed %d flows, want 1", n)
 	}
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE2.bytes(t), fwd(ReasonFwdRedirect)})
 
-	must(t, d.DeleteVIP(Frontend{vip4, 80, TCP}))
+	must(t, d.DeleteVIP(datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}))
 	g.expect(t, ack.bytes(t), g.ext, want{xdpPass, nil, map[Reason]uint64{ReasonPassNotVIP: 1}})
 }
 
 // TestGoldenRateGuard: above the per-CPU new-flow rate, flows are still balanced but not recorded.
 func TestGoldenRateGuard(t *testing.T) {
-	g := newGW(t, Options{NewFlowRate: 2})
+	g := newGW(t, Options{Settings: datapath.Settings{NewFlowRate: 2}})
 	services(t, g)
 	for i := range 3 {
 		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, uint16(7000+i)), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP}
@@ -340,7 +341,7 @@ func TestGoldenTupleReuse(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
 	d := g.dp
-	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	must(t, d.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))
 	for _, flags := range []string{"S", "A", "FA"} {
 		in, out := clientTCP(45000, ap(vip4, 80), flags, ap(be1v4, 8080), macBE1)
 		r := fwd(ReasonFwdRedirect)
@@ -366,7 +367,7 @@ func TestGoldenTupleReuse(t *testing.T) {
 func TestRestartOldProgramSeesChanges(t *testing.T) {
 	g := newGW(t, Options{}) // the netns for fib lookups; its own datapath is not used
 	dir := "/sys/fs/bpf/" + netlab.Prefix()
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	opts := Options{PinPath: dir, MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096}}
 	t.Cleanup(func() {
 		if d, err := Load(opts); err == nil {
 			d.Remove()
@@ -376,9 +377,9 @@ func TestRestartOldProgramSeesChanges(t *testing.T) {
 	old, err := Load(opts)
 	must(t, err)
 	defer old.Close()
-	must(t, old.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
-	must(t, old.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080}))
-	must(t, old.UpsertBackend(2, Backend{Addr: be2v4, Port: 8080}))
+	must(t, old.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
+	must(t, old.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080}))
+	must(t, old.UpsertBackend(2, datapath.Backend{Addr: be2v4, Port: 8080}))
 	must(t, old.SetMaglevTable(1, table(13, 1)))
 	must(t, g.ns.Do(func() error { return old.objs.TxPorts.Put(uint32(g.int), uint32(g.int)) }))
 	// Two connections: a retransmission of the first SYN would follow its handshake entry.

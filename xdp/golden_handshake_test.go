@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/layers"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // handshakes returns the handshake table's entries by client endpoint.
@@ -26,20 +27,20 @@ func handshakes(t *testing.T, d *Datapath) map[netip.AddrPort]xlbHsEntry {
 type hsCase struct {
 	name         string
 	client       netip.Addr
-	vip          VIPID
+	vip          datapath.VIPID
 	vipAddr      netip.AddrPort
-	x, y         BackendID
+	x, y         datapath.BackendID
 	toX, toY     netip.AddrPort
 	macX, macY   string
-	setupBackend Backend
+	setupBackend datapath.Backend
 }
 
 func hsCases() []hsCase {
 	return []hsCase{
 		{"ipv4", client4, 1, ap(vip4, 80), 1, 11, ap(be1v4, 8080), ap(be2v4, 8080), macBE1, macBE2,
-			Backend{Addr: be2v4, Port: 8080}},
+			datapath.Backend{Addr: be2v4, Port: 8080}},
 		{"ipv6", client6, 4, ap(vip6, 80), 4, 12, ap(be1v6, 8080), ap(be2v6, 8080), macBE1, macBE2,
-			Backend{Addr: be2v6, Port: 8080}},
+			datapath.Backend{Addr: be2v6, Port: 8080}},
 	}
 }
 
@@ -115,7 +116,7 @@ func TestGoldenHandshakeBackendDown(t *testing.T) {
 	syn, synToX := c.tcp(48000, "S", c.toX, c.macX)
 	g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
 	must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
-	must(t, d.UpsertBackend(c.x, Backend{Addr: be1v4, Port: 8080, Down: true}))
+	must(t, d.UpsertBackend(c.x, datapath.Backend{Addr: be1v4, Port: 8080, Down: true}))
 
 	// A retransmitted SYN: X is down, so the table's choice, Y, which the handshake now records.
 	_, synToY := c.tcp(48000, "S", c.toY, c.macY)
@@ -127,12 +128,12 @@ func TestGoldenHandshakeBackendDown(t *testing.T) {
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t), fwdHS(ReasonFwdRedirect)})
 
 	// The ACK of a handshake whose backend went down after its SYN: Maglev (Y), no handshake hit.
-	must(t, d.UpsertBackend(c.x, Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.UpsertBackend(c.x, datapath.Backend{Addr: be1v4, Port: 8080}))
 	must(t, d.SetMaglevTable(c.vip, table(13, c.x)))
 	syn2, syn2ToX := c.tcp(48001, "S", c.toX, c.macX)
 	g.expect(t, syn2.bytes(t), g.ext, want{xdpRedirect, syn2ToX.bytes(t), fwd(ReasonFwdRedirect)})
 	must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
-	must(t, d.UpsertBackend(c.x, Backend{Addr: be1v4, Port: 8080, Down: true}))
+	must(t, d.UpsertBackend(c.x, datapath.Backend{Addr: be1v4, Port: 8080, Down: true}))
 	ack2, ack2ToY := c.tcp(48001, "A", c.toY, c.macY)
 	g.expect(t, ack2.bytes(t), g.ext, want{xdpRedirect, ack2ToY.bytes(t), fwd(ReasonFwdRedirect)})
 	flows, err := d.Flows()
@@ -144,12 +145,12 @@ func TestGoldenHandshakeBackendDown(t *testing.T) {
 	}
 
 	// A flushed handshake is not used either.
-	must(t, d.UpsertBackend(c.x, Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.UpsertBackend(c.x, datapath.Backend{Addr: be1v4, Port: 8080}))
 	must(t, d.SetMaglevTable(c.vip, table(13, c.x)))
 	syn3, syn3ToX := c.tcp(48002, "S", c.toX, c.macX)
 	g.expect(t, syn3.bytes(t), g.ext, want{xdpRedirect, syn3ToX.bytes(t), fwd(ReasonFwdRedirect)})
 	must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
-	if _, err := d.FlushFlows(func(f Flow) bool { return f.Backend == c.x }); err != nil {
+	if _, err := d.FlushFlows(func(f datapath.Flow) bool { return f.Backend == c.x }); err != nil {
 		t.Fatal(err)
 	}
 	if hs := handshakes(t, d); len(hs) != 0 {
@@ -163,13 +164,13 @@ func TestGoldenHandshakeBackendDown(t *testing.T) {
 // churns that table only: every established conntrack entry survives it, and keeps its backend.
 func TestGoldenHandshakeSYNFlood(t *testing.T) {
 	const hsSize, established, flood = 256, 64, 2048
-	g := newGW(t, Options{HandshakeSize: hsSize})
+	g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: hsSize}})
 	services(t, g)
 	d := g.dp
 	if n := d.objs.Handshakes.MaxEntries(); n != hsSize {
 		t.Fatalf("handshake table holds %d, want Options.HandshakeSize %d", n, hsSize)
 	}
-	must(t, d.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	must(t, d.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))
 	for i := range established {
 		syn, _ := clientTCP(uint16(30000+i), ap(vip4, 80), "S", ap(be1v4, 8080), macBE1)
 		ack, _ := clientTCP(uint16(30000+i), ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/progrun"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // The flow cache's records (flow_replay in bpf/xlb.c): an established flow's third packet is
@@ -50,14 +51,14 @@ func (g *gw) record(t *testing.T, p pk) (slot uint32, e xlbFlowCacheEntry, ok bo
 }
 
 // traffic reads the counters of VIP id and of the backend of the same id.
-func (g *gw) traffic(t *testing.T, id VIPID) (vip, be Traffic) {
+func (g *gw) traffic(t *testing.T, id datapath.VIPID) (vip, be datapath.Traffic) {
 	t.Helper()
 	if id == 0 {
 		return
 	}
 	vip, err := g.dp.VIPTraffic(id)
 	must(t, err)
-	be, err = g.dp.BackendTraffic(BackendID(id))
+	be, err = g.dp.BackendTraffic(datapath.BackendID(id))
 	must(t, err)
 	return vip, be
 }
@@ -70,7 +71,7 @@ type replayCase struct {
 	ifindex func(g *gw) int
 	reasons map[Reason]uint64
 	reverse bool
-	vip     VIPID // the VIP, and the backend of the same id (services); 0 for replies
+	vip     datapath.VIPID // the VIP, and the backend of the same id (services); 0 for replies
 }
 
 func replayCases() []replayCase {
@@ -146,10 +147,10 @@ func TestGoldenReplayMatchesFullPath(t *testing.T) {
 				return // replies count no VIP or backend traffic
 			}
 			vipAfter, beAfter := g.traffic(t, c.vip)
-			wantDelta := Traffic{Packets: 200, Bytes: bytes}
-			for what, d := range map[string]Traffic{
-				"VIP":     {vipAfter.Packets - vipBefore.Packets, vipAfter.Bytes - vipBefore.Bytes, vipAfter.NewFlows - vipBefore.NewFlows},
-				"backend": {beAfter.Packets - beBefore.Packets, beAfter.Bytes - beBefore.Bytes, beAfter.NewFlows - beBefore.NewFlows},
+			wantDelta := datapath.Traffic{Packets: 200, Bytes: bytes}
+			for what, d := range map[string]datapath.Traffic{
+				"VIP":     {Packets: vipAfter.Packets - vipBefore.Packets, Bytes: vipAfter.Bytes - vipBefore.Bytes, NewFlows: vipAfter.NewFlows - vipBefore.NewFlows},
+				"backend": {Packets: beAfter.Packets - beBefore.Packets, Bytes: beAfter.Bytes - beBefore.Bytes, NewFlows: beAfter.NewFlows - beBefore.NewFlows},
 			} {
 				if d != wantDelta {
 					t.Errorf("%s traffic moved by %+v, want %+v", what, d, wantDelta)
@@ -256,8 +257,8 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 
 	t.Run("backend marked down", func(t *testing.T) {
 		p := recordedFlow(t, 40202)
-		must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080, Down: true}))
-		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080})) })
+		must(t, g.dp.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080, Down: true}))
+		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080})) })
 		// The only backend of the VIP is down: the flow cannot stay and has nowhere to go.
 		r := map[Reason]uint64{ReasonCTReselect: 1, ReasonDropNoBackend: 1}
 		g.expect(t, p.bytes(t), g.ext, want{xdpDrop, nil, r})
@@ -265,8 +266,8 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 
 	t.Run("backend moved", func(t *testing.T) {
 		p := recordedFlow(t, 40203)
-		must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8088}))
-		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080})) })
+		must(t, g.dp.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8088}))
+		t.Cleanup(func() { must(t, g.dp.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080})) })
 		out := fwdCase.out(p)
 		out.Dst = ap(be1v4, 8088)
 		g.expect(t, p.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwdCase.reasons})
@@ -276,9 +277,9 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 		r := revCase.in(64, nil)
 		r.Dst = ap(client4, 40204)
 		g.expect(t, r.bytes(t), g.int, want{xdpRedirect, revCase.out(r).bytes(t), revCase.reasons})
-		ep := Endpoint{Addr: be1v4, Port: 8080, Proto: TCP}
-		must(t, g.dp.SetReverse(ep, ReverseNAT{VIP: 6})) // now it answers for vip4:443
-		t.Cleanup(func() { must(t, g.dp.SetReverse(ep, ReverseNAT{VIP: 1})) })
+		ep := datapath.Endpoint{Addr: be1v4, Port: 8080, Proto: datapath.TCP}
+		must(t, g.dp.SetReverse(ep, datapath.ReverseNAT{VIP: 6})) // now it answers for vip4:443
+		t.Cleanup(func() { must(t, g.dp.SetReverse(ep, datapath.ReverseNAT{VIP: 1})) })
 		out := revCase.out(r)
 		out.Src = ap(vip4, 443)
 		g.expect(t, r.bytes(t), g.int, want{xdpRedirect, out.bytes(t), revCase.reasons})
@@ -322,7 +323,7 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 func TestGoldenReplayFragmentedSYN(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
-	must(t, g.dp.UpsertBackend(11, Backend{Addr: be2v4, Port: 8080}))
+	must(t, g.dp.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))
 	ack, toBE1 := clientTCP(41500, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE1.bytes(t), fwd(ReasonFwdRedirect)})
 	// The table moves to backend 11; the flow stays pinned to backend 1 and is recorded so.

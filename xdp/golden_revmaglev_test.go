@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/layers"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestGoldenReverseNATMaglev: the reply of an endpoint that serves two VIPs, on a gateway that
@@ -15,13 +16,13 @@ import (
 func TestGoldenReverseNATMaglev(t *testing.T) {
 	const seed = 0x5eed
 	const m = 13
-	g := newGW(t, Options{Seed: seed})
+	g := newGW(t, Options{Settings: datapath.Settings{Seed: seed}})
 	type fam struct {
 		name               string
 		client, vip        netip.Addr
 		shared, other      netip.Addr
-		idA, idB           VIPID
-		bidShared, bidElse BackendID
+		idA, idB           datapath.VIPID
+		bidShared, bidElse datapath.BackendID
 	}
 	fams := []fam{
 		{"ipv4", client4, vip4, be2v4, be3v4, 11, 12, 20, 21},
@@ -31,28 +32,28 @@ func TestGoldenReverseNATMaglev(t *testing.T) {
 	for _, f := range fams {
 		t.Run(f.name, func(t *testing.T) {
 			d := g.dp
-			must(t, d.UpsertBackend(f.bidShared, Backend{Addr: f.shared, Port: bport}))
-			must(t, d.UpsertBackend(f.bidElse, Backend{Addr: f.other, Port: bport}))
+			must(t, d.UpsertBackend(f.bidShared, datapath.Backend{Addr: f.shared, Port: bport}))
+			must(t, d.UpsertBackend(f.bidElse, datapath.Backend{Addr: f.other, Port: bport}))
 			tableA := table(m, f.bidShared, f.bidElse)
 			tableB := table(m, f.bidElse, f.bidElse, f.bidShared)
 			for _, v := range []struct {
-				id    VIPID
+				id    datapath.VIPID
 				port  uint16
-				table []BackendID
+				table []datapath.BackendID
 			}{{f.idA, portA, tableA}, {f.idB, portB, tableB}} {
-				must(t, d.UpsertVIP(Frontend{f.vip, v.port, TCP}, VIPConfig{ID: v.id}))
+				must(t, d.UpsertVIP(datapath.Frontend{Addr: f.vip, Port: v.port, Proto: datapath.TCP}, datapath.VIPConfig{ID: v.id}))
 				must(t, d.SetMaglevTable(v.id, v.table))
 			}
-			ep := Endpoint{Addr: f.shared, Port: bport, Proto: TCP}
-			must(t, d.SetReverse(ep, ReverseNAT{Ambiguous: true, Candidates: [MaxReverseCandidates]VIPID{f.idA, f.idB}}))
+			ep := datapath.Endpoint{Addr: f.shared, Port: bport, Proto: datapath.TCP}
+			must(t, d.SetReverse(ep, datapath.ReverseNAT{Ambiguous: true, Candidates: [datapath.MaxReverseCandidates]datapath.VIPID{f.idA, f.idB}}))
 			if got, err := d.Reverses(); err != nil || got[ep].Candidates[0] != f.idA || got[ep].Candidates[1] != f.idB {
 				t.Fatalf("reverse entry read back: %+v, %v", got[ep], err)
 			}
 
 			// Find client ports whose forward tuples the two tables send to the shared endpoint
 			// under A only, under both, and under neither (with the Go twin of the hash).
-			picks := func(cport uint16, vport uint16, tb []BackendID) bool {
-				return tb[FlowHash(seed, f.client, cport, vport, 6, false)%m] == f.bidShared
+			picks := func(cport uint16, vport uint16, tb []datapath.BackendID) bool {
+				return tb[datapath.FlowHash(seed, f.client, cport, vport, 6, false)%m] == f.bidShared
 			}
 			ports := map[string]uint16{}
 			for cport := uint16(40000); len(ports) < 3 && cport < 41000; cport++ {
@@ -100,7 +101,7 @@ func TestGoldenReverseNATMaglev(t *testing.T) {
 				map[Reason]uint64{ReasonNATReverse: 1, ReasonFwdRedirect: 1}})
 
 			// Without candidates (more frontends than the datapath lists), conntrack only.
-			must(t, d.SetReverse(ep, ReverseNAT{Ambiguous: true}))
+			must(t, d.SetReverse(ep, datapath.ReverseNAT{Ambiguous: true}))
 			g.expect(t, reply(ports["A only"]).bytes(t), g.int, noCT)
 		})
 	}

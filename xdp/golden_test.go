@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // XDP verdicts.
@@ -76,32 +77,32 @@ func services(t testing.TB, g *gw) {
 	t.Helper()
 	d := g.dp
 	type svc struct {
-		id   VIPID
-		f    Frontend
-		cfg  VIPConfig
-		be   Backend
+		id   datapath.VIPID
+		f    datapath.Frontend
+		cfg  datapath.VIPConfig
+		be   datapath.Backend
 		ambi bool
 	}
 	svcs := []svc{
-		{1, Frontend{vip4, 80, TCP}, VIPConfig{}, Backend{Addr: be1v4, Port: 8080}, false},
-		{2, Frontend{vip4, 53, UDP}, VIPConfig{}, Backend{Addr: be2v4, Port: 5353}, false},
-		{3, Frontend{vip4b, 0, TCP}, VIPConfig{}, Backend{Addr: be3v4}, false},
-		{4, Frontend{vip6, 80, TCP}, VIPConfig{}, Backend{Addr: be1v6, Port: 8080}, false},
-		{5, Frontend{vip6, 53, UDP}, VIPConfig{}, Backend{Addr: be2v6, Port: 5353}, false},
-		{6, Frontend{vip4, 443, TCP}, VIPConfig{SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.8/29")}},
-			Backend{Addr: be1v4, Port: 8443}, false},
-		{7, Frontend{vip4, 8000, TCP}, VIPConfig{}, Backend{Addr: beExt4, Port: 80}, false},
-		{8, Frontend{vip4, 8001, TCP}, VIPConfig{}, Backend{Addr: beNoNei4, Port: 80}, false},
-		{9, Frontend{vip4, 81, TCP}, VIPConfig{}, Backend{Addr: be2v4, Port: 9000}, true},
-		{10, Frontend{vip4, 82, TCP}, VIPConfig{}, Backend{Addr: be2v4, Port: 9000}, true},
+		{1, datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: be1v4, Port: 8080}, false},
+		{2, datapath.Frontend{Addr: vip4, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{}, datapath.Backend{Addr: be2v4, Port: 5353}, false},
+		{3, datapath.Frontend{Addr: vip4b, Port: 0, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: be3v4}, false},
+		{4, datapath.Frontend{Addr: vip6, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: be1v6, Port: 8080}, false},
+		{5, datapath.Frontend{Addr: vip6, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{}, datapath.Backend{Addr: be2v6, Port: 5353}, false},
+		{6, datapath.Frontend{Addr: vip4, Port: 443, Proto: datapath.TCP}, datapath.VIPConfig{SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.8/29")}},
+			datapath.Backend{Addr: be1v4, Port: 8443}, false},
+		{7, datapath.Frontend{Addr: vip4, Port: 8000, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: beExt4, Port: 80}, false},
+		{8, datapath.Frontend{Addr: vip4, Port: 8001, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: beNoNei4, Port: 80}, false},
+		{9, datapath.Frontend{Addr: vip4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: be2v4, Port: 9000}, true},
+		{10, datapath.Frontend{Addr: vip4, Port: 82, Proto: datapath.TCP}, datapath.VIPConfig{}, datapath.Backend{Addr: be2v4, Port: 9000}, true},
 	}
 	for _, s := range svcs {
 		s.cfg.ID = s.id
 		must(t, d.UpsertVIP(s.f, s.cfg))
-		must(t, d.UpsertBackend(BackendID(s.id), s.be))
-		must(t, d.SetMaglevTable(s.id, table(13, BackendID(s.id))))
-		ep := Endpoint{Addr: s.be.Addr, Port: s.be.Port, Proto: s.f.Proto}
-		must(t, d.SetReverse(ep, ReverseNAT{VIP: s.id, Ambiguous: s.ambi}))
+		must(t, d.UpsertBackend(datapath.BackendID(s.id), s.be))
+		must(t, d.SetMaglevTable(s.id, table(13, datapath.BackendID(s.id))))
+		ep := datapath.Endpoint{Addr: s.be.Addr, Port: s.be.Port, Proto: s.f.Proto}
+		must(t, d.SetReverse(ep, datapath.ReverseNAT{VIP: s.id, Ambiguous: s.ambi}))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/internal/progrun"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // The golden-packet gateway: one namespace with two veth pairs. ext0 faces clients, int0 the
@@ -98,7 +99,7 @@ func newGW(t testing.TB, opts Options) *gw {
 	g := &gw{ns: ns, dp: dp}
 	err = ns.Do(func() error {
 		for _, n := range []string{"ext0", "int0"} {
-			if err := dp.Attach(n, AttachAuto); err != nil {
+			if err := dp.Attach(n, datapath.AttachAuto); err != nil {
 				return err
 			}
 		}
@@ -164,7 +165,7 @@ func (g *gw) run(t testing.TB, pkt []byte, ifindex int) progrun.Result {
 
 func (g *gw) reasons(t testing.TB) map[Reason]uint64 {
 	t.Helper()
-	r, err := g.dp.Reasons()
+	r, err := g.dp.ReasonCounts()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +180,8 @@ func must(t testing.TB, err error) {
 }
 
 // table returns a Maglev table of size m filled round-robin with ids (a stand-in for lb/maglev).
-func table(m int, ids ...BackendID) []BackendID {
-	tb := make([]BackendID, m)
+func table(m int, ids ...datapath.BackendID) []datapath.BackendID {
+	tb := make([]datapath.BackendID, m)
 	for i := range tb {
 		tb[i] = ids[i%len(ids)]
 	}

@@ -1,9 +1,13 @@
 package xdp
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
 
 func TestLoadNoPin(t *testing.T) {
-	d, err := Load(Options{NoPin: true, ConntrackSize: 4096})
+	d, err := Load(Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096}})
 	if err != nil {
 		t.Fatalf("%+v", err)
 	}

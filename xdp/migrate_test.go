@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestLoadCarriesOldReverseOver: a reverse map pinned by a build whose rev_value had no
@@ -18,8 +19,8 @@ func TestLoadCarriesOldReverseOver(t *testing.T) {
 	dir, opts := pinnedOptions(t, "m")
 	d1, err := Load(opts)
 	must(t, err)
-	must(t, d1.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
-	must(t, d1.UpsertBackend(1, Backend{Addr: be1v4, Port: 8080}))
+	must(t, d1.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
+	must(t, d1.UpsertBackend(1, datapath.Backend{Addr: be1v4, Port: 8080}))
 	must(t, d1.Close())
 
 	// What the earlier build pinned: {vip_id 1, vip_port 80, flags 0} for be1v4:8080/TCP.
@@ -31,7 +32,7 @@ func TestLoadCarriesOldReverseOver(t *testing.T) {
 	m, err := ebpf.NewMap(old)
 	must(t, err)
 	defer m.Close()
-	key := svcKey(be1v4, 8080, TCP)
+	key := svcKey(be1v4, 8080, datapath.TCP)
 	val := make([]byte, oldRevValueSize)
 	binary.LittleEndian.PutUint32(val, 1)
 	binary.BigEndian.PutUint16(val[4:], 80)
@@ -44,13 +45,13 @@ func TestLoadCarriesOldReverseOver(t *testing.T) {
 	defer d2.Close()
 	rev, err := d2.Reverses()
 	must(t, err)
-	ep := Endpoint{Addr: be1v4, Port: 8080, Proto: TCP}
-	if len(rev) != 1 || rev[ep] != (ReverseNAT{VIP: 1}) {
+	ep := datapath.Endpoint{Addr: be1v4, Port: 8080, Proto: datapath.TCP}
+	if len(rev) != 1 || rev[ep] != (datapath.ReverseNAT{VIP: 1}) {
 		t.Fatalf("reverse entries after the upgrade: %+v", rev)
 	}
 	var v xlbRevValue
 	must(t, d2.objs.Reverse.Lookup(&key, &v))
-	if v.VipPort != binary.LittleEndian.Uint16([]byte{0, 80}) || v.Cand != [MaxReverseCandidates]uint32{} {
+	if v.VipPort != binary.LittleEndian.Uint16([]byte{0, 80}) || v.Cand != [datapath.MaxReverseCandidates]uint32{} {
 		t.Fatalf("carried-over value %+v, want vip_port 80 (network order), no candidates", v)
 	}
 }
@@ -61,7 +62,7 @@ func TestLoadRemovesRetiredPins(t *testing.T) {
 	dir, opts := pinnedOptions(t, "r")
 	d1, err := Load(opts)
 	must(t, err)
-	must(t, d1.UpsertVIP(Frontend{vip4, 80, TCP}, VIPConfig{ID: 1}))
+	must(t, d1.UpsertVIP(datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
 	must(t, d1.Close())
 
 	// What the earlier build pinned: addr_filter, 2048 words, and no addr_bitmap (Load must
@@ -90,7 +91,7 @@ func TestLoadRemovesRetiredPins(t *testing.T) {
 // Options pinning there; the pins and the directory are removed when the test ends.
 func pinnedOptions(t *testing.T, tag string) (string, Options) {
 	dir := "/sys/fs/bpf/" + netlab.Prefix() + tag
-	opts := Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	opts := Options{PinPath: dir, MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096}}
 	t.Cleanup(func() {
 		if d, err := Load(opts); err == nil {
 			d.Remove()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Pinned is a read-only view of the state a datapath pinned under a directory: its VIPs,
@@ -97,45 +98,49 @@ func closePinned(m *xlbMaps) error {
 }
 
 // VIPs returns every frontend with its configuration, as [Datapath.VIPs].
-func (p *Pinned) VIPs() (map[Frontend]VIPConfig, error) { return p.d.VIPs() }
+func (p *Pinned) VIPs() (map[datapath.Frontend]datapath.VIPConfig, error) { return p.d.VIPs() }
 
 // Backends returns every backend, as [Datapath.Backends].
-func (p *Pinned) Backends() (map[BackendID]Backend, error) { return p.d.Backends() }
+func (p *Pinned) Backends() (map[datapath.BackendID]datapath.Backend, error) { return p.d.Backends() }
 
 // MaglevTables returns every VIP's Maglev table, as [Datapath.MaglevTables].
-func (p *Pinned) MaglevTables() (map[VIPID][]BackendID, error) { return p.d.MaglevTables() }
+func (p *Pinned) MaglevTables() (map[datapath.VIPID][]datapath.BackendID, error) {
+	return p.d.MaglevTables()
+}
 
 // Reverses returns every reverse NAT entry, as [Datapath.Reverses].
-func (p *Pinned) Reverses() (map[Endpoint]ReverseNAT, error) { return p.d.Reverses() }
+func (p *Pinned) Reverses() (map[datapath.Endpoint]datapath.ReverseNAT, error) { return p.d.Reverses() }
 
 // Flows returns the conntrack entries, as [Datapath.Flows].
-func (p *Pinned) Flows() ([]Flow, error) { return p.d.Flows() }
+func (p *Pinned) Flows() ([]datapath.Flow, error) { return p.d.Flows() }
 
-// Reasons returns the verdict counters summed over CPUs, as [Datapath.Reasons].
-func (p *Pinned) Reasons() (map[Reason]uint64, error) { return p.d.Reasons() }
+// ReasonCounts returns the verdict counters summed over CPUs, as [Datapath.ReasonCounts].
+func (p *Pinned) ReasonCounts() (map[Reason]uint64, error) { return p.d.ReasonCounts() }
 
 // VIPTraffic returns a VIP's counters, as [Datapath.VIPTraffic].
-func (p *Pinned) VIPTraffic(id VIPID) (Traffic, error) { return p.d.VIPTraffic(id) }
+func (p *Pinned) VIPTraffic(id datapath.VIPID) (datapath.Traffic, error) { return p.d.VIPTraffic(id) }
 
 // BackendTraffic returns a backend's counters, as [Datapath.BackendTraffic].
-func (p *Pinned) BackendTraffic(id BackendID) (Traffic, error) { return p.d.BackendTraffic(id) }
+func (p *Pinned) BackendTraffic(id datapath.BackendID) (datapath.Traffic, error) {
+	return p.d.BackendTraffic(id)
+}
 
 // Flow returns the forward conntrack entry of the flow from client to vip (a frontend's address
 // and port as the client sends to it), and false when conntrack holds none.
-func (p *Pinned) Flow(client, vip netip.AddrPort, proto Protocol) (Flow, bool, error) {
+func (p *Pinned) Flow(client, vip netip.AddrPort, proto datapath.Protocol) (datapath.Flow, bool, error) {
 	src, sfam := toWire(client.Addr())
 	dst, dfam := toWire(vip.Addr())
 	if sfam != dfam {
-		return Flow{}, false, nil
+		return datapath.Flow{}, false, nil
 	}
 	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(proto), Family: dfam}
 	k.Src.W, k.Dst.W = src.W, dst.W
 	var e xlbCtEntry
 	switch err := p.d.objs.Conntrack.Lookup(&k, &e); {
 	case errors.Is(err, ebpf.ErrKeyNotExist):
-		return Flow{}, false, nil
+		return datapath.Flow{}, false, nil
 	case err != nil:
-		return Flow{}, false, fmt.Errorf("look up the conntrack entry of %s -> %s/%s: %w", client, vip, proto, err)
+		return datapath.Flow{}, false, fmt.Errorf("look up the conntrack entry of %s -> %s/%s: %w", client, vip, proto, err)
 	}
 	f := flowOf(k, e, monotonicNow())
 	return f, !f.Reverse, nil

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestOpenPinned: a Pinned view reads what the loader wrote and what the program did (a flow it
@@ -21,13 +22,13 @@ import (
 func TestOpenPinned(t *testing.T) {
 	d, opts := loadPinnedDir(t)
 	dir := opts.PinPath
-	f := Frontend{vip4, 80, TCP}
-	must(t, d.UpsertVIP(f, VIPConfig{ID: 7, Affinity: AffinityClientIP,
+	f := datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}
+	must(t, d.UpsertVIP(f, datapath.VIPConfig{ID: 7, Affinity: datapath.AffinityClientIP,
 		SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}))
-	must(t, d.UpsertBackend(3, Backend{Addr: be1v4, Port: 8080}))
-	must(t, d.UpsertBackend(4, Backend{Addr: netipMust("198.18.1.11"), Port: 8080, Down: true}))
+	must(t, d.UpsertBackend(3, datapath.Backend{Addr: be1v4, Port: 8080}))
+	must(t, d.UpsertBackend(4, datapath.Backend{Addr: netipMust("198.18.1.11"), Port: 8080, Down: true}))
 	must(t, d.SetMaglevTable(7, table(13, 3)))
-	must(t, d.SetReverse(Endpoint{be1v4, 8080, TCP}, ReverseNAT{VIP: 7}))
+	must(t, d.SetReverse(datapath.Endpoint{Addr: be1v4, Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 7}))
 	// An ACK of an unknown flow: conntrack remembers it, the VIP and backend counters move. No
 	// interface is attached and BPF_PROG_TEST_RUN sends nothing, whatever the verdict.
 	in, _ := clientTCP(40000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
@@ -36,23 +37,23 @@ func TestOpenPinned(t *testing.T) {
 	}
 
 	type state struct {
-		vips     map[Frontend]VIPConfig
-		backends map[BackendID]Backend
-		tables   map[VIPID][]BackendID
-		reverses map[Endpoint]ReverseNAT
-		flows    []Flow
+		vips     map[datapath.Frontend]datapath.VIPConfig
+		backends map[datapath.BackendID]datapath.Backend
+		tables   map[datapath.VIPID][]datapath.BackendID
+		reverses map[datapath.Endpoint]datapath.ReverseNAT
+		flows    []datapath.Flow
 		reasons  map[Reason]uint64
-		vip, be  Traffic
+		vip, be  datapath.Traffic
 	}
 	type reader interface {
-		VIPs() (map[Frontend]VIPConfig, error)
-		Backends() (map[BackendID]Backend, error)
-		MaglevTables() (map[VIPID][]BackendID, error)
-		Reverses() (map[Endpoint]ReverseNAT, error)
-		Flows() ([]Flow, error)
-		Reasons() (map[Reason]uint64, error)
-		VIPTraffic(VIPID) (Traffic, error)
-		BackendTraffic(BackendID) (Traffic, error)
+		VIPs() (map[datapath.Frontend]datapath.VIPConfig, error)
+		Backends() (map[datapath.BackendID]datapath.Backend, error)
+		MaglevTables() (map[datapath.VIPID][]datapath.BackendID, error)
+		Reverses() (map[datapath.Endpoint]datapath.ReverseNAT, error)
+		Flows() ([]datapath.Flow, error)
+		ReasonCounts() (map[Reason]uint64, error)
+		VIPTraffic(datapath.VIPID) (datapath.Traffic, error)
+		BackendTraffic(datapath.BackendID) (datapath.Traffic, error)
 	}
 	read := func(r reader) state {
 		t.Helper()
@@ -63,7 +64,7 @@ func TestOpenPinned(t *testing.T) {
 		s.tables, errs[2] = r.MaglevTables()
 		s.reverses, errs[3] = r.Reverses()
 		s.flows, errs[4] = r.Flows()
-		s.reasons, errs[5] = r.Reasons()
+		s.reasons, errs[5] = r.ReasonCounts()
 		s.vip, errs[6] = r.VIPTraffic(7)
 		s.be, errs[7] = r.BackendTraffic(3)
 		if err := errors.Join(errs[:]...); err != nil {
@@ -157,7 +158,7 @@ func TestOpenPinnedErrors(t *testing.T) {
 // whatever is pinned there, and the directory goes.
 func loadPinnedDir(t *testing.T) (*Datapath, Options) {
 	t.Helper()
-	opts := Options{PinPath: fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix()), ConntrackSize: 4096, MaglevSlots: 1 << 16}
+	opts := Options{PinPath: fmt.Sprintf("/sys/fs/bpf/%s", netlab.Prefix()), MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096}}
 	d, err := Load(opts)
 	if err != nil {
 		t.Fatalf("%+v", err)

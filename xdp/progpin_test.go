@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestProgsPins: the tail-call table of the programs that pinned links run is pinned, under the
@@ -24,7 +25,7 @@ func TestProgsPins(t *testing.T) {
 	progsDir := filepath.Join(dir, "progs")
 	attach := func(d *Datapath, ifname string) {
 		t.Helper()
-		must(t, ns.Do(func() error { return d.Attach(ifname, AttachAuto) }))
+		must(t, ns.Do(func() error { return d.Attach(ifname, datapath.AttachAuto) }))
 	}
 	progID := func(d *Datapath) string {
 		t.Helper()

@@ -8,33 +8,21 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
-
-func (f Frontend) validate() error {
-	if err := checkAddr(f.Addr); err != nil {
-		return fmt.Errorf("VIP %s: %w", f, err)
-	}
-	if !f.Proto.valid() {
-		return fmt.Errorf("VIP %s: protocol %s is not balanced (TCP and UDP are)", f, f.Proto)
-	}
-	return nil
-}
 
 // UpsertVIP creates frontend f or updates its configuration. Packets reach its backends once
 // its Maglev table is set (SetMaglevTable); until then they are dropped as "no backend".
-func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
+func (d *Datapath) UpsertVIP(f datapath.Frontend, cfg datapath.VIPConfig) (err error) {
 	defer d.invalidateAfter(&err)
-	if err := f.validate(); err != nil {
+	if err := datapath.CheckFrontend(f); err != nil {
 		return err
 	}
-	if cfg.ID == 0 || cfg.ID >= maxVIPs {
-		return fmt.Errorf("VIP %s: id %d out of range 1..%d", f, cfg.ID, maxVIPs-1)
+	if err := datapath.CheckVIPID(cfg.ID); err != nil {
+		return fmt.Errorf("VIP %s: %w", f, err)
 	}
-	for _, p := range cfg.SourceRanges {
-		if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Is4() != f.Addr.Unmap().Is4() {
-			return fmt.Errorf("VIP %s: source range %s is not a prefix of the VIP's family "+
-				"(write IPv4 prefixes in IPv4 form)", f, p)
-		}
+	if err := datapath.CheckSourceRanges(f.Addr, cfg.SourceRanges); err != nil {
+		return fmt.Errorf("VIP %s: %w", f, err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -52,11 +40,11 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
 		return fmt.Errorf("VIP %s: read vip_by_id[%d]: %w", f, cfg.ID, err)
 	}
 	if holder.Key.Family != 0 && holder.Key != key {
-		return fmt.Errorf("VIP %s: id %d is already used by %s", f, cfg.ID, frontendOf(holder.Key))
+		return fmt.Errorf("VIP %s: id %d is used by %s: %w", f, cfg.ID, frontendOf(holder.Key), datapath.ErrIDInUse)
 	}
 
 	flags := uint32(0)
-	if cfg.Affinity == AffinityClientIP {
+	if cfg.Affinity == datapath.AffinityClientIP {
 		flags |= vipFlagAffinityClientIP
 	}
 	if len(cfg.SourceRanges) > 0 {
@@ -83,7 +71,7 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
 	if exists && old.Id != uint32(cfg.ID) {
-		d.clearVIPID(VIPID(old.Id))
+		d.clearVIPID(datapath.VIPID(old.Id))
 	}
 	if err := d.pruneSourceRanges(cfg.ID, cfg.SourceRanges); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
@@ -96,9 +84,9 @@ func (d *Datapath) UpsertVIP(f Frontend, cfg VIPConfig) (err error) {
 
 // DeleteVIP removes frontend f, its Maglev table and source ranges. Deleting a missing VIP is
 // not an error.
-func (d *Datapath) DeleteVIP(f Frontend) (err error) {
+func (d *Datapath) DeleteVIP(f datapath.Frontend) (err error) {
 	defer d.invalidateAfter(&err)
-	if err := f.validate(); err != nil {
+	if err := datapath.CheckFrontend(f); err != nil {
 		return err
 	}
 	d.mu.Lock()
@@ -113,7 +101,7 @@ func (d *Datapath) DeleteVIP(f Frontend) (err error) {
 	if err := d.objs.Vips.Delete(&key); err != nil {
 		return fmt.Errorf("VIP %s: delete: %w", f, err)
 	}
-	d.clearVIPID(VIPID(vi.Id))
+	d.clearVIPID(datapath.VIPID(vi.Id))
 	d.slots.freeAt(vi.TableOff, vi.TableSize, time.Now())
 	if d.filter.vipAddrs[f.Addr.Unmap()]--; d.filter.vipAddrs[f.Addr.Unmap()] <= 0 {
 		delete(d.filter.vipAddrs, f.Addr.Unmap())
@@ -125,7 +113,7 @@ func (d *Datapath) DeleteVIP(f Frontend) (err error) {
 }
 
 // clearVIPID forgets everything stored under a VIP id.
-func (d *Datapath) clearVIPID(id VIPID) {
+func (d *Datapath) clearVIPID(id datapath.VIPID) {
 	_ = d.objs.VipById.Put(uint32(id), &xlbVipRef{})
 	_ = d.pruneSourceRanges(id, nil)
 	_ = d.zeroTraffic(d.objs.VipStats, uint32(id))
@@ -164,7 +152,7 @@ func (d *Datapath) syncMarker(a netip.Addr) error {
 	return nil
 }
 
-func rangeKey(id VIPID, p netip.Prefix) xlbSrcRangeKey {
+func rangeKey(id datapath.VIPID, p netip.Prefix) xlbSrcRangeKey {
 	p = p.Masked()
 	w, _ := toWire(p.Addr())
 	var be [4]byte
@@ -172,7 +160,7 @@ func rangeKey(id VIPID, p netip.Prefix) xlbSrcRangeKey {
 	return xlbSrcRangeKey{Prefixlen: uint32(32 + p.Bits()), VipId: nativeU32(be), Addr: w}
 }
 
-func (d *Datapath) addSourceRanges(id VIPID, ranges []netip.Prefix) error {
+func (d *Datapath) addSourceRanges(id datapath.VIPID, ranges []netip.Prefix) error {
 	for _, p := range ranges {
 		k := rangeKey(id, p)
 		if err := d.objs.SrcRanges.Put(&k, uint8(1)); err != nil {
@@ -183,7 +171,7 @@ func (d *Datapath) addSourceRanges(id VIPID, ranges []netip.Prefix) error {
 }
 
 // pruneSourceRanges deletes VIP id's prefixes that are not in keep.
-func (d *Datapath) pruneSourceRanges(id VIPID, keep []netip.Prefix) error {
+func (d *Datapath) pruneSourceRanges(id datapath.VIPID, keep []netip.Prefix) error {
 	want := map[xlbSrcRangeKey]bool{}
 	for _, p := range keep {
 		want[rangeKey(id, p)] = true
@@ -209,10 +197,10 @@ func (d *Datapath) pruneSourceRanges(id VIPID, keep []netip.Prefix) error {
 }
 
 // VIPs returns every configured frontend with its configuration, read from the maps.
-func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
+func (d *Datapath) VIPs() (map[datapath.Frontend]datapath.VIPConfig, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := map[Frontend]VIPConfig{}
+	out := map[datapath.Frontend]datapath.VIPConfig{}
 	// checked: VIP ids whose flags enforce source ranges. Prefixes of other VIPs (left by a write
 	// that failed half-way) are not reported: they are not in force.
 	checked := map[uint32]bool{}
@@ -223,9 +211,9 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 		if vi.Flags&vipFlagMarker != 0 {
 			continue
 		}
-		cfg := VIPConfig{ID: VIPID(vi.Id)}
+		cfg := datapath.VIPConfig{ID: datapath.VIPID(vi.Id)}
 		if vi.Flags&vipFlagAffinityClientIP != 0 {
-			cfg.Affinity = AffinityClientIP
+			cfg.Affinity = datapath.AffinityClientIP
 		}
 		out[frontendOf(k)] = cfg
 		if vi.Flags&vipFlagSrcRanges != 0 {
@@ -235,7 +223,7 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list VIPs: %w", err)
 	}
-	byID := map[uint32]Frontend{}
+	byID := map[uint32]datapath.Frontend{}
 	for f, c := range out {
 		byID[uint32(c.ID)] = f
 	}
@@ -249,9 +237,9 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 		if !ok || !checked[id] {
 			continue
 		}
-		fam := uint8(familyV6)
+		fam := uint8(datapath.FamilyV6)
 		if f.Addr.Unmap().Is4() {
-			fam = familyV4
+			fam = datapath.FamilyV4
 		}
 		c := out[f]
 		c.SourceRanges = append(c.SourceRanges,
@@ -268,16 +256,16 @@ func (d *Datapath) VIPs() (map[Frontend]VIPConfig, error) {
 	return out, nil
 }
 
-func frontendOf(k xlbSvcKey) Frontend {
-	return Frontend{Addr: fromWire(k.Addr, k.Family), Port: ntohs(k.Port), Proto: Protocol(k.Proto)}
+func frontendOf(k xlbSvcKey) datapath.Frontend {
+	return datapath.Frontend{Addr: fromWire(k.Addr, k.Family), Port: ntohs(k.Port), Proto: datapath.Protocol(k.Proto)}
 }
 
 // UpsertBackend sets where backend id sends packets.
-func (d *Datapath) UpsertBackend(id BackendID, b Backend) error {
-	if id == 0 || id >= maxBackends {
-		return fmt.Errorf("backend %d: id out of range 1..%d", id, maxBackends-1)
+func (d *Datapath) UpsertBackend(id datapath.BackendID, b datapath.Backend) error {
+	if err := datapath.CheckBackendID(id); err != nil {
+		return err
 	}
-	if err := checkAddr(b.Addr); err != nil {
+	if err := datapath.CheckAddr(b.Addr); err != nil {
 		return fmt.Errorf("backend %d: %w", id, err)
 	}
 	d.mu.Lock()
@@ -311,9 +299,9 @@ func (d *Datapath) UpsertBackend(id BackendID, b Backend) error {
 
 // DeleteBackend forgets backend id. Flows still pinned to it by conntrack are re-balanced on
 // their next packet.
-func (d *Datapath) DeleteBackend(id BackendID) error {
-	if id == 0 || id >= maxBackends {
-		return fmt.Errorf("backend %d: id out of range 1..%d", id, maxBackends-1)
+func (d *Datapath) DeleteBackend(id datapath.BackendID) error {
+	if err := datapath.CheckBackendID(id); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -334,8 +322,8 @@ func (d *Datapath) DeleteBackend(id BackendID) error {
 }
 
 // Backends returns every configured backend, reading the array in batches.
-func (d *Datapath) Backends() (map[BackendID]Backend, error) {
-	out := map[BackendID]Backend{}
+func (d *Datapath) Backends() (map[datapath.BackendID]datapath.Backend, error) {
+	out := map[datapath.BackendID]datapath.Backend{}
 	const chunk = 8192
 	keys := make([]uint32, chunk)
 	vals := make([]xlbBackend, chunk)
@@ -347,7 +335,7 @@ func (d *Datapath) Backends() (map[BackendID]Backend, error) {
 			if v.Family == 0 {
 				continue
 			}
-			out[BackendID(keys[i])] = Backend{Addr: fromWire(v.Addr, v.Family), Port: ntohs(v.Port),
+			out[datapath.BackendID(keys[i])] = datapath.Backend{Addr: fromWire(v.Addr, v.Family), Port: ntohs(v.Port),
 				Down: v.Flags&backendFlagDown != 0}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -362,13 +350,13 @@ func (d *Datapath) Backends() (map[BackendID]Backend, error) {
 // SetMaglevTable replaces VIP id's Maglev table atomically: packets see the old table or the new
 // one, never a mix. table[i] is the backend of slot i; len(table) is M (a prime, at most
 // 1048573). A zero entry is an empty slot (its flows are dropped as "no backend").
-func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) (err error) {
+func (d *Datapath) SetMaglevTable(id datapath.VIPID, table []datapath.BackendID) (err error) {
 	defer d.invalidateAfter(&err)
-	if id == 0 || id >= maxVIPs {
-		return fmt.Errorf("Maglev table of VIP id %d: id out of range 1..%d", id, maxVIPs-1)
+	if err := datapath.CheckVIPID(id); err != nil {
+		return fmt.Errorf("Maglev table: %w", err)
 	}
-	if len(table) == 0 || len(table) > maxMaglevM {
-		return fmt.Errorf("Maglev table of VIP id %d: size %d out of range 1..%d", id, len(table), maxMaglevM)
+	if err := datapath.CheckTableSize(len(table)); err != nil {
+		return fmt.Errorf("Maglev table of VIP id %d: %w", id, err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -379,8 +367,8 @@ func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) (err error) {
 	n := uint32(len(table))
 	off, ok := d.slots.alloc(n, time.Now())
 	if !ok {
-		return fmt.Errorf("Maglev table of VIP %s: no room for %d slots (%d free of %d; raise Options.MaglevSlots)",
-			frontendOf(key), n, d.slots.available(), d.opts.MaglevSlots)
+		return fmt.Errorf("Maglev table of VIP %s: %w for %d slots (%d free of %d; raise Options.MaglevSlots)",
+			frontendOf(key), datapath.ErrFull, n, d.slots.available(), d.opts.MaglevSlots)
 	}
 	keys := make([]uint32, n)
 	vals := make([]uint32, n)
@@ -403,7 +391,7 @@ func (d *Datapath) SetMaglevTable(id VIPID, table []BackendID) (err error) {
 }
 
 // vipByID returns the frontend key and descriptor of VIP id.
-func (d *Datapath) vipByID(id VIPID) (xlbSvcKey, xlbVipInfo, error) {
+func (d *Datapath) vipByID(id datapath.VIPID) (xlbSvcKey, xlbVipInfo, error) {
 	var ref xlbVipRef
 	var vi xlbVipInfo
 	if err := d.objs.VipById.Lookup(uint32(id), &ref); err != nil {
@@ -411,7 +399,7 @@ func (d *Datapath) vipByID(id VIPID) (xlbSvcKey, xlbVipInfo, error) {
 	}
 	key := ref.Key
 	if key.Family == 0 {
-		return key, vi, fmt.Errorf("no such VIP")
+		return key, vi, datapath.ErrUnknownVIP
 	}
 	if err := d.objs.Vips.Lookup(&key, &vi); err != nil {
 		return key, vi, fmt.Errorf("VIP %s: %w", frontendOf(key), err)
@@ -420,7 +408,7 @@ func (d *Datapath) vipByID(id VIPID) (xlbSvcKey, xlbVipInfo, error) {
 }
 
 // MaglevTable returns VIP id's current table (nil if it has none).
-func (d *Datapath) MaglevTable(id VIPID) ([]BackendID, error) {
+func (d *Datapath) MaglevTable(id datapath.VIPID) ([]datapath.BackendID, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, vi, err := d.vipByID(id)
@@ -436,19 +424,19 @@ func (d *Datapath) MaglevTable(id VIPID) ([]BackendID, error) {
 
 // MaglevTables returns every VIP's current table, reading the slot array once (for adopting the
 // state of an earlier process).
-func (d *Datapath) MaglevTables() (map[VIPID][]BackendID, error) {
+func (d *Datapath) MaglevTables() (map[datapath.VIPID][]datapath.BackendID, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var k xlbSvcKey
 	var vi xlbVipInfo
-	infos := map[VIPID]xlbVipInfo{}
+	infos := map[datapath.VIPID]xlbVipInfo{}
 	end := uint32(0)
 	it := d.objs.Vips.Iterate()
 	for it.Next(&k, &vi) {
 		if vi.Flags&vipFlagMarker != 0 {
 			continue
 		}
-		infos[VIPID(vi.Id)] = vi
+		infos[datapath.VIPID(vi.Id)] = vi
 		end = max(end, vi.TableOff+vi.TableSize)
 	}
 	if err := it.Err(); err != nil {
@@ -458,20 +446,20 @@ func (d *Datapath) MaglevTables() (map[VIPID][]BackendID, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[VIPID][]BackendID, len(infos))
+	out := make(map[datapath.VIPID][]datapath.BackendID, len(infos))
 	for id, vi := range infos {
 		out[id] = tableOf(all, vi)
 	}
 	return out, nil
 }
 
-func tableOf(all []uint32, vi xlbVipInfo) []BackendID {
+func tableOf(all []uint32, vi xlbVipInfo) []datapath.BackendID {
 	if vi.TableSize == 0 {
 		return nil
 	}
-	out := make([]BackendID, vi.TableSize)
+	out := make([]datapath.BackendID, vi.TableSize)
 	for i := range out {
-		out[i] = BackendID(all[vi.TableOff+uint32(i)])
+		out[i] = datapath.BackendID(all[vi.TableOff+uint32(i)])
 	}
 	return out
 }
@@ -500,36 +488,36 @@ func (d *Datapath) readSlots(end uint32) ([]uint32, error) {
 }
 
 // SetReverse says which VIP the replies of backend endpoint ep come from.
-func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) (err error) {
+func (d *Datapath) SetReverse(ep datapath.Endpoint, r datapath.ReverseNAT) (err error) {
 	defer d.invalidateAfter(&err)
-	if err := checkAddr(ep.Addr); err != nil {
+	if err := datapath.CheckAddr(ep.Addr); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
-	if !ep.Proto.valid() {
-		return fmt.Errorf("reverse NAT of %s: protocol %s is not balanced", ep, ep.Proto)
+	if !ep.Proto.Valid() {
+		return fmt.Errorf("reverse NAT of %s: %w", ep, datapath.ErrBadProtocol)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v := xlbRevValue{}
 	// checkVIP returns the frontend of VIP id, which must be configured, of ep's family.
-	checkVIP := func(id VIPID) (xlbVipRef, error) {
+	checkVIP := func(id datapath.VIPID) (xlbVipRef, error) {
 		var ref xlbVipRef
 		if err := d.objs.VipById.Lookup(uint32(id), &ref); err != nil || ref.Key.Family == 0 {
-			return ref, fmt.Errorf("reverse NAT of %s: VIP id %d is not configured", ep, id)
+			return ref, fmt.Errorf("reverse NAT of %s: VIP id %d: %w", ep, id, datapath.ErrUnknownVIP)
 		}
 		if _, fam := toWire(ep.Addr); fam != ref.Key.Family {
-			return ref, fmt.Errorf("reverse NAT of %s: VIP %s is of another family", ep, frontendOf(ref.Key))
+			return ref, fmt.Errorf("reverse NAT of %s: VIP %s is of another family: %w", ep, frontendOf(ref.Key), datapath.ErrBadAddress)
 		}
 		return ref, nil
 	}
 	if r.Ambiguous {
 		v.Flags = revFlagAmbiguous
 		// The datapath stops at the first 0: the candidates must come first.
+		if err := datapath.CheckCandidates(r.Candidates); err != nil {
+			return fmt.Errorf("reverse NAT of %s: %w", ep, err)
+		}
 		for i, id := range r.Candidates {
 			if id == 0 {
-				if slices.ContainsFunc(r.Candidates[i:], func(id VIPID) bool { return id != 0 }) {
-					return fmt.Errorf("reverse NAT of %s: candidate VIP ids %v have a gap", ep, r.Candidates)
-				}
 				break
 			}
 			if _, err := checkVIP(id); err != nil {
@@ -563,9 +551,9 @@ func (d *Datapath) SetReverse(ep Endpoint, r ReverseNAT) (err error) {
 }
 
 // DeleteReverse removes the reverse NAT entry of ep.
-func (d *Datapath) DeleteReverse(ep Endpoint) (err error) {
+func (d *Datapath) DeleteReverse(ep datapath.Endpoint) (err error) {
 	defer d.invalidateAfter(&err)
-	if err := checkAddr(ep.Addr); err != nil {
+	if err := datapath.CheckAddr(ep.Addr); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
 	d.mu.Lock()
@@ -583,18 +571,18 @@ func (d *Datapath) DeleteReverse(ep Endpoint) (err error) {
 }
 
 // Reverses returns every reverse NAT entry.
-func (d *Datapath) Reverses() (map[Endpoint]ReverseNAT, error) {
-	out := map[Endpoint]ReverseNAT{}
+func (d *Datapath) Reverses() (map[datapath.Endpoint]datapath.ReverseNAT, error) {
+	out := map[datapath.Endpoint]datapath.ReverseNAT{}
 	var k xlbSvcKey
 	var v xlbRevValue
 	it := d.objs.Reverse.Iterate()
 	for it.Next(&k, &v) {
 		f := frontendOf(k)
-		r := ReverseNAT{VIP: VIPID(v.VipId), Ambiguous: v.Flags&revFlagAmbiguous != 0}
+		r := datapath.ReverseNAT{VIP: datapath.VIPID(v.VipId), Ambiguous: v.Flags&revFlagAmbiguous != 0}
 		for i, id := range v.Cand {
-			r.Candidates[i] = VIPID(id)
+			r.Candidates[i] = datapath.VIPID(id)
 		}
-		out[Endpoint(f)] = r
+		out[datapath.Endpoint(f)] = r
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("list reverse NAT entries: %w", err)

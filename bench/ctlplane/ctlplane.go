@@ -16,6 +16,7 @@ import (
 	"github.com/xlb-dev/xlb/lb/maglev"
 	"github.com/xlb-dev/xlb/lb/reconcile"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Run runs every control-plane benchmark and returns its metrics. A benchmark that fails
@@ -62,7 +63,7 @@ func reconcile10k() []report.Metric {
 		s := lb.Service{
 			Name:  "bench/svc-" + strconv.Itoa(i),
 			VIPs:  []netip.Addr{netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})},
-			Ports: []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}},
+			Ports: []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}},
 		}
 		for j := range backends {
 			n := i*backends + j
@@ -70,7 +71,7 @@ func reconcile10k() []report.Metric {
 		}
 		svcs[i] = s
 	}
-	dp, err := xdp.Load(xdp.Options{NoPin: true, ConntrackSize: 4096})
+	dp, err := xdp.Load(xdp.Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096}})
 	if err != nil {
 		return fail(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/xlb-dev/xlb/lb/kube"
 	"github.com/xlb-dev/xlb/lb/reconcile"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // sliceUpdates is how many EndpointSlice changes the latency is measured over.
@@ -100,7 +101,7 @@ func measureEndpointLatency() ([]time.Duration, error) {
 	go func() { defer close(done); ctrl.Run(runCtx) }()
 	defer func() { stop(); <-done }()
 
-	dp, err := xdp.Load(xdp.Options{NoPin: true, ConntrackSize: 4096})
+	dp, err := xdp.Load(xdp.Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096}})
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/xlb-dev/xlb/bench/topo"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/afxdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // AFXDP is xlb's AF_XDP datapath on both gateway interfaces, configured as XLB is (one VIP per
@@ -28,7 +28,7 @@ func (x *AFXDP) Name() string { return "afxdp" }
 
 // Start implements Datapath. As for XLB, the new-flow rate guard is off.
 func (x *AFXDP) Start(_ context.Context, t *topo.Topology) error {
-	d, err := afxdp.Load(afxdp.Config{Engine: afxdp.Options{ConntrackSize: 1 << 21, NewFlowRate: -1},
+	d, err := afxdp.Load(afxdp.Config{Engine: datapath.Settings{ConntrackSize: 1 << 21, NewFlowRate: -1},
 		PinWorker: true, WorkerCPU: x.CPU, Logger: x.Log})
 	if err != nil {
 		return fmt.Errorf("start afxdp: %w", err)
@@ -36,7 +36,7 @@ func (x *AFXDP) Start(_ context.Context, t *topo.Topology) error {
 	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
-	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, xdp.AttachAuto) }); err != nil {
+	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, datapath.AttachAuto) }); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
 	x.d = d
@@ -49,7 +49,7 @@ func (x *AFXDP) Drops() (map[string]uint64, error) {
 		return nil, nil
 	}
 	out := map[string]uint64{}
-	for r, n := range x.d.Reasons() {
+	for r, n := range x.d.ReasonCounts() {
 		if strings.HasPrefix(r.String(), "drop_") {
 			out["afxdp."+r.String()] = n
 		}
@@ -79,5 +79,5 @@ func (x *AFXDP) Flows() (int, error) {
 	if x.d == nil {
 		return 0, nil
 	}
-	return x.d.FlowCount(), nil
+	return x.d.FlowCount()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xlb-dev/xlb/bench/topo"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // xlbMaglevM is the VIP's Maglev table size (the datapath's default for a service).
@@ -32,14 +33,14 @@ func (x *XLB) Name() string { return "xlb" }
 // this process holds them, so a killed benchmark leaves no XDP program behind. The new-flow rate
 // guard is off, so that the established mixes can fill conntrack at full speed.
 func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
-	d, err := xdp.Load(xdp.Options{NoPin: true, ConntrackSize: x.ConntrackSize, NewFlowRate: -1, Logger: x.Log})
+	d, err := xdp.Load(xdp.Options{NoPin: true, Logger: x.Log, Settings: datapath.Settings{ConntrackSize: x.ConntrackSize, NewFlowRate: -1}})
 	if err != nil {
 		return fmt.Errorf("start xlb: %w", err)
 	}
 	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
-	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, xdp.AttachNative) }); err != nil {
+	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, datapath.AttachNative) }); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
 	x.d = d
@@ -61,24 +62,24 @@ func attachGateway(t *topo.Topology, attach func(ifname string) error) error {
 
 // configurer is what XLB and AFXDP configure their datapath through.
 type configurer interface {
-	UpsertVIP(xdp.Frontend, xdp.VIPConfig) error
-	UpsertBackend(xdp.BackendID, xdp.Backend) error
-	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
+	UpsertVIP(datapath.Frontend, datapath.VIPConfig) error
+	UpsertBackend(datapath.BackendID, datapath.Backend) error
+	SetMaglevTable(datapath.VIPID, []datapath.BackendID) error
 }
 
 // configure gives d one VIP per protocol (TCP and UDP on VIPPort) with one backend (the sink,
 // BackendPort) filling its Maglev table.
 func configure(d configurer) error {
-	for i, proto := range []xdp.Protocol{xdp.TCP, xdp.UDP} {
-		id, bid := xdp.VIPID(i+1), xdp.BackendID(i+1)
-		fe := xdp.Frontend{Addr: topo.VIP, Port: VIPPort, Proto: proto}
-		if err := d.UpsertVIP(fe, xdp.VIPConfig{ID: id}); err != nil {
+	for i, proto := range []datapath.Protocol{datapath.TCP, datapath.UDP} {
+		id, bid := datapath.VIPID(i+1), datapath.BackendID(i+1)
+		fe := datapath.Frontend{Addr: topo.VIP, Port: VIPPort, Proto: proto}
+		if err := d.UpsertVIP(fe, datapath.VIPConfig{ID: id}); err != nil {
 			return err
 		}
-		if err := d.UpsertBackend(bid, xdp.Backend{Addr: topo.Backend, Port: BackendPort}); err != nil {
+		if err := d.UpsertBackend(bid, datapath.Backend{Addr: topo.Backend, Port: BackendPort}); err != nil {
 			return err
 		}
-		table := make([]xdp.BackendID, xlbMaglevM)
+		table := make([]datapath.BackendID, xlbMaglevM)
 		for j := range table {
 			table[j] = bid
 		}
@@ -100,8 +101,7 @@ func (x *XLB) Drops() (map[string]uint64, error) {
 		return nil, fmt.Errorf("xlb drops: %w", err)
 	}
 	out := map[string]uint64{}
-	for r, n := range rs {
-		name := r.String()
+	for name, n := range rs {
 		if strings.HasPrefix(name, "pass_") || strings.HasPrefix(name, "drop_") {
 			out["xlb."+name] = n
 		}

@@ -9,17 +9,18 @@ import (
 	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestVIPRoutes: a VIP is announced when one of its frontends has minHealthyBackends serving
 // backends, with the configured attributes on every route.
 func TestVIPRoutes(t *testing.T) {
 	a, b, c := netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("198.18.100.2"), netip.MustParseAddr("2001:db8:100::1")
-	d := &lb.Desired{Frontends: map[lb.Frontend]*lb.FrontendPlan{
-		{Addr: a, Port: 80, Proto: lb.TCP}:  {Serving: 1},
-		{Addr: a, Port: 443, Proto: lb.TCP}: {Serving: 2}, // one frontend of a is enough
-		{Addr: b, Port: 80, Proto: lb.TCP}:  {Serving: 1},
-		{Addr: c, Port: 53, Proto: lb.UDP}:  {Serving: 3},
+	d := &lb.Desired{Frontends: map[datapath.Frontend]*lb.FrontendPlan{
+		{Addr: a, Port: 80, Proto: datapath.TCP}:  {Serving: 1},
+		{Addr: a, Port: 443, Proto: datapath.TCP}: {Serving: 2}, // one frontend of a is enough
+		{Addr: b, Port: 80, Proto: datapath.TCP}:  {Serving: 1},
+		{Addr: c, Port: 53, Proto: datapath.UDP}:  {Serving: 3},
 	}}
 	med := uint32(7)
 	cfg := &config.BGP{MinHealthyBackends: 2, Communities: []uint32{65000<<16 | 100}, MED: &med,
@@ -52,11 +53,11 @@ func TestVIPRoutesMerge(t *testing.T) {
 		LargeCommunities: [][3]uint32{{65000, 9, 9}}}
 	api := lb.RouteAttributes{Communities: []uint32{65000<<16 | 200, 65000<<16 | 300}, LocalPref: u(300), MED: u(5),
 		LargeCommunities: [][3]uint32{{65000, 1, 2}, {65000, 3, 4}}}
-	d := &lb.Desired{Frontends: map[lb.Frontend]*lb.FrontendPlan{
-		{Addr: a, Port: 80, Proto: lb.TCP}:  {Service: "web", Serving: 1, Route: web},
-		{Addr: a, Port: 443, Proto: lb.TCP}: {Service: "api", Serving: 0, Route: api}, // down: attributes still count
-		{Addr: b, Port: 80, Proto: lb.TCP}:  {Service: "plain", Serving: 1},
-		{Addr: c, Port: 80, Proto: lb.TCP}:  {Service: "medonly", Serving: 1, Route: lb.RouteAttributes{MED: u(50)}},
+	d := &lb.Desired{Frontends: map[datapath.Frontend]*lb.FrontendPlan{
+		{Addr: a, Port: 80, Proto: datapath.TCP}:  {Service: "web", Serving: 1, Route: web},
+		{Addr: a, Port: 443, Proto: datapath.TCP}: {Service: "api", Serving: 0, Route: api}, // down: attributes still count
+		{Addr: b, Port: 80, Proto: datapath.TCP}:  {Service: "plain", Serving: 1},
+		{Addr: c, Port: 80, Proto: datapath.TCP}:  {Service: "medonly", Serving: 1, Route: lb.RouteAttributes{MED: u(50)}},
 	}}
 	cfg := &config.BGP{MinHealthyBackends: 1, Communities: []uint32{65000<<16 | 100}, LocalPref: u(100), MED: u(7),
 		LargeCommunities: []config.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}

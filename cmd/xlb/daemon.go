@@ -26,7 +26,7 @@ import (
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
 	"github.com/xlb-dev/xlb/lb/reconcile"
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // daemon is the standalone appliance: config file -> model (+ health) -> plan -> reconciler ->
@@ -60,7 +60,7 @@ type daemon struct {
 	servicesInvalid prometheus.Gauge
 	serving         *prometheus.GaugeVec
 	// down: frontends that had no backend taking new flows at the last reconcile (logged on change).
-	down map[lb.Frontend]bool
+	down map[datapath.Frontend]bool
 
 	// speaker announces the VIPs over BGP; nil when the config has no bgp section.
 	speaker *bgp.Speaker
@@ -286,11 +286,11 @@ func (d *daemon) reconcile() error {
 	}
 	res, err := d.rec.Apply(desired)
 	d.reconcileTime.Observe(time.Since(start).Seconds())
-	names := map[xdp.Frontend]string{}
-	down := map[lb.Frontend]bool{}
+	names := map[datapath.Frontend]string{}
+	down := map[datapath.Frontend]bool{}
 	d.serving.Reset()
 	for f, p := range desired.Frontends {
-		names[xdp.Frontend{Addr: f.Addr, Port: f.Port, Proto: xdp.Protocol(f.Proto)}] = p.Service
+		names[datapath.Frontend{Addr: f.Addr, Port: f.Port, Proto: datapath.Protocol(f.Proto)}] = p.Service
 		d.serving.WithLabelValues(p.Service, f.String()).Set(float64(p.Serving))
 		if p.Serving == 0 {
 			down[f] = true

@@ -5,8 +5,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // datapathCollector exports the datapath's per-CPU counters, read from the maps at scrape time.
@@ -14,7 +13,7 @@ type datapathCollector struct {
 	dp gatewayDatapath
 	// names gives each VIP id and backend id its labels; set by the daemon after each apply.
 	mu       sync.Mutex
-	services map[xdp.Frontend]string
+	services map[datapath.Frontend]string
 
 	vipPackets, vipBytes, vipFlows             *prometheus.Desc
 	backendPackets, backendBytes, backendFlows *prometheus.Desc
@@ -26,7 +25,7 @@ func newDatapathCollector(dp gatewayDatapath) *datapathCollector {
 	be := []string{"backend", "port"}
 	return &datapathCollector{
 		dp:             dp,
-		services:       map[xdp.Frontend]string{},
+		services:       map[datapath.Frontend]string{},
 		vipPackets:     prometheus.NewDesc("xlb_vip_packets_total", "Client packets to a VIP frontend forwarded to a backend.", vip, nil),
 		vipBytes:       prometheus.NewDesc("xlb_vip_bytes_total", "Bytes of those packets (Ethernet frames).", vip, nil),
 		vipFlows:       prometheus.NewDesc("xlb_vip_new_flows_total", "New flows (TCP SYNs, first UDP datagrams) to a VIP frontend.", vip, nil),
@@ -40,7 +39,7 @@ func newDatapathCollector(dp gatewayDatapath) *datapathCollector {
 }
 
 // setServices records which service each frontend belongs to (for the service label).
-func (c *datapathCollector) setServices(m map[xdp.Frontend]string) {
+func (c *datapathCollector) setServices(m map[datapath.Frontend]string) {
 	c.mu.Lock()
 	c.services = m
 	c.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestWarnSharedEndpoints: file services on the same backend port are each warned about,
@@ -15,7 +16,7 @@ import (
 func TestWarnSharedEndpoints(t *testing.T) {
 	svc := func(name string, port uint16, target uint16) lb.Service {
 		return lb.Service{Name: name, VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.1")},
-			Ports:    []lb.Port{{Port: port, TargetPort: target, Protocol: lb.TCP}},
+			Ports:    []lb.Port{{Port: port, TargetPort: target, Protocol: datapath.TCP}},
 			Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1}}}
 	}
 	var b bytes.Buffer

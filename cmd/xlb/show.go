@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -215,7 +216,7 @@ func endpointString(a netip.Addr, port uint16) string {
 }
 
 // frontendString is a frontend as endpointString writes it, with its protocol.
-func frontendString(f xdp.Frontend) string {
+func frontendString(f datapath.Frontend) string {
 	return endpointString(f.Addr, f.Port) + "/" + f.Proto.String()
 }
 
@@ -235,13 +236,13 @@ func showServices(p *xdp.Pinned, only netip.Addr) (servicesDoc, error) {
 	if err != nil {
 		return doc, err
 	}
-	mapped := map[xdp.BackendID]bool{}
+	mapped := map[datapath.BackendID]bool{}
 	for _, tb := range tables {
 		for _, id := range tb {
 			mapped[id] = true
 		}
 	}
-	backendOf := func(id xdp.BackendID, slots int) (showBackend, error) {
+	backendOf := func(id datapath.BackendID, slots int) (showBackend, error) {
 		tr, err := p.BackendTraffic(id)
 		if err != nil {
 			return showBackend{}, err
@@ -264,13 +265,13 @@ func showServices(p *xdp.Pinned, only netip.Addr) (servicesDoc, error) {
 		}
 		s := showService{Frontend: frontendString(f), ID: uint32(cfg.ID), TableSize: len(tables[cfg.ID]),
 			Packets: tr.Packets, Bytes: tr.Bytes, NewFlows: tr.NewFlows, Backends: []showBackend{}}
-		if cfg.Affinity == xdp.AffinityClientIP {
+		if cfg.Affinity == datapath.AffinityClientIP {
 			s.Affinity = "ClientIP"
 		}
 		for _, r := range cfg.SourceRanges {
 			s.SourceRanges = append(s.SourceRanges, r.String())
 		}
-		slots := map[xdp.BackendID]int{}
+		slots := map[datapath.BackendID]int{}
 		for _, id := range tables[cfg.ID] {
 			if id != 0 {
 				slots[id]++
@@ -323,15 +324,15 @@ func showFlows(p *xdp.Pinned, only netip.Addr, limit int) (flowsDoc, error) {
 		if err != nil {
 			return doc, err
 		}
-		ids := map[xdp.VIPID]bool{}
+		ids := map[datapath.VIPID]bool{}
 		for f, cfg := range vips {
 			if f.Addr.Unmap() == only {
 				ids[cfg.ID] = true
 			}
 		}
-		flows = slices.DeleteFunc(flows, func(f xdp.Flow) bool { return !ids[f.VIP] })
+		flows = slices.DeleteFunc(flows, func(f datapath.Flow) bool { return !ids[f.VIP] })
 	}
-	slices.SortFunc(flows, func(a, b xdp.Flow) int {
+	slices.SortFunc(flows, func(a, b datapath.Flow) int {
 		return cmp.Or(cmp.Compare(a.Idle, b.Idle), a.Src.Compare(b.Src), a.Dst.Compare(b.Dst))
 	})
 	doc.Total = len(flows)
@@ -360,7 +361,7 @@ func showFlows(p *xdp.Pinned, only netip.Addr, limit int) (flowsDoc, error) {
 // showReasons returns the verdict counters that are not zero.
 func showReasons(p *xdp.Pinned) (reasonsDoc, error) {
 	var doc reasonsDoc
-	rs, err := p.Reasons()
+	rs, err := p.ReasonCounts()
 	if err != nil {
 		return doc, err
 	}
@@ -470,7 +471,7 @@ func idleString(sec float64) time.Duration {
 // flowQuery is what `xlb show flow` is asked about.
 type flowQuery struct {
 	client, to netip.AddrPort
-	proto      xdp.Protocol
+	proto      datapath.Protocol
 	seed       *uint32 // nil: the attached program's
 }
 
@@ -499,9 +500,9 @@ func parseFlowQuery(client, to, proto, seed string) (flowQuery, error) {
 	}
 	switch strings.ToLower(proto) {
 	case "tcp":
-		q.proto = xdp.TCP
+		q.proto = datapath.TCP
 	case "udp":
-		q.proto = xdp.UDP
+		q.proto = datapath.UDP
 	default:
 		return q, fmt.Errorf("--proto %q: want tcp or udp", proto)
 	}
@@ -584,11 +585,11 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 	if err != nil {
 		return e, err
 	}
-	byID := make(map[xdp.VIPID]xdp.Frontend, len(vips))
+	byID := make(map[datapath.VIPID]datapath.Frontend, len(vips))
 	for f, c := range vips {
 		byID[c.ID] = f
 	}
-	endpoint := func(id xdp.BackendID) string {
+	endpoint := func(id datapath.BackendID) string {
 		b, ok := backends[id]
 		if !ok || b.Down {
 			return ""
@@ -599,7 +600,7 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 		}
 		return endpointString(b.Addr, port)
 	}
-	allowed := func(id xdp.VIPID) (bool, string) {
+	allowed := func(id datapath.VIPID) (bool, string) {
 		rs := vips[byID[id]].SourceRanges
 		if len(rs) == 0 {
 			return true, ""
@@ -632,7 +633,7 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 		be := endpoint(fl.Backend)
 		timeout := st.UDPTimeout
 		closing := ""
-		if q.proto == xdp.TCP {
+		if q.proto == datapath.TCP {
 			timeout = st.TCPEstablishedTimeout
 			if fl.Closing {
 				timeout, closing = st.TCPClosingTimeout, ", closing"
@@ -668,7 +669,7 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 	}
 
 	// A new flow: the frontend, its source ranges and Maglev.
-	f := xdp.Frontend{Addr: q.to.Addr(), Port: q.to.Port(), Proto: q.proto}
+	f := datapath.Frontend{Addr: q.to.Addr(), Port: q.to.Port(), Proto: q.proto}
 	cfg, ok := vips[f]
 	if !ok {
 		f.Port = 0
@@ -683,7 +684,7 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 		table := tables[cfg.ID]
 		e.Frontend, e.VIPID, e.M = frontendString(f), uint32(cfg.ID), len(table)
 		aff := ""
-		if cfg.Affinity == xdp.AffinityClientIP {
+		if cfg.Affinity == datapath.AffinityClientIP {
 			aff = ", affinity ClientIP (the client's address alone is hashed)"
 		}
 		step("frontend", "%s id %d, M %d%s", e.Frontend, cfg.ID, len(table), aff)
@@ -699,8 +700,8 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 			newFlow = "dropped (drop_no_backend)"
 			break
 		}
-		hash := xdp.FlowHash(seed, q.client.Addr(), q.client.Port(), q.to.Port(), uint8(q.proto),
-			cfg.Affinity == xdp.AffinityClientIP)
+		hash := datapath.FlowHash(seed, q.client.Addr(), q.client.Port(), q.to.Port(), q.proto,
+			cfg.Affinity == datapath.AffinityClientIP)
 		slot := int(hash % uint32(len(table)))
 		e.Seed, e.Hash, e.Slot = &seed, &hash, &slot
 		id := table[slot]
@@ -719,11 +720,11 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 	}
 
 	switch {
-	case estVerdict != "" && q.proto == xdp.TCP:
+	case estVerdict != "" && q.proto == datapath.TCP:
 		e.Verdict = fmt.Sprintf("established packets %s; a new connection (SYN): %s", estVerdict, newFlow)
 	case estVerdict != "":
 		e.Verdict = "datagrams " + estVerdict
-	case q.proto == xdp.TCP:
+	case q.proto == datapath.TCP:
 		e.Verdict = "a new connection (SYN), or a packet of an unknown one: " + newFlow +
 			" (the ACK of a handshake in flight follows its SYN's backend)"
 	default:

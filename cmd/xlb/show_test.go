@@ -20,6 +20,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // checkShow runs `xlb show` against a daemon's pins while the pinned program forwards with no
@@ -133,8 +134,7 @@ func TestShow(t *testing.T) {
 	prefix := netlab.Prefix()
 	dir := filepath.Join("/sys/fs/bpf", prefix)
 	const seed = 0x5eed
-	opts := xdp.Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 16, Seed: seed,
-		TCPEstablishedTimeout: 2 * time.Hour, UDPTimeout: time.Second}
+	opts := xdp.Options{PinPath: dir, MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096, Seed: seed, TCPEstablishedTimeout: 2 * time.Hour, UDPTimeout: time.Second}}
 	d, err := xdp.Load(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -152,8 +152,8 @@ func TestShow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fill := func(m int, ids ...xdp.BackendID) []xdp.BackendID {
-		tb := make([]xdp.BackendID, m)
+	fill := func(m int, ids ...datapath.BackendID) []datapath.BackendID {
+		tb := make([]datapath.BackendID, m)
 		for i := range tb {
 			tb[i] = ids[i%len(ids)]
 		}
@@ -162,20 +162,20 @@ func TestShow(t *testing.T) {
 	// 1: web, two backends with 9 and 4 of 13 slots; 2: an IPv6 frontend without a table;
 	// 3: all ports, its backend keeping the client's port, 2 of 13 slots empty; 4 and 5: two
 	// frontends of one endpoint (ambiguous: its flows keep reverse entries); backend 7 draining.
-	must(d.UpsertVIP(xdp.Frontend{Addr: v4, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 1, Affinity: xdp.AffinityClientIP,
+	must(d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1, Affinity: datapath.AffinityClientIP,
 		SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}))
-	must(d.UpsertVIP(xdp.Frontend{Addr: v6, Port: 53, Proto: xdp.UDP}, xdp.VIPConfig{ID: 2}))
-	must(d.UpsertVIP(xdp.Frontend{Addr: v4b, Port: 0, Proto: xdp.TCP}, xdp.VIPConfig{ID: 3}))
-	must(d.UpsertVIP(xdp.Frontend{Addr: v4, Port: 81, Proto: xdp.TCP}, xdp.VIPConfig{ID: 4}))
-	must(d.UpsertVIP(xdp.Frontend{Addr: v4, Port: 82, Proto: xdp.TCP}, xdp.VIPConfig{ID: 5}))
-	for id, ep := range map[xdp.BackendID]string{1: "198.18.1.10:8080", 2: "198.18.1.11:8080", 3: "198.18.1.13:0",
+	must(d.UpsertVIP(datapath.Frontend{Addr: v6, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{ID: 2}))
+	must(d.UpsertVIP(datapath.Frontend{Addr: v4b, Port: 0, Proto: datapath.TCP}, datapath.VIPConfig{ID: 3}))
+	must(d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 81, Proto: datapath.TCP}, datapath.VIPConfig{ID: 4}))
+	must(d.UpsertVIP(datapath.Frontend{Addr: v4, Port: 82, Proto: datapath.TCP}, datapath.VIPConfig{ID: 5}))
+	for id, ep := range map[datapath.BackendID]string{1: "198.18.1.10:8080", 2: "198.18.1.11:8080", 3: "198.18.1.13:0",
 		5: "198.18.1.14:9000", 6: "198.18.1.14:9000", 7: "198.18.1.12:8080"} {
 		a := netip.MustParseAddrPort(ep)
-		must(d.UpsertBackend(id, xdp.Backend{Addr: a.Addr(), Port: a.Port()}))
+		must(d.UpsertBackend(id, datapath.Backend{Addr: a.Addr(), Port: a.Port()}))
 	}
-	table := make([]xdp.BackendID, 13)
+	table := make([]datapath.BackendID, 13)
 	for i := range table {
-		table[i] = xdp.BackendID(1 + i%3%2) // 1, 2, 1, 1, 2, 1, ...: 9 and 4 slots
+		table[i] = datapath.BackendID(1 + i%3%2) // 1, 2, 1, 1, 2, 1, ...: 9 and 4 slots
 	}
 	must(d.SetMaglevTable(1, table))
 	all := fill(13, 3)
@@ -184,8 +184,8 @@ func TestShow(t *testing.T) {
 	must(d.SetMaglevTable(4, fill(13, 5)))
 	must(d.SetMaglevTable(5, fill(13, 6)))
 	amb := netip.MustParseAddr("198.18.1.14")
-	must(d.SetReverse(xdp.Endpoint{Addr: amb, Port: 9000, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 4, Ambiguous: true,
-		Candidates: [4]xdp.VIPID{4, 5}}))
+	must(d.SetReverse(datapath.Endpoint{Addr: amb, Port: 9000, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 4, Ambiguous: true,
+		Candidates: [4]datapath.VIPID{4, 5}}))
 
 	// Flows: four clients of web, one of the ambiguous frontend 81, then (later: the most
 	// recent) one of the all-ports VIP, to port 443. BPF_PROG_TEST_RUN sends nothing.
@@ -270,10 +270,10 @@ func TestShow(t *testing.T) {
 	// the Maglev pick it computes (the chance of a wrong hash passing is 5^-20). Later a UDP
 	// flow left to expire.
 	v4c := netip.MustParseAddr("198.18.100.3")
-	must(d.UpsertVIP(xdp.Frontend{Addr: v4c, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 6}))
-	must(d.UpsertVIP(xdp.Frontend{Addr: v4c, Port: 53, Proto: xdp.UDP}, xdp.VIPConfig{ID: 7}))
+	must(d.UpsertVIP(datapath.Frontend{Addr: v4c, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 6}))
+	must(d.UpsertVIP(datapath.Frontend{Addr: v4c, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{ID: 7}))
 	for i := range 5 {
-		must(d.UpsertBackend(xdp.BackendID(8+i), xdp.Backend{Addr: netip.AddrFrom4([4]byte{198, 18, 1, byte(20 + i)}), Port: 8080}))
+		must(d.UpsertBackend(datapath.BackendID(8+i), datapath.Backend{Addr: netip.AddrFrom4([4]byte{198, 18, 1, byte(20 + i)}), Port: 8080}))
 	}
 	must(d.SetMaglevTable(6, fill(13, 8, 9, 10, 11, 12)))
 	must(d.SetMaglevTable(7, fill(13, 8, 9, 10, 11, 12)))
@@ -300,7 +300,7 @@ func TestShow(t *testing.T) {
 	}
 	a, b := netlab.New(t, prefix+"a"), netlab.New(t, prefix+"b")
 	netlab.Veth(t, a, "x0", "02:00:00:00:00:01", b, "x1", "02:00:00:00:00:02")
-	must(a.Do(func() error { return d.Attach("x0", xdp.AttachAuto) }))
+	must(a.Do(func() error { return d.Attach("x0", datapath.AttachAuto) }))
 
 	rc, out, errs = show("flows", "--vip", "198.18.100.3", "--json", "--limit", "0")
 	flows = flowsDoc{}
@@ -339,7 +339,7 @@ func TestShow(t *testing.T) {
 	}
 	e = explain("--client", "198.18.0.99:4242", "--to", "198.18.100.3:80", "--proto", "TCP")
 	if e.Conntrack != ctNone || e.Established != "" || e.Slot == nil || e.Hash == nil || *e.Slot != int(*e.Hash%13) || e.M != 13 ||
-		*e.Hash != xdp.FlowHash(seed, netip.MustParseAddr("198.18.0.99"), 4242, 80, 6, false) {
+		*e.Hash != datapath.FlowHash(seed, netip.MustParseAddr("198.18.0.99"), 4242, 80, 6, false) {
 		t.Errorf("xlb show flow of a new flow: %+v", e)
 	}
 	for c := uint16(1); ; c++ { // a client whose slot of VIP 3 is one of the two empty ones
@@ -355,7 +355,7 @@ func TestShow(t *testing.T) {
 		}
 	}
 	if e := explain("--client", "198.18.0.99:4242", "--to", "198.18.100.3:80", "--seed", "7"); e.Seed == nil || *e.Seed != 7 ||
-		*e.Hash != xdp.FlowHash(7, netip.MustParseAddr("198.18.0.99"), 4242, 80, 6, false) {
+		*e.Hash != datapath.FlowHash(7, netip.MustParseAddr("198.18.0.99"), 4242, 80, 6, false) {
 		t.Errorf("xlb show flow --seed 7: %+v", e)
 	}
 	udpClient := netip.MustParseAddrPort("198.18.0.31:5353")

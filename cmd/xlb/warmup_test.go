@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 func TestWarmup(t *testing.T) {
 	a, b, c := netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.1.2"), netip.MustParseAddr("198.18.1.3")
 	svc := func(addrs ...netip.Addr) lb.Service {
-		s := lb.Service{Name: "web", Ports: []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}}}
+		s := lb.Service{Name: "web", Ports: []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}}}
 		for _, x := range addrs {
 			s.Backends = append(s.Backends, lb.Backend{Addr: x, Weight: 1})
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Predictor says which pod a new flow goes to, computed in Go from the config the gateways get
@@ -34,16 +34,16 @@ func (s *Site) Predictor(pods []*Pod) (*Predictor, error) {
 // Pod returns the pod that a new flow from client to vip:port over proto ("tcp" or "udp")
 // goes to.
 func (p *Predictor) Pod(client netip.AddrPort, vip netip.Addr, port uint16, proto string) (*Pod, error) {
-	fp := lb.Frontend{Addr: vip, Port: port, Proto: lb.TCP}
+	fp := datapath.Frontend{Addr: vip, Port: port, Proto: datapath.TCP}
 	num := uint8(6)
 	if proto == "udp" {
-		fp.Proto, num = lb.UDP, 17
+		fp.Proto, num = datapath.UDP, 17
 	}
 	plan, ok := p.plan.Frontends[fp]
 	if !ok {
 		return nil, fmt.Errorf("no frontend %s", fp)
 	}
-	h := xdp.FlowHash(p.seed, client.Addr(), client.Port(), port, num, plan.Affinity == lb.AffinityClientIP)
+	h := datapath.FlowHash(p.seed, client.Addr(), client.Port(), port, datapath.Protocol(num), plan.Affinity == datapath.AffinityClientIP)
 	i := plan.Table[h%uint32(len(plan.Table))]
 	if i < 0 {
 		return nil, fmt.Errorf("frontend %s: empty slot", fp)

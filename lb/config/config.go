@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Defaults applied by Parse to absent fields. The datapath's defaults are not repeated here:
@@ -32,9 +33,6 @@ const (
 	// status when absent.
 	DefaultCheckPath    = "/"
 	DefaultExpectStatus = 200
-	// MinDatapathTimeout is the smallest conntrack timeout the datapath accepts (its timestamps
-	// are refreshed once a second).
-	MinDatapathTimeout = time.Second
 )
 
 // Config is a parsed config file: every field checked, defaults applied.
@@ -175,27 +173,12 @@ type Interface struct {
 	// Name (key name; required) is the interface's name: 1 to 15 bytes without '/', ':' or
 	// white space (the kernel's rules).
 	Name string
-	// Mode (key mode) is how the program attaches; default AttachAuto.
-	Mode AttachMode
+	// Mode (key mode) is how the program attaches: auto (the default), native or generic.
+	Mode datapath.AttachMode
 }
 
-// AttachMode is how the XDP program attaches to an interface (key interfaces[].mode). The
-// daemon maps it to xdp.AttachMode.
-type AttachMode string
-
-// The attach modes.
-const (
-	// AttachAuto ("auto") uses native (driver) mode and falls back to generic mode, with a
-	// warning, when the driver refuses.
-	AttachAuto AttachMode = "auto"
-	// AttachNative ("native") insists on native mode: attaching fails if the driver refuses.
-	AttachNative AttachMode = "native"
-	// AttachGeneric ("generic") uses generic (SKB) mode: slower, works with every driver.
-	AttachGeneric AttachMode = "generic"
-)
-
 // Datapath holds the datapath's load options (key datapath). A zero field means the datapath's
-// default, as in xdp.Options, to which the daemon copies the fields one for one.
+// default.
 type Datapath struct {
 	// Kind (key kind) is which datapath forwards: DatapathXDP (the default) or DatapathAFXDP.
 	// It takes effect at a restart.
@@ -204,14 +187,28 @@ type Datapath struct {
 	// path, or empty for the datapath's default (/sys/fs/bpf/xlb). A daemon started with the
 	// pin path of an earlier one adopts its maps and links, and forwarding carries on.
 	PinPath string
-	// ConntrackSize (key conntrackSize) is the number of flows conntrack holds, 0 to
-	// 4294967295; 0 means the default (1048576). Changing it needs the pinned maps removed.
-	ConntrackSize uint32
-	// HandshakeSize (key handshakeSize) is the number of TCP handshakes in flight (SYN seen, no
-	// conntrack entry yet) the datapath remembers, so that a handshake's ACK goes to its SYN's
-	// backend even when the Maglev table changed in between; 0 to 4294967295, 0 means the
-	// default (65536). A SYN flood churns this table, never conntrack.
-	HandshakeSize uint32
+	// Settings are the flow settings both datapaths take (datapath.Settings), one key each:
+	//   - ConntrackSize (key conntrackSize) is the number of flows conntrack holds, 0 to
+	//     4294967295; 0 means the default (1048576). Changing it needs the pinned maps removed.
+	//   - HandshakeSize (key handshakeSize) is the number of TCP handshakes in flight (SYN seen,
+	//     no conntrack entry yet) the datapath remembers, so that a handshake's ACK goes to its
+	//     SYN's backend even when the Maglev table changed in between; 0 to 4294967295, 0 means
+	//     the default (65536). A SYN flood churns this table, never conntrack.
+	//   - Seed (key seed) seeds the flow hash, 0 to 4294967295. Every gateway of a site must use
+	//     the same seed, or a flow that ECMP moves to another gateway lands on another backend.
+	//   - TCPEstablishedTimeout (key tcpEstablishedTimeout, default 1h), TCPClosingTimeout (key
+	//     tcpClosingTimeout, after FIN or RST; default 10s) and UDPTimeout (key udpTimeout,
+	//     default 60s) are conntrack idle timeouts, written as Go durations ("90s", "1h30m"). 0
+	//     means the default; any other value must be at least datapath.MinTimeout (1s).
+	//   - NewFlowRate (key newFlowRate) caps conntrack inserts per CPU per second, a flood guard:
+	//     above it new flows are still balanced but not remembered. 0 means the default
+	//     (250000); -1 means no cap (any negative value reads so); no other negative is
+	//     accepted.
+	//   - NextHopCacheTTL (key nextHopCacheTTL) is how long the datapath trusts a cached next hop
+	//     (egress interface, MACs, MTU) before asking the kernel's FIB again, a Go duration. 0
+	//     means the default (500ms); the string "off" disables the cache and is stored as a
+	//     negative duration.
+	datapath.Settings
 	// MaglevSlots (key maglevSlots) is the capacity of the array that holds every VIP's Maglev
 	// table (a VIP uses as many slots as its table size), 0 to 4294967295; 0 means the default
 	// (16777216). Changing it needs the pinned maps removed.
@@ -220,25 +217,6 @@ type Datapath struct {
 	// not set their own: a prime from 2 to 1048573, or 0 for lb.DefaultTableSize (16381, enough
 	// for 163 backends at 100 slots each). Every gateway of a site must use the same sizes.
 	MaglevTableSize int
-	// Seed (key seed) seeds the flow hash, 0 to 4294967295. Every gateway of a site must use
-	// the same seed, or a flow that ECMP moves to another gateway lands on another backend.
-	Seed uint32
-	// TCPEstablishedTimeout (key tcpEstablishedTimeout, default 1h), TCPClosingTimeout (key
-	// tcpClosingTimeout, after FIN or RST; default 10s) and UDPTimeout (key udpTimeout, default
-	// 60s) are conntrack idle timeouts, written as Go durations ("90s", "1h30m"). 0 means the
-	// default; any other value must be at least MinDatapathTimeout.
-	TCPEstablishedTimeout time.Duration
-	TCPClosingTimeout     time.Duration
-	UDPTimeout            time.Duration
-	// NewFlowRate (key newFlowRate) caps conntrack inserts per CPU per second, a flood guard:
-	// above it new flows are still balanced but not remembered. 0 means the default (250000);
-	// -1 means no cap (xdp.Options reads any negative value so); no other negative is accepted.
-	NewFlowRate int64
-	// NextHopCacheTTL (key nextHopCacheTTL) is how long the datapath trusts a cached next hop
-	// (egress interface, MACs, MTU) before asking the kernel's FIB again, a Go duration. 0 means
-	// the default (500ms); the string "off" disables the cache and is stored as a negative
-	// duration, as in xdp.Options.
-	NextHopCacheTTL time.Duration
 	// BackendWarmup (key backendWarmup) is how long a backend that newly appears in a service
 	// that already has backends in service waits before it takes new flows, a Go duration up to
 	// 1m. 0 means DefaultBackendWarmup; the string "off" means no wait and is stored as a

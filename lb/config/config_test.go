@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 func addrs(ss ...string) []netip.Addr {
@@ -37,21 +38,23 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Interfaces: []Interface{{Name: "ext0", Mode: AttachAuto}, {Name: "ext1", Mode: AttachNative}},
+		Interfaces: []Interface{{Name: "ext0", Mode: datapath.AttachAuto}, {Name: "ext1", Mode: datapath.AttachNative}},
 		Datapath: Datapath{
-			Kind:                  DatapathXDP,
-			PinPath:               "/sys/fs/bpf/xlb",
-			ConntrackSize:         1 << 20,
-			HandshakeSize:         1 << 16,
-			MaglevSlots:           1 << 24,
-			MaglevTableSize:       16381,
-			Seed:                  0,
-			TCPEstablishedTimeout: time.Hour,
-			TCPClosingTimeout:     10 * time.Second,
-			UDPTimeout:            time.Minute,
-			NewFlowRate:           250000,
-			NextHopCacheTTL:       500 * time.Millisecond,
-			BackendWarmup:         500 * time.Millisecond,
+			Kind:    DatapathXDP,
+			PinPath: "/sys/fs/bpf/xlb",
+			Settings: datapath.Settings{
+				ConntrackSize:         1 << 20,
+				HandshakeSize:         1 << 16,
+				Seed:                  0,
+				TCPEstablishedTimeout: time.Hour,
+				TCPClosingTimeout:     10 * time.Second,
+				UDPTimeout:            time.Minute,
+				NewFlowRate:           250000,
+				NextHopCacheTTL:       500 * time.Millisecond,
+			},
+			MaglevSlots:     1 << 24,
+			MaglevTableSize: 16381,
+			BackendWarmup:   500 * time.Millisecond,
 		},
 		Listen: "127.0.0.1:9610",
 		Log:    Log{Format: LogText, Level: slog.LevelInfo},
@@ -60,8 +63,8 @@ func TestExample(t *testing.T) {
 				Name: "web",
 				VIPs: addrs("198.18.100.1", "2001:db8:100::1"),
 				Ports: []lb.Port{
-					{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080},
-					{Name: "https", Port: 443, Protocol: lb.TCP}, // protocol defaulted
+					{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080},
+					{Name: "https", Port: 443, Protocol: datapath.TCP}, // protocol defaulted
 				},
 				Backends: []lb.Backend{
 					{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1, State: lb.Active, Node: "n1",
@@ -70,7 +73,7 @@ func TestExample(t *testing.T) {
 					{Addr: netip.MustParseAddr("198.18.1.12"), Weight: 1, State: lb.Draining}, // weight defaulted
 					{Addr: netip.MustParseAddr("2001:db8:1::10"), Weight: 1, State: lb.Active},
 				},
-				Affinity:      lb.AffinityNone,
+				Affinity:      datapath.AffinityNone,
 				SourceRanges:  []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")},
 				TrafficPolicy: lb.TrafficCluster,
 				TableSize:     65537,
@@ -80,15 +83,15 @@ func TestExample(t *testing.T) {
 			{
 				Name:            "dns",
 				VIPs:            addrs("198.18.100.2"),
-				Ports:           []lb.Port{{Port: 53, Protocol: lb.UDP}},
+				Ports:           []lb.Port{{Port: 53, Protocol: datapath.UDP}},
 				Backends:        []lb.Backend{{Addr: netip.MustParseAddr("198.18.2.10"), Weight: 1}, {Addr: netip.MustParseAddr("198.18.2.11"), Weight: 1}},
-				Affinity:        lb.AffinityClientIP,
+				Affinity:        datapath.AffinityClientIP,
 				AffinityTimeout: 3 * time.Hour,
 			},
 			{
 				Name:          "bastion",
 				VIPs:          addrs("198.18.100.3"),
-				Ports:         []lb.Port{{Port: 0, Protocol: lb.TCP}},
+				Ports:         []lb.Port{{Port: 0, Protocol: datapath.TCP}},
 				Backends:      []lb.Backend{{Addr: netip.MustParseAddr("198.18.3.10"), Weight: 1, Node: "n2"}},
 				TrafficPolicy: lb.TrafficLocal,
 			},
@@ -136,11 +139,11 @@ services:
 		t.Fatal(err)
 	}
 	want := &Config{
-		Interfaces: []Interface{{Name: "ext0", Mode: AttachAuto}},
+		Interfaces: []Interface{{Name: "ext0", Mode: datapath.AttachAuto}},
 		Datapath:   Datapath{Kind: DatapathXDP},
 		Listen:     DefaultListen,
 		Log:        Log{Format: LogText, Level: slog.LevelInfo},
-		Services:   []lb.Service{{Name: "web", VIPs: addrs("198.18.100.1"), Ports: []lb.Port{{Port: 80, Protocol: lb.TCP}}}},
+		Services:   []lb.Service{{Name: "web", VIPs: addrs("198.18.100.1"), Ports: []lb.Port{{Port: 80, Protocol: datapath.TCP}}}},
 		HealthChecks: map[string]HealthCheck{"web": {Type: CheckHTTPS, Path: "/", ExpectStatus: 200,
 			Interval: 2 * time.Second, Timeout: time.Second, Rise: 2, Fall: 3}},
 	}
@@ -184,7 +187,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cfg.Datapath, (Datapath{Kind: DatapathAFXDP, Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1, BackendWarmup: -1}); got != want {
+	if got, want := cfg.Datapath, (Datapath{Kind: DatapathAFXDP, Settings: datapath.Settings{Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1}, BackendWarmup: -1}); got != want {
 		t.Errorf("datapath %+v, want %+v", got, want)
 	}
 	if cfg.Log != (Log{Format: LogJSON, Level: slog.LevelDebug}) || cfg.Listen != "[::1]:9610" {

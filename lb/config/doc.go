@@ -1,8 +1,8 @@
 // Package config parses the standalone daemon's YAML config file into a [Config]: the
 // interfaces to attach to, the datapath's load options, the HTTP listen address, logging, the
 // services, as lb.Service values ready for lb.Plan, with their health checks, and the BGP
-// speaker's settings. It is pure Go: it imports neither the datapath nor anything of the kernel, so the datapath settings are
-// plain types ([Datapath], [AttachMode]) that the daemon converts.
+// speaker's settings. It is pure Go: it imports nothing of the kernel; the datapath settings are
+// the datapath contract's own types (datapath.Settings, datapath.AttachMode).
 //
 // deploy/xlb.example.yaml is the reference: every field, commented, in a file that
 // parses (a test keeps it so, and checks that it sets every field the parser knows). Each Go

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/maglev"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // The fields of each mapping of the file, in the order the documentation gives them.
@@ -138,7 +139,7 @@ func (d *decoder) interfaces(n *yaml.Node, path string) []Interface {
 		if !ok {
 			continue
 		}
-		ifc := Interface{Mode: AttachAuto}
+		ifc := Interface{Mode: datapath.AttachAuto}
 		if v := d.required(o, "name", "required"); v != nil {
 			if s, ok := d.str(v, o.at("name")); ok {
 				if err := checkIfName(s); err != nil {
@@ -152,8 +153,8 @@ func (d *decoder) interfaces(n *yaml.Node, path string) []Interface {
 			}
 		}
 		if v := o.get("mode"); v != nil {
-			if s, ok := d.enum(v, o.at("mode"), "mode", string(AttachAuto), string(AttachNative), string(AttachGeneric)); ok {
-				ifc.Mode = AttachMode(s)
+			if s, ok := d.enum(v, o.at("mode"), "mode", string(datapath.AttachAuto), string(datapath.AttachNative), string(datapath.AttachGeneric)); ok {
+				ifc.Mode = datapath.AttachMode(s)
 			}
 		}
 		out = append(out, ifc)
@@ -221,8 +222,8 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 		case !ok:
 		case t < 0:
 			d.failf(v, o.at(f.key), "%s is negative", t)
-		case t > 0 && t < MinDatapathTimeout:
-			d.failf(v, o.at(f.key), "%s is below the %s minimum (conntrack timestamps are refreshed once a second)", t, MinDatapathTimeout)
+		case t > 0 && t < datapath.MinTimeout:
+			d.failf(v, o.at(f.key), "%s is below the %s minimum (conntrack timestamps are refreshed once a second)", t, datapath.MinTimeout)
 		default:
 			*f.dst = t
 		}

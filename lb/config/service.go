@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // services walks the services list into cfg.Services and cfg.HealthChecks.
@@ -72,7 +73,7 @@ func (d *decoder) service(n *yaml.Node, path string, names map[string]place) (s 
 		a, ok := d.enum(v, o.at("sessionAffinity"), "sessionAffinity", "None", "ClientIP")
 		affinityOK = ok
 		if a == "ClientIP" {
-			s.Affinity = lb.AffinityClientIP
+			s.Affinity = datapath.AffinityClientIP
 			s.AffinityTimeout = DefaultAffinityTimeout
 		}
 	}
@@ -80,7 +81,7 @@ func (d *decoder) service(n *yaml.Node, path string, names map[string]place) (s 
 		p := o.at("sessionAffinityTimeout")
 		if t, ok := d.positiveDuration(v, p); ok {
 			switch {
-			case affinityOK && s.Affinity != lb.AffinityClientIP:
+			case affinityOK && s.Affinity != datapath.AffinityClientIP:
 				d.failf(v, p, "only applies with sessionAffinity: ClientIP")
 			case t > MaxAffinityTimeout:
 				d.failf(v, p, "%s is longer than the %s maximum", t, MaxAffinityTimeout)
@@ -147,7 +148,7 @@ func (d *decoder) ports(n *yaml.Node, path string) []lb.Port {
 	}
 	type portProto struct {
 		port  uint16
-		proto lb.Protocol
+		proto datapath.Protocol
 	}
 	var out []lb.Port
 	seen := map[portProto]place{}
@@ -158,7 +159,7 @@ func (d *decoder) ports(n *yaml.Node, path string) []lb.Port {
 		if !ok {
 			continue
 		}
-		p := lb.Port{Protocol: lb.TCP}
+		p := lb.Port{Protocol: datapath.TCP}
 		nameNode := o.node
 		if v := o.get("name"); v != nil {
 			p.Name, _ = d.str(v, o.at("name"))
@@ -170,7 +171,7 @@ func (d *decoder) ports(n *yaml.Node, path string) []lb.Port {
 		}
 		if v := o.get("protocol"); v != nil {
 			if s, ok := d.str(v, o.at("protocol")); ok {
-				proto, err := lb.ParseProtocol(s)
+				proto, err := datapath.ParseProtocol(s)
 				if err != nil {
 					d.fail(v, o.at("protocol"), err)
 				}

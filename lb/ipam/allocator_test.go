@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // pool returns an auto-assigning pool of the given ranges.
@@ -34,7 +34,7 @@ func newAlloc(t *testing.T, pools ...Pool) *Allocator {
 // v4 is an IPv4 single-stack request of service default/NAME.
 func v4(name string) Request {
 	return Request{Service: "default/" + name, Namespace: "default", Families: []Family{IPv4},
-		Ports: []Port{{lb.TCP, 80}}}
+		Ports: []Port{{datapath.TCP, 80}}}
 }
 
 func ips(ss ...string) []netip.Addr {
@@ -175,7 +175,7 @@ func TestRequestedAddress(t *testing.T) {
 		{"bad family", func(r *Request) { r.Families = []Family{5} }, nil, ReasonInvalidRequest, "service default/web: unknown IP family 5"},
 		{"family twice", func(r *Request) { r.Families = []Family{IPv4, IPv4} }, nil, ReasonInvalidRequest,
 			"service default/web: IP family IPv4 is listed twice"},
-		{"port twice", func(r *Request) { r.Ports = []Port{{lb.TCP, 80}, {lb.TCP, 80}} }, nil, ReasonInvalidRequest,
+		{"port twice", func(r *Request) { r.Ports = []Port{{datapath.TCP, 80}, {datapath.TCP, 80}} }, nil, ReasonInvalidRequest,
 			"service default/web: port 80/TCP is listed twice"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -204,7 +204,7 @@ func TestSharing(t *testing.T) {
 	a := newAlloc(t, pool("edge", "198.18.100.1-198.18.100.9"))
 	web := v4("web")
 	web.SharingKey = "k"
-	dns := Request{Service: "default/dns", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{lb.UDP, 53}, {lb.TCP, 53}}}
+	dns := Request{Service: "default/dns", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{datapath.UDP, 53}, {datapath.TCP, 53}}}
 	assign(t, a, web)
 	// Same key, no clash: the shared address is preferred to a free one.
 	if got := assign(t, a, dns); !reflect.DeepEqual(got, ips("198.18.100.1")) {
@@ -225,25 +225,25 @@ func TestSharing(t *testing.T) {
 	_, err := a.Assign(web3, nil)
 	wantErr(t, err, ReasonPortsClash, "service default/web3: address 198.18.100.1 is shared with service default/web, which already uses 80/TCP")
 	all := v4("all")
-	all.SharingKey, all.Addresses, all.Ports = "k", ips("198.18.100.2"), []Port{{lb.UDP, 0}}
+	all.SharingKey, all.Addresses, all.Ports = "k", ips("198.18.100.2"), []Port{{datapath.UDP, 0}}
 	assign(t, a, all) // every UDP port: no clash with web2's 80/TCP
 	udp := v4("udp")
-	udp.SharingKey, udp.Addresses, udp.Ports = "k", ips("198.18.100.2"), []Port{{lb.UDP, 5353}}
+	udp.SharingKey, udp.Addresses, udp.Ports = "k", ips("198.18.100.2"), []Port{{datapath.UDP, 5353}}
 	_, err = a.Assign(udp, nil)
 	wantErr(t, err, ReasonPortsClash, "service default/udp: address 198.18.100.2 is shared with service default/all, which already uses every UDP port")
 	// Another key, or none.
 	other := v4("other")
-	other.SharingKey, other.Addresses, other.Ports = "j", ips("198.18.100.1"), []Port{{lb.TCP, 8443}}
+	other.SharingKey, other.Addresses, other.Ports = "j", ips("198.18.100.1"), []Port{{datapath.TCP, 8443}}
 	_, err = a.Assign(other, nil)
 	wantErr(t, err, ReasonSharingKeyMismatch, `service default/other: address 198.18.100.1 is shared by service default/dns under sharing key "k", not "j"`)
 	nokey := v4("nokey")
-	nokey.Addresses, nokey.Ports = ips("198.18.100.1"), []Port{{lb.TCP, 8443}}
+	nokey.Addresses, nokey.Ports = ips("198.18.100.1"), []Port{{datapath.TCP, 8443}}
 	_, err = a.Assign(nokey, nil)
 	wantErr(t, err, ReasonAddressInUse, `service default/nokey: address 198.18.100.1 is in use by service default/dns, which shares it under sharing key "k"; this Service has no sharing key`)
 	plain := v4("plain")
 	assign(t, a, plain) // 198.18.100.3
 	keyed := v4("keyed")
-	keyed.SharingKey, keyed.Addresses, keyed.Ports = "k", ips("198.18.100.3"), []Port{{lb.TCP, 8443}}
+	keyed.SharingKey, keyed.Addresses, keyed.Ports = "k", ips("198.18.100.3"), []Port{{datapath.TCP, 8443}}
 	_, err = a.Assign(keyed, nil)
 	wantErr(t, err, ReasonAddressInUse, "service default/keyed: address 198.18.100.3 is in use by service default/plain, which has no sharing key")
 	// Once web and dns are gone, the address is free again.
@@ -261,9 +261,9 @@ func TestSharingNeedsAdmittingPool(t *testing.T) {
 	prod := pool("prod", "198.18.100.0/24")
 	prod.Namespaces = []string{"prod"}
 	a := newAlloc(t, prod, pool("any", "198.18.101.0/24"))
-	p := Request{Service: "prod/web", Namespace: "prod", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{lb.TCP, 80}}}
+	p := Request{Service: "prod/web", Namespace: "prod", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{datapath.TCP, 80}}}
 	assign(t, a, p)
-	d := Request{Service: "dev/web", Namespace: "dev", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{lb.TCP, 443}}}
+	d := Request{Service: "dev/web", Namespace: "dev", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{datapath.TCP, 443}}}
 	if got := assign(t, a, d); !reflect.DeepEqual(got, ips("198.18.101.0")) {
 		t.Errorf("dev/web got %v: it shared an address of a pool that does not admit it", got)
 	}
@@ -536,7 +536,7 @@ func TestDeterminism(t *testing.T) {
 		var out [][]netip.Addr
 		for i := range 40 {
 			req := Request{Service: fmt.Sprint("ns/s", i%25), Families: []Family{IPv4, IPv6}, SharingKey: fmt.Sprint(i % 3),
-				Ports: []Port{{lb.TCP, uint16(i % 4)}}, Labels: map[string]string{"x": "y"}}
+				Ports: []Port{{datapath.TCP, uint16(i % 4)}}, Labels: map[string]string{"x": "y"}}
 			got, _ := a.Assign(req, nil)
 			out = append(out, got)
 			if i%7 == 0 {

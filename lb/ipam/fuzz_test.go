@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // FuzzAllocator runs a sequence of operations read from the input against small pools and
@@ -52,7 +52,7 @@ func runOps(t *testing.T, ops []byte) {
 			if arg&0x80 != 0 {
 				req.SharingKey = fmt.Sprint("k", arg/32%2)
 			}
-			req.Ports = []Port{{lb.Protocol([]uint8{6, 17}[op/3%2]), uint16(arg / 64 % 3)}}
+			req.Ports = []Port{{datapath.Protocol([]uint8{6, 17}[op/3%2]), uint16(arg / 64 % 3)}}
 			current := a.Addrs(owner)
 			got, err := a.Assign(req, current)
 			if err != nil {

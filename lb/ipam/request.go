@@ -5,13 +5,13 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Port is a Service port, as far as address sharing is concerned.
 type Port struct {
 	// Protocol is TCP or UDP.
-	Protocol lb.Protocol
+	Protocol datapath.Protocol
 	// Port is the port number clients use; 0 stands for every port of the protocol, and
 	// clashes with any port of it.
 	Port uint16

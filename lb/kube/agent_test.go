@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // clusterIPService is a ClusterIP Service with port http 80 → 8080 and the given cluster IPs.
@@ -50,15 +51,15 @@ func TestClusterIPModel(t *testing.T) {
 		ready("198.18.1.10", "n1"), ready("198.18.1.11", "n2"),
 		endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
 	v6 := e.slice("web", "web-v6", discoveryv1.AddressTypeIPv6, 8080, ready("2001:db8:1::10", "n2"))
-	front := func(a string) lb.Frontend {
-		return lb.Frontend{Addr: netip.MustParseAddr(a), Port: 80, Proto: lb.TCP}
+	front := func(a string) datapath.Frontend {
+		return datapath.Frontend{Addr: netip.MustParseAddr(a), Port: 80, Proto: datapath.TCP}
 	}
-	eps := func(s ...string) lb.ConnectFrontend {
+	eps := func(s ...string) datapath.ConnectFrontend {
 		out := []netip.AddrPort{}
 		for _, x := range s {
 			out = append(out, netip.MustParseAddrPort(x))
 		}
-		return lb.ConnectFrontend{Endpoints: out}
+		return datapath.ConnectFrontend{Endpoints: out}
 	}
 
 	t.Run("dual-stack, cluster policy", func(t *testing.T) {
@@ -181,7 +182,7 @@ func TestAgent(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		cf, ok := plan[lb.Frontend{Addr: netip.MustParseAddr(s.Spec.ClusterIP), Port: 80, Proto: lb.TCP}]
+		cf, ok := plan[datapath.Frontend{Addr: netip.MustParseAddr(s.Spec.ClusterIP), Port: 80, Proto: datapath.TCP}]
 		var out []string
 		for _, ep := range cf.Endpoints {
 			out = append(out, ep.String())
@@ -229,8 +230,8 @@ func TestAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	webFront := lb.Frontend{Addr: netip.MustParseAddr(e.get("web").Spec.ClusterIP), Port: 80, Proto: lb.TCP}
-	lbFront := lb.Frontend{Addr: netip.MustParseAddr(e.get("lb").Spec.ClusterIP), Port: 80, Proto: lb.TCP}
+	webFront := datapath.Frontend{Addr: netip.MustParseAddr(e.get("web").Spec.ClusterIP), Port: 80, Proto: datapath.TCP}
+	lbFront := datapath.Frontend{Addr: netip.MustParseAddr(e.get("lb").Spec.ClusterIP), Port: 80, Proto: datapath.TCP}
 	if err := e.admin.CoreV1().Services(e.ns).Delete(e.ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // AnnotationSourceRanges is the cloud providers' annotation for allowed client prefixes
@@ -210,14 +211,14 @@ func ServiceModel(in Input, nodes NodeView) (lb.Service, []Problem) {
 }
 
 // affinity returns the Service's session affinity and its timeout.
-func affinity(svc *corev1.Service, pb *problems) (lb.Affinity, time.Duration) {
+func affinity(svc *corev1.Service, pb *problems) (datapath.Affinity, time.Duration) {
 	switch svc.Spec.SessionAffinity {
 	case corev1.ServiceAffinityNone, "":
-		return lb.AffinityNone, 0
+		return datapath.AffinityNone, 0
 	case corev1.ServiceAffinityClientIP:
 	default:
 		pb.warn("InvalidSessionAffinity", "spec.sessionAffinity %q: expected None or ClientIP; using None", svc.Spec.SessionAffinity)
-		return lb.AffinityNone, 0
+		return datapath.AffinityNone, 0
 	}
 	timeout := DefaultAffinityTimeout
 	if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
@@ -229,7 +230,7 @@ func affinity(svc *corev1.Service, pb *problems) (lb.Affinity, time.Duration) {
 			timeout = t
 		}
 	}
-	return lb.AffinityClientIP, timeout
+	return datapath.AffinityClientIP, timeout
 }
 
 // sourceRanges returns the Service's allowed client prefixes (nil: every client), failing closed
@@ -316,12 +317,12 @@ func servicePorts(svc *corev1.Service, pb *problems) []lb.Port {
 		if proto == "" {
 			proto = corev1.ProtocolTCP
 		}
-		var lp lb.Protocol
+		var lp datapath.Protocol
 		switch proto {
 		case corev1.ProtocolTCP:
-			lp = lb.TCP
+			lp = datapath.TCP
 		case corev1.ProtocolUDP:
-			lp = lb.UDP
+			lp = datapath.UDP
 		default:
 			pb.warn("UnsupportedProtocol", "spec.ports[%d] (%q, %d/%s): xlb balances TCP and UDP only; this port is not served", i, sp.Name, sp.Port, proto)
 			continue

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // fakeNodes is a NodeView from two sets.
@@ -228,11 +229,11 @@ func TestServiceModelFields(t *testing.T) {
 		Name: "ns/web",
 		VIPs: []netip.Addr{vip4},
 		Ports: []lb.Port{
-			{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080},
-			{Name: "dns", Port: 53, Protocol: lb.UDP, TargetPort: 5353},
+			{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080},
+			{Name: "dns", Port: 53, Protocol: datapath.UDP, TargetPort: 5353},
 		},
 		Backends:        []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.1"), Weight: 1, State: lb.Active, Node: "n1"}},
-		Affinity:        lb.AffinityClientIP,
+		Affinity:        datapath.AffinityClientIP,
 		AffinityTimeout: DefaultAffinityTimeout,
 		Route:           route,
 	}
@@ -260,7 +261,7 @@ func TestServiceModelPorts(t *testing.T) {
 		name:         "SCTP, bad and duplicate ports are skipped",
 		ports:        []corev1.ServicePort{{Name: "s", Port: 9, Protocol: corev1.ProtocolSCTP}, {Name: "http", Port: 80}, {Name: "x", Port: 0}, {Name: "y", Port: 70000}, {Name: "http2", Port: 80, Protocol: corev1.ProtocolTCP}, {Name: "http", Port: 81}},
 		slices:       []*discoveryv1.EndpointSlice{slice("a", 8080, ep("198.18.1.1", "", "r"))},
-		wantPorts:    []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}},
+		wantPorts:    []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}},
 		wantBackends: map[string]map[string]uint16{"198.18.1.1": nil},
 		wantProblems: []string{"UnsupportedProtocol", "InvalidPort", "InvalidPort", "DuplicatePort", "DuplicatePort"},
 	}, {
@@ -275,7 +276,7 @@ func TestServiceModelPorts(t *testing.T) {
 			slice("old", 8080, ep("198.18.1.1", "", "r"), ep("198.18.1.2", "", "r")),
 			slice("new", 9090, ep("198.18.1.3", "", "r")),
 		},
-		wantPorts:    []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}},
+		wantPorts:    []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}},
 		wantBackends: map[string]map[string]uint16{"198.18.1.1": nil, "198.18.1.2": nil, "198.18.1.3": {"http": 9090}},
 	}, {
 		name:  "a slice lacking a port: its endpoints are left out",
@@ -284,7 +285,7 @@ func TestServiceModelPorts(t *testing.T) {
 			slice("good", 8080, ep("198.18.1.1", "", "r")),
 			slice("lacking", 0, ep("198.18.1.2", "", "r"), ep("198.18.1.3", "", "r")),
 		},
-		wantPorts:    []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}, {Name: "dns", Port: 53, Protocol: lb.UDP, TargetPort: 5353}},
+		wantPorts:    []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}, {Name: "dns", Port: 53, Protocol: datapath.UDP, TargetPort: 5353}},
 		wantBackends: map[string]map[string]uint16{"198.18.1.1": nil},
 		wantProblems: []string{"EndpointPortMissing"},
 	}, {
@@ -293,7 +294,7 @@ func TestServiceModelPorts(t *testing.T) {
 		slices: []*discoveryv1.EndpointSlice{
 			slice("a", 8080, ep("198.18.1.1", "", "r")), // has dns only as UDP
 		},
-		wantPorts:    []lb.Port{{Name: "dns", Port: 53, Protocol: lb.TCP}},
+		wantPorts:    []lb.Port{{Name: "dns", Port: 53, Protocol: datapath.TCP}},
 		wantProblems: []string{"EndpointPortMissing"},
 	}}
 	for _, tt := range tests {
@@ -422,7 +423,7 @@ func TestServiceModelAffinityAndAdvice(t *testing.T) {
 	tests := []struct {
 		name         string
 		mod          func(*corev1.Service)
-		wantAffinity lb.Affinity
+		wantAffinity datapath.Affinity
 		wantTimeout  time.Duration
 		wantProblems []string
 		wantTypes    []string
@@ -435,7 +436,7 @@ func TestServiceModelAffinityAndAdvice(t *testing.T) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(60))}}
 		},
-		wantAffinity: lb.AffinityClientIP,
+		wantAffinity: datapath.AffinityClientIP,
 		wantTimeout:  time.Minute,
 	}, {
 		name: "ClientIP with a bad timeout: default",
@@ -443,7 +444,7 @@ func TestServiceModelAffinityAndAdvice(t *testing.T) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr(int32(-5))}}
 		},
-		wantAffinity: lb.AffinityClientIP,
+		wantAffinity: datapath.AffinityClientIP,
 		wantTimeout:  DefaultAffinityTimeout,
 		wantProblems: []string{"InvalidSessionAffinity"},
 		wantTypes:    []string{corev1.EventTypeWarning},

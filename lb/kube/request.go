@@ -9,9 +9,8 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/xlb-dev/xlb/lb"
 )
 
 // The annotations xlb reads on a Service.
@@ -64,7 +63,7 @@ type AddressRequest struct {
 // RequestPort is a Service port as the allocator sees it.
 type RequestPort struct {
 	// Protocol is TCP or UDP.
-	Protocol lb.Protocol
+	Protocol datapath.Protocol
 	// Port is the port clients use.
 	Port uint16
 }
@@ -111,12 +110,12 @@ func IPRequest(svc *corev1.Service) (AddressRequest, []Problem) {
 		}
 	}
 	for _, p := range svc.Spec.Ports {
-		var proto lb.Protocol
+		var proto datapath.Protocol
 		switch p.Protocol {
 		case corev1.ProtocolTCP, "":
-			proto = lb.TCP
+			proto = datapath.TCP
 		case corev1.ProtocolUDP:
-			proto = lb.UDP
+			proto = datapath.UDP
 		default:
 			continue // not served (ServiceModel reports it), so it cannot clash
 		}

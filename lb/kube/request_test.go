@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/xlb-dev/xlb/lb"
 )
 
 func TestOurs(t *testing.T) {
@@ -197,7 +196,7 @@ func TestIPRequest(t *testing.T) {
 			if req.Pool != tt.wantPool || req.SharingKey != tt.wantKey {
 				t.Errorf("pool %q key %q, want %q %q", req.Pool, req.SharingKey, tt.wantPool, tt.wantKey)
 			}
-			wantPorts := []RequestPort{{lb.TCP, 80}, {lb.UDP, 53}}
+			wantPorts := []RequestPort{{datapath.TCP, 80}, {datapath.UDP, 53}}
 			if !slices.Equal(req.Ports, wantPorts) {
 				t.Errorf("ports %v, want %v", req.Ports, wantPorts)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // BenchmarkReconcile10kServices plans and applies 10,000 services with 10 backends each into the
@@ -23,7 +24,7 @@ func BenchmarkReconcile10kServices(b *testing.B) {
 		s := lb.Service{
 			Name:  "bench/svc-" + strconv.Itoa(i),
 			VIPs:  []netip.Addr{netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})},
-			Ports: []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}},
+			Ports: []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}},
 		}
 		for j := range backends {
 			n := i*backends + j
@@ -35,7 +36,7 @@ func BenchmarkReconcile10kServices(b *testing.B) {
 	// default 16.7 M (the default 16381 would need MaglevSlots raised to 2^28).
 	opts := lb.PlanOptions{Seed: 1, TableSize: 1021}
 	for range b.N {
-		dp, err := xdp.Load(xdp.Options{NoPin: true, ConntrackSize: 4096})
+		dp, err := xdp.Load(xdp.Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096}})
 		if err != nil {
 			b.Fatal(err)
 		}

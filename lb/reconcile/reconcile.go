@@ -13,23 +13,23 @@ import (
 	"sync"
 
 	"github.com/xlb-dev/xlb/lb"
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Datapath is what the reconciler needs of *xdp.Datapath (a smaller surface for tests).
 type Datapath interface {
-	VIPs() (map[xdp.Frontend]xdp.VIPConfig, error)
-	UpsertVIP(xdp.Frontend, xdp.VIPConfig) error
-	DeleteVIP(xdp.Frontend) error
-	Backends() (map[xdp.BackendID]xdp.Backend, error)
-	UpsertBackend(xdp.BackendID, xdp.Backend) error
-	DeleteBackend(xdp.BackendID) error
-	MaglevTables() (map[xdp.VIPID][]xdp.BackendID, error)
-	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
-	Reverses() (map[xdp.Endpoint]xdp.ReverseNAT, error)
-	MaxFlowBackend() (xdp.BackendID, error)
-	SetReverse(xdp.Endpoint, xdp.ReverseNAT) error
-	DeleteReverse(xdp.Endpoint) error
+	VIPs() (map[datapath.Frontend]datapath.VIPConfig, error)
+	UpsertVIP(datapath.Frontend, datapath.VIPConfig) error
+	DeleteVIP(datapath.Frontend) error
+	Backends() (map[datapath.BackendID]datapath.Backend, error)
+	UpsertBackend(datapath.BackendID, datapath.Backend) error
+	DeleteBackend(datapath.BackendID) error
+	MaglevTables() (map[datapath.VIPID][]datapath.BackendID, error)
+	SetMaglevTable(datapath.VIPID, []datapath.BackendID) error
+	Reverses() (map[datapath.Endpoint]datapath.ReverseNAT, error)
+	MaxFlowBackend() (datapath.BackendID, error)
+	SetReverse(datapath.Endpoint, datapath.ReverseNAT) error
+	DeleteReverse(datapath.Endpoint) error
 }
 
 // Reconciler applies desired states to a datapath. Its methods are safe for concurrent use.
@@ -39,23 +39,23 @@ type Reconciler struct {
 	log *slog.Logger
 
 	// vips: frontend -> what the datapath holds for it (its id, configuration, table).
-	vips map[xdp.Frontend]vipState
+	vips map[datapath.Frontend]vipState
 	// vipIDs: the ids in vips.
-	vipIDs map[xdp.VIPID]bool
+	vipIDs map[datapath.VIPID]bool
 	// backends: backend id -> its value in the datapath.
-	backends map[xdp.BackendID]xdp.Backend
+	backends map[datapath.BackendID]datapath.Backend
 	// backendIDs: endpoint (address, target port) -> backend id; the inverse of backends.
-	backendIDs map[netip.AddrPort]xdp.BackendID
+	backendIDs map[netip.AddrPort]datapath.BackendID
 	// reverse: the datapath's reverse NAT entries.
-	reverse map[xdp.Endpoint]xdp.ReverseNAT
+	reverse map[datapath.Endpoint]datapath.ReverseNAT
 	// nextVIP, nextBackend: where the search for a free id starts. Ids are handed out in a
 	// circle, so a deleted id (which conntrack may still name) is reused as late as possible.
 	nextVIP, nextBackend uint32
 }
 
 type vipState struct {
-	cfg   xdp.VIPConfig
-	table []xdp.BackendID
+	cfg   datapath.VIPConfig
+	table []datapath.BackendID
 	// dirty: a write of cfg failed; the datapath may hold part of it.
 	dirty bool
 }
@@ -85,8 +85,8 @@ func New(dp Datapath, log *slog.Logger) (*Reconciler, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Reconciler{dp: dp, log: log, vips: map[xdp.Frontend]vipState{}, vipIDs: map[xdp.VIPID]bool{},
-		backendIDs: map[netip.AddrPort]xdp.BackendID{}}
+	r := &Reconciler{dp: dp, log: log, vips: map[datapath.Frontend]vipState{}, vipIDs: map[datapath.VIPID]bool{},
+		backendIDs: map[netip.AddrPort]datapath.BackendID{}}
 	vips, err := dp.VIPs()
 	if err != nil {
 		return nil, fmt.Errorf("adopt datapath state: %w", err)
@@ -121,7 +121,7 @@ func New(dp Datapath, log *slog.Logger) (*Reconciler, error) {
 	return r, nil
 }
 
-func normalize(c xdp.VIPConfig) xdp.VIPConfig {
+func normalize(c datapath.VIPConfig) datapath.VIPConfig {
 	c.SourceRanges = slices.Clone(c.SourceRanges)
 	slices.SortFunc(c.SourceRanges, func(a, b netip.Prefix) int {
 		if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -136,12 +136,12 @@ func normalize(c xdp.VIPConfig) xdp.VIPConfig {
 	return c
 }
 
-func sameConfig(a, b xdp.VIPConfig) bool {
+func sameConfig(a, b datapath.VIPConfig) bool {
 	return a.ID == b.ID && a.Affinity == b.Affinity && slices.Equal(a.SourceRanges, b.SourceRanges)
 }
 
-func xdpFrontend(f lb.Frontend) xdp.Frontend {
-	return xdp.Frontend{Addr: f.Addr, Port: f.Port, Proto: xdp.Protocol(f.Proto)}
+func xdpFrontend(f datapath.Frontend) datapath.Frontend {
+	return datapath.Frontend{Addr: f.Addr, Port: f.Port, Proto: datapath.Protocol(f.Proto)}
 }
 
 // Apply makes the datapath hold d: new and changed backends first, then VIPs and their tables
@@ -157,7 +157,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	// Backends: every endpoint some frontend names. One that fails its health check in every
 	// frontend using it is Down: even its established flows move (a dead Pod would black-hole a
 	// UDP flow that never goes idle). A draining one keeps them.
-	wanted := map[xdp.BackendID]bool{}
+	wanted := map[datapath.BackendID]bool{}
 	broken := map[netip.AddrPort]bool{}
 	down := map[netip.AddrPort]bool{}
 	for _, p := range d.Frontends {
@@ -179,7 +179,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 		// A backend goes down only once no table gives it new flows (below): marked down while
 		// the old table still names it, it would drop those flows' first packets.
 		cur, ok := r.backends[id]
-		v := xdp.Backend{Addr: key.Addr(), Port: key.Port(), Down: down[key] && ok && cur.Down}
+		v := datapath.Backend{Addr: key.Addr(), Port: key.Port(), Down: down[key] && ok && cur.Down}
 		if ok && cur == v {
 			continue
 		}
@@ -200,11 +200,11 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	// endpoint before its backends write reverse conntrack entries (they need no VIP id). Their
 	// Maglev candidates, which name VIP ids, are written with the other reverse entries below.
 	for ep, rp := range d.Reverse {
-		xe := xdp.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: xdp.Protocol(ep.Proto)}
+		xe := datapath.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: datapath.Protocol(ep.Proto)}
 		if !rp.Ambiguous || broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
 			continue
 		}
-		v := xdp.ReverseNAT{Ambiguous: true}
+		v := datapath.ReverseNAT{Ambiguous: true}
 		if cur, ok := r.reverse[xe]; ok && cur.Ambiguous {
 			continue
 		}
@@ -217,7 +217,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	}
 
 	// VIPs and tables.
-	ids := map[lb.Frontend]xdp.VIPID{}
+	ids := map[datapath.Frontend]datapath.VIPID{}
 	for _, f := range sortedFrontends(d) {
 		p := d.Frontends[f]
 		xf := xdpFrontend(f)
@@ -233,7 +233,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 		if exists {
 			ids[f] = id // its reverse entries stay, whatever fails below
 		}
-		cfg := normalize(xdp.VIPConfig{ID: id, Affinity: xdp.Affinity(p.Affinity), SourceRanges: p.SourceRanges})
+		cfg := normalize(datapath.VIPConfig{ID: id, Affinity: datapath.Affinity(p.Affinity), SourceRanges: p.SourceRanges})
 		if !exists || cur.dirty || !sameConfig(cur.cfg, cfg) {
 			if err := r.dp.UpsertVIP(xf, cfg); err != nil {
 				errs = append(errs, fmt.Errorf("frontend %s (service %s): %w", f, p.Service, err))
@@ -286,16 +286,16 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	}
 
 	// Reverse NAT.
-	wantRev := map[xdp.Endpoint]xdp.ReverseNAT{}
+	wantRev := map[datapath.Endpoint]datapath.ReverseNAT{}
 	for ep, rp := range d.Reverse {
-		xe := xdp.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: xdp.Protocol(ep.Proto)}
+		xe := datapath.Endpoint{Addr: ep.Addr, Port: ep.Port, Proto: datapath.Protocol(ep.Proto)}
 		if broken[netip.AddrPortFrom(ep.Addr, ep.Port)] {
 			if cur, ok := r.reverse[xe]; ok {
 				wantRev[xe] = cur // keep what the datapath has
 			}
 			continue
 		}
-		v := xdp.ReverseNAT{Ambiguous: rp.Ambiguous}
+		v := datapath.ReverseNAT{Ambiguous: rp.Ambiguous}
 		if rp.Ambiguous {
 			v.Candidates = candidateIDs(rp.Candidates, ids)
 		} else {
@@ -334,7 +334,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 		res.ReverseDeleted++
 	}
 	for xf := range r.vips {
-		if _, ok := d.Frontends[lb.Frontend{Addr: xf.Addr, Port: xf.Port, Proto: lb.Protocol(xf.Proto)}]; ok {
+		if _, ok := d.Frontends[datapath.Frontend{Addr: xf.Addr, Port: xf.Port, Proto: datapath.Protocol(xf.Proto)}]; ok {
 			continue
 		}
 		if err := r.dp.DeleteVIP(xf); err != nil {
@@ -363,14 +363,14 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 // candidateIDs maps an ambiguous endpoint's candidate frontends to their VIP ids. When there are
 // too many for the datapath, or one has no VIP id (it could not be created), it lists none: the
 // datapath must not pick the only match among an incomplete list.
-func candidateIDs(fs []lb.Frontend, ids map[lb.Frontend]xdp.VIPID) (out [xdp.MaxReverseCandidates]xdp.VIPID) {
+func candidateIDs(fs []datapath.Frontend, ids map[datapath.Frontend]datapath.VIPID) (out [datapath.MaxReverseCandidates]datapath.VIPID) {
 	if len(fs) > len(out) {
 		return out
 	}
 	for i, f := range fs {
 		id, ok := ids[f]
 		if !ok {
-			return [xdp.MaxReverseCandidates]xdp.VIPID{}
+			return [datapath.MaxReverseCandidates]datapath.VIPID{}
 		}
 		out[i] = id
 	}
@@ -378,15 +378,15 @@ func candidateIDs(fs []lb.Frontend, ids map[lb.Frontend]xdp.VIPID) (out [xdp.Max
 }
 
 // table maps a plan's table to backend ids. It fails if a backend the table uses was not written.
-func (r *Reconciler) table(p *lb.FrontendPlan, broken map[netip.AddrPort]bool) ([]xdp.BackendID, error) {
-	ids := make([]xdp.BackendID, len(p.Backends))
+func (r *Reconciler) table(p *lb.FrontendPlan, broken map[netip.AddrPort]bool) ([]datapath.BackendID, error) {
+	ids := make([]datapath.BackendID, len(p.Backends))
 	for i, b := range p.Backends {
 		if broken[b.Key] {
 			return nil, fmt.Errorf("backend %s was not written", b.Key)
 		}
 		ids[i] = r.backendIDs[b.Key]
 	}
-	out := make([]xdp.BackendID, len(p.Table))
+	out := make([]datapath.BackendID, len(p.Table))
 	for i, idx := range p.Table {
 		if idx >= 0 {
 			out[i] = ids[idx]
@@ -397,7 +397,7 @@ func (r *Reconciler) table(p *lb.FrontendPlan, broken map[netip.AddrPort]bool) (
 
 // referenced reports whether a table the datapath still holds (of a frontend whose update
 // failed) names backend id.
-func (r *Reconciler) referenced(id xdp.BackendID) bool {
+func (r *Reconciler) referenced(id datapath.BackendID) bool {
 	for _, v := range r.vips {
 		if slices.Contains(v.table, id) {
 			return true
@@ -407,13 +407,13 @@ func (r *Reconciler) referenced(id xdp.BackendID) bool {
 }
 
 // backendID returns the id of endpoint key, allocating one if needed.
-func (r *Reconciler) backendID(key netip.AddrPort) (xdp.BackendID, error) {
+func (r *Reconciler) backendID(key netip.AddrPort) (datapath.BackendID, error) {
 	if id, ok := r.backendIDs[key]; ok {
 		return id, nil
 	}
 	for range maxBackendID {
 		r.nextBackend = r.nextBackend%maxBackendID + 1
-		id := xdp.BackendID(r.nextBackend)
+		id := datapath.BackendID(r.nextBackend)
 		if _, used := r.backends[id]; !used {
 			r.backendIDs[key] = id
 			return id, nil
@@ -423,22 +423,22 @@ func (r *Reconciler) backendID(key netip.AddrPort) (xdp.BackendID, error) {
 }
 
 // freeVIPID returns an unused VIP id.
-func (r *Reconciler) freeVIPID() (xdp.VIPID, error) {
+func (r *Reconciler) freeVIPID() (datapath.VIPID, error) {
 	for range maxVIPID {
 		r.nextVIP = r.nextVIP%maxVIPID + 1
-		if id := xdp.VIPID(r.nextVIP); !r.vipIDs[id] {
+		if id := datapath.VIPID(r.nextVIP); !r.vipIDs[id] {
 			return id, nil
 		}
 	}
 	return 0, fmt.Errorf("all %d VIP ids are in use", maxVIPID)
 }
 
-func sortedFrontends(d *lb.Desired) []lb.Frontend {
-	out := make([]lb.Frontend, 0, len(d.Frontends))
+func sortedFrontends(d *lb.Desired) []datapath.Frontend {
+	out := make([]datapath.Frontend, 0, len(d.Frontends))
 	for f := range d.Frontends {
 		out = append(out, f)
 	}
-	slices.SortFunc(out, lb.Frontend.Compare)
+	slices.SortFunc(out, datapath.Frontend.Compare)
 	return out
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/xlb-dev/xlb/internal/progrun"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 func must(t testing.TB, err error) {
@@ -50,7 +51,7 @@ func web(backends ...string) lb.Service {
 	s := lb.Service{
 		Name:  "default/web",
 		VIPs:  []netip.Addr{netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("2001:db8:100::1")},
-		Ports: []lb.Port{{Name: "http", Port: 80, Protocol: lb.TCP, TargetPort: 8080}, {Name: "dns", Port: 53, Protocol: lb.UDP, TargetPort: 5353}},
+		Ports: []lb.Port{{Name: "http", Port: 80, Protocol: datapath.TCP, TargetPort: 8080}, {Name: "dns", Port: 53, Protocol: datapath.UDP, TargetPort: 5353}},
 	}
 	for _, b := range backends {
 		s.Backends = append(s.Backends, lb.Backend{Addr: netip.MustParseAddr(b), Weight: 1})
@@ -116,7 +117,7 @@ func TestApplyIsDiffBasedAndIdempotent(t *testing.T) {
 	r, err := New(dp, nil)
 	must(t, err)
 	other := lb.Service{Name: "default/other", VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.2")},
-		Ports:    []lb.Port{{Port: 443, Protocol: lb.TCP}},
+		Ports:    []lb.Port{{Port: 443, Protocol: datapath.TCP}},
 		Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.20"), Weight: 1}}}
 	d1 := plan(t, web("198.18.1.10", "198.18.1.11", "2001:db8:1::10"), other)
 	res, err := r.Apply(d1)
@@ -165,7 +166,7 @@ func TestApplyIsDiffBasedAndIdempotent(t *testing.T) {
 // services, writes nothing.
 func TestAdoptPinnedState(t *testing.T) {
 	dir := "/sys/fs/bpf/" + netlab.Prefix()
-	opts := xdp.Options{PinPath: dir, ConntrackSize: 4096, MaglevSlots: 1 << 20}
+	opts := xdp.Options{PinPath: dir, MaglevSlots: 1 << 20, Settings: datapath.Settings{ConntrackSize: 4096}}
 	t.Cleanup(func() {
 		if d, err := xdp.Load(opts); err == nil {
 			d.Remove()
@@ -198,7 +199,7 @@ type failing struct {
 	addr netip.Addr
 }
 
-func (f failing) UpsertBackend(id xdp.BackendID, b xdp.Backend) error {
+func (f failing) UpsertBackend(id datapath.BackendID, b datapath.Backend) error {
 	if b.Addr == f.addr {
 		return errors.New("injected failure")
 	}
@@ -214,7 +215,7 @@ func TestApplyFailureIsContained(t *testing.T) {
 	r, err := New(f, nil)
 	must(t, err)
 	other := lb.Service{Name: "default/other", VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.2")},
-		Ports:    []lb.Port{{Port: 443, Protocol: lb.TCP}},
+		Ports:    []lb.Port{{Port: 443, Protocol: datapath.TCP}},
 		Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.20"), Weight: 1}}}
 	d1 := plan(t, web("198.18.1.10"), other)
 	_, err = r.Apply(d1)
@@ -248,7 +249,7 @@ func TestApplyFailureIsContained(t *testing.T) {
 
 // mix is d2 with the frontends of service svc as in d1.
 func mix(d1, d2 *lb.Desired, svc string) *lb.Desired {
-	out := &lb.Desired{Frontends: map[lb.Frontend]*lb.FrontendPlan{}, Reverse: map[lb.Endpoint]lb.ReversePlan{}}
+	out := &lb.Desired{Frontends: map[datapath.Frontend]*lb.FrontendPlan{}, Reverse: map[datapath.Endpoint]lb.ReversePlan{}}
 	for f, p := range d2.Frontends {
 		out.Frontends[f] = p
 		if p.Service == svc {
@@ -274,11 +275,11 @@ func TestPlannedTrafficFlows(t *testing.T) {
 		ns.MustIP(t, fmt.Sprintf("neigh replace %s lladdr 02:00:00:00:0b:1%d dev int0 nud permanent", b, i))
 	}
 	ns.Forwarding(t)
-	dp := load(t, xdp.Options{Seed: 7})
+	dp := load(t, xdp.Options{Settings: datapath.Settings{Seed: 7}})
 	var ext int
 	must(t, ns.Do(func() error {
 		for _, n := range []string{"ext0", "int0"} {
-			if err := dp.Attach(n, xdp.AttachAuto); err != nil {
+			if err := dp.Attach(n, datapath.AttachAuto); err != nil {
 				return err
 			}
 		}
@@ -291,11 +292,11 @@ func TestPlannedTrafficFlows(t *testing.T) {
 	d := plan(t, web(bes...))
 	_, err = r.Apply(d)
 	must(t, err)
-	fp := d.Frontends[lb.Frontend{Addr: netip.MustParseAddr("198.18.100.1"), Port: 80, Proto: lb.TCP}]
+	fp := d.Frontends[datapath.Frontend{Addr: netip.MustParseAddr("198.18.100.1"), Port: 80, Proto: datapath.TCP}]
 	client := netip.MustParseAddr("198.18.0.10")
 	seen := map[string]bool{}
 	for port := uint16(40000); port < 40060; port++ {
-		want := fp.Backends[fp.Table[xdp.FlowHash(7, client, port, 80, 6, false)%uint32(len(fp.Table))]].Key
+		want := fp.Backends[fp.Table[datapath.FlowHash(7, client, port, 80, 6, false)%uint32(len(fp.Table))]].Key
 		var res progrun.Result
 		must(t, ns.Do(func() error {
 			var err error
@@ -329,7 +330,9 @@ func syn(t *testing.T, src netip.Addr, sport uint16) []byte {
 // failingVIP fails every VIP write.
 type failingVIP struct{ *xdp.Datapath }
 
-func (failingVIP) UpsertVIP(xdp.Frontend, xdp.VIPConfig) error { return errors.New("injected failure") }
+func (failingVIP) UpsertVIP(datapath.Frontend, datapath.VIPConfig) error {
+	return errors.New("injected failure")
+}
 
 // TestFailedVIPUpdateKeepsReverse: when a frontend's update fails, its old configuration and table
 // keep serving, and so do its reverse NAT entries (replies must still get the VIP back).
@@ -344,7 +347,7 @@ func TestFailedVIPUpdateKeepsReverse(t *testing.T) {
 	must(t, err)
 
 	r.dp = failingVIP{dp}
-	s.Affinity = lb.AffinityClientIP
+	s.Affinity = datapath.AffinityClientIP
 	res, err := r.Apply(plan(t, s))
 	if err == nil {
 		t.Fatal("no error for failed VIP writes")
@@ -393,14 +396,14 @@ type recording struct {
 	ops []string
 }
 
-func (r *recording) UpsertBackend(id xdp.BackendID, b xdp.Backend) error {
+func (r *recording) UpsertBackend(id datapath.BackendID, b datapath.Backend) error {
 	if b.Down {
 		r.ops = append(r.ops, "down "+b.Addr.String())
 	}
 	return r.Datapath.UpsertBackend(id, b)
 }
 
-func (r *recording) SetMaglevTable(id xdp.VIPID, t []xdp.BackendID) error {
+func (r *recording) SetMaglevTable(id datapath.VIPID, t []datapath.BackendID) error {
 	r.ops = append(r.ops, "table")
 	return r.Datapath.SetMaglevTable(id, t)
 }
@@ -428,14 +431,14 @@ func TestDownAfterTables(t *testing.T) {
 // TestAmbiguousCandidates: an endpoint shared by two services gets an ambiguous reverse entry
 // naming both VIPs (by id) as Maglev candidates; applying the same plan again writes nothing.
 func TestAmbiguousCandidates(t *testing.T) {
-	if lb.MaxReverseCandidates != xdp.MaxReverseCandidates {
-		t.Fatalf("lb plans %d reverse candidates, the datapath holds %d", lb.MaxReverseCandidates, xdp.MaxReverseCandidates)
+	if datapath.MaxReverseCandidates != datapath.MaxReverseCandidates {
+		t.Fatalf("lb plans %d reverse candidates, the datapath holds %d", datapath.MaxReverseCandidates, datapath.MaxReverseCandidates)
 	}
 	dp := load(t, xdp.Options{})
 	r, err := New(dp, nil)
 	must(t, err)
 	api := lb.Service{Name: "default/api", VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.2")},
-		Ports:    []lb.Port{{Port: 80, Protocol: lb.TCP, TargetPort: 8080}},
+		Ports:    []lb.Port{{Port: 80, Protocol: datapath.TCP, TargetPort: 8080}},
 		Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1}}}
 	d := plan(t, web("198.18.1.10", "198.18.1.11"), api)
 	_, err = r.Apply(d)
@@ -445,9 +448,9 @@ func TestAmbiguousCandidates(t *testing.T) {
 	must(t, err)
 	rev, err := dp.Reverses()
 	must(t, err)
-	ep := xdp.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: xdp.TCP}
-	want := xdp.ReverseNAT{Ambiguous: true}
-	for i, f := range d.Reverse[lb.Endpoint{Addr: ep.Addr, Port: 8080, Proto: lb.TCP}].Candidates {
+	ep := datapath.Endpoint{Addr: netip.MustParseAddr("198.18.1.10"), Port: 8080, Proto: datapath.TCP}
+	want := datapath.ReverseNAT{Ambiguous: true}
+	for i, f := range d.Reverse[datapath.Endpoint{Addr: ep.Addr, Port: 8080, Proto: datapath.TCP}].Candidates {
 		want.Candidates[i] = vips[xdpFrontend(f)].ID
 	}
 	if got := rev[ep]; got != want || got.Candidates[0] == 0 || got.Candidates[1] == 0 || got.Candidates[2] != 0 {
@@ -464,7 +467,7 @@ func TestAmbiguousCandidates(t *testing.T) {
 	must(t, err)
 	rev, err = dp.Reverses()
 	must(t, err)
-	if got := rev[ep]; got.Ambiguous || got.Candidates != ([xdp.MaxReverseCandidates]xdp.VIPID{}) {
+	if got := rev[ep]; got.Ambiguous || got.Candidates != ([datapath.MaxReverseCandidates]datapath.VIPID{}) {
 		t.Fatalf("endpoint of web alone: %+v", got)
 	}
 }

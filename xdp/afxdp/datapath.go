@@ -15,8 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Worker timing.
@@ -32,11 +31,9 @@ const (
 
 // Config configures Load. The zero value is a working default.
 type Config struct {
-	// Engine configures the flow state and hashing.
-	Engine Options
-	// NextHopCacheTTL is how long a destination's next hop is trusted (Resolver); 0 means
-	// 500 ms, as the XDP datapath's default, and a negative value no cache.
-	NextHopCacheTTL time.Duration
+	// Engine configures the flow state and hashing, and (NextHopCacheTTL) how long a
+	// destination's next hop is trusted (Resolver).
+	Engine datapath.Settings
 	// Frames is the number of UMEM frames of each socket, a power of two of at least 64; 0
 	// means DefaultFrames.
 	Frames int
@@ -167,10 +164,15 @@ func (d *Datapath) lookup(dst netip.Addr) (Hop, HopKind) {
 	return r.Lookup(dst)
 }
 
-// Attach attaches the steer program to ifname in mode (xdp.AttachAuto: native, else generic
+// Attach attaches the steer program to ifname in mode (datapath.AttachAuto: native, else generic
 // with a warning) and opens a socket on each of its receive queues. It must be called in the
 // interface's network namespace; every interface of a datapath must be in the same one.
-func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
+func (d *Datapath) Attach(ifname string, mode datapath.AttachMode) (err error) {
+	switch mode {
+	case "", datapath.AttachAuto, datapath.AttachNative, datapath.AttachGeneric:
+	default:
+		return fmt.Errorf("attach AF_XDP datapath to %s: unknown attach mode %q (auto, native or generic)", ifname, mode)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -191,7 +193,7 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 			return fmt.Errorf("attach AF_XDP datapath to %s: netlink: %w", ifname, err)
 		}
 		d.nl = h
-		res := NewResolver(h, d.cfg.NextHopCacheTTL)
+		res := NewResolver(h, d.cfg.Engine.WithDefaults().NextHopCacheTTL)
 		d.res.Store(res)
 		d.refreshDone = make(chan struct{})
 		go func() {
@@ -235,9 +237,9 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 			return fmt.Errorf("register the socket of queue %d: %w", q, err)
 		}
 	}
-	if mode != xdp.AttachGeneric {
+	if mode != datapath.AttachGeneric {
 		a.link, err = link.AttachXDP(link.XDPOptions{Program: a.objs.XlbSteer, Interface: a.ifindex, Flags: link.XDPDriverMode})
-		if err != nil && mode == xdp.AttachNative {
+		if err != nil && mode == datapath.AttachNative {
 			return fmt.Errorf("attach the steer program in native mode: %w", err)
 		}
 		if err != nil {
@@ -261,11 +263,47 @@ func (d *Datapath) Attach(ifname string, mode xdp.AttachMode) (err error) {
 }
 
 // Interfaces returns the names of the interfaces the datapath is attached to, sorted.
-func (d *Datapath) Interfaces() []string {
+func (d *Datapath) Interfaces() ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Sorted(maps.Keys(d.ports))
+	return slices.Sorted(maps.Keys(d.ports)), nil
 }
+
+// Reasons returns every counter by name (datapath.Gateway): the engine's verdicts, what
+// happened before a frame reached it (the steer programs' counts, steered_*; the sockets'
+// kernel counters, xsk_*: frames the kernel dropped because a worker fell behind), and under
+// the XDP datapath's names the echo replies and the frames that were not ours.
+func (d *Datapath) Reasons() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for r, n := range d.ReasonCounts() {
+		out[r.String()] = n
+	}
+	st, err := d.SocketStats()
+	if err != nil {
+		return out, err
+	}
+	for k, n := range st {
+		if k != "xsk_tx_ring_empty" { // times the kernel found nothing to send: no packets
+			out[k] = n
+		}
+	}
+	s, err := d.Steered()
+	if err != nil {
+		return out, err
+	}
+	out["steered_to_socket"], out["steered_passed"], out["steered_no_socket"] = s.ToSocket, s.Passed, s.NoSocket
+	out["icmp_echo_reply"], out["pass_not_vip"] = s.EchoReplies, s.NotOurs // the XDP datapath's names
+	return out, nil
+}
+
+// Persistent reports false: nothing of the AF_XDP datapath outlives the process.
+func (d *Datapath) Persistent() bool { return false }
+
+// Remove is Close: nothing of the AF_XDP datapath outlives it.
+func (d *Datapath) Remove() error { return d.Close() }
+
+// The AF_XDP datapath is a gateway datapath.
+var _ datapath.Gateway = (*Datapath)(nil)
 
 // maxQueues is steer.c's MAX_QUEUES.
 const maxQueues = 256

@@ -20,7 +20,8 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/forward"
 )
 
 const ioTimeout = 5 * time.Second
@@ -90,7 +91,7 @@ func newSiteQueues(t *testing.T, clientQueues, backendQueues int) *site {
 	s.gw.Forwarding(t)
 	netlab.PrepareEnds(t, netlab.End{NS: s.cl, Ifname: "c0"}, netlab.End{NS: s.be, Ifname: "b0"})
 
-	dp, err := Load(Config{Engine: Options{Seed: 7}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	dp, err := Load(Config{Engine: datapath.Settings{Seed: 7}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func newSiteQueues(t *testing.T, clientQueues, backendQueues int) *site {
 	})
 	err = s.gw.Do(func() error {
 		for _, ifname := range []string{"gc", "gb"} {
-			if err := dp.Attach(ifname, xdp.AttachAuto); err != nil {
+			if err := dp.Attach(ifname, datapath.AttachAuto); err != nil {
 				return err
 			}
 		}
@@ -163,32 +164,32 @@ func (s *site) serveUDP(t *testing.T, addr netip.Addr) {
 func (s *site) configure(t *testing.T) {
 	t.Helper()
 	type svc struct {
-		fe       xdp.Frontend
+		fe       datapath.Frontend
 		port     uint16
 		backends []netip.Addr
 	}
 	svcs := []svc{
-		{xdp.Frontend{Addr: vip, Port: 80, Proto: xdp.TCP}, 8080, backends},
-		{xdp.Frontend{Addr: vip, Port: 53, Proto: xdp.UDP}, 5353, backends},
-		{xdp.Frontend{Addr: vip6, Port: 80, Proto: xdp.TCP}, 8080, []netip.Addr{be6}},
+		{datapath.Frontend{Addr: vip, Port: 80, Proto: datapath.TCP}, 8080, backends},
+		{datapath.Frontend{Addr: vip, Port: 53, Proto: datapath.UDP}, 5353, backends},
+		{datapath.Frontend{Addr: vip6, Port: 80, Proto: datapath.TCP}, 8080, []netip.Addr{be6}},
 	}
-	bid := xdp.BackendID(0)
+	bid := datapath.BackendID(0)
 	for i, sv := range svcs {
-		id := xdp.VIPID(i + 1)
-		if err := s.dp.UpsertVIP(sv.fe, xdp.VIPConfig{ID: id}); err != nil {
+		id := datapath.VIPID(i + 1)
+		if err := s.dp.UpsertVIP(sv.fe, datapath.VIPConfig{ID: id}); err != nil {
 			t.Fatal(err)
 		}
-		table := make([]xdp.BackendID, 251)
+		table := make([]datapath.BackendID, 251)
 		for j, a := range sv.backends {
 			bid++
-			if err := s.dp.UpsertBackend(bid, xdp.Backend{Addr: a, Port: sv.port}); err != nil {
+			if err := s.dp.UpsertBackend(bid, datapath.Backend{Addr: a, Port: sv.port}); err != nil {
 				t.Fatal(err)
 			}
 			for k := j; k < len(table); k += len(sv.backends) {
 				table[k] = bid
 			}
-			ep := xdp.Endpoint{Addr: a, Port: sv.port, Proto: sv.fe.Proto}
-			if err := s.dp.SetReverse(ep, xdp.ReverseNAT{VIP: id}); err != nil {
+			ep := datapath.Endpoint{Addr: a, Port: sv.port, Proto: sv.fe.Proto}
+			if err := s.dp.SetReverse(ep, datapath.ReverseNAT{VIP: id}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -253,8 +254,8 @@ func TestAFXDPForwarding(t *testing.T) {
 		t.Errorf("UDP answer %q, want the client's address and the payload", got)
 	}
 
-	rs := s.dp.Reasons()
-	if rs[ReasonNATForward] == 0 || rs[ReasonNATReverse] == 0 || rs[ReasonFwdRedirect] == 0 {
+	rs := s.dp.ReasonCounts()
+	if rs[forward.ReasonNATForward] == 0 || rs[forward.ReasonNATReverse] == 0 || rs[forward.ReasonFwdRedirect] == 0 {
 		t.Errorf("counters %v: want forwarded and reverse-translated frames", rs)
 	}
 	for r, n := range rs {
@@ -263,15 +264,15 @@ func TestAFXDPForwarding(t *testing.T) {
 		}
 	}
 	st, err := s.dp.Steered()
-	if err != nil || st.ToSocket < rs[ReasonNATForward]+rs[ReasonNATReverse] || st.NoSocket != 0 {
+	if err != nil || st.ToSocket < rs[forward.ReasonNATForward]+rs[forward.ReasonNATReverse] || st.NoSocket != 0 {
 		t.Errorf("steered %+v (%v), want at least the %d translated, none without socket", st, err,
-			rs[ReasonNATForward]+rs[ReasonNATReverse])
+			rs[forward.ReasonNATForward]+rs[forward.ReasonNATReverse])
 	}
 	// A TCP flow counts as new at its SYN: 20 connections.
-	if tr := s.dp.VIPTraffic(1); tr.NewFlows < 20 || tr.Packets < 20*4 {
+	if tr, _ := s.dp.VIPTraffic(1); tr.NewFlows < 20 || tr.Packets < 20*4 {
 		t.Errorf("VIP 1 traffic %+v, want 20 new flows of at least 4 packets", tr)
 	}
-	if n := s.dp.FlowCount(); n == 0 {
+	if n, _ := s.dp.FlowCount(); n == 0 {
 		t.Errorf("no conntrack entries after 20 connections")
 	}
 
@@ -287,11 +288,11 @@ func TestAFXDPForwarding(t *testing.T) {
 				return err
 			}
 		}
-		if got := s.dp.Interfaces(); len(got) != 0 {
+		if got, _ := s.dp.Interfaces(); len(got) != 0 {
 			return fmt.Errorf("still attached to %v after detaching both", got)
 		}
 		for _, ifname := range []string{"gc", "gb"} {
-			if err := s.dp.Attach(ifname, xdp.AttachAuto); err != nil {
+			if err := s.dp.Attach(ifname, datapath.AttachAuto); err != nil {
 				return fmt.Errorf("attach again: %w", err)
 			}
 		}
@@ -376,7 +377,7 @@ func TestAFXDPMultiQueue(t *testing.T) {
 				return err
 			}
 			time.Sleep(50 * time.Millisecond)
-			return s.dp.Attach("gc", xdp.AttachAuto)
+			return s.dp.Attach("gc", datapath.AttachAuto)
 		})
 		if err != nil {
 			close(stop)
@@ -386,7 +387,7 @@ func TestAFXDPMultiQueue(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	close(stop)
-	t.Logf("%d datagrams sent during 3 detach/attach rounds; engine verdicts %v", <-loadDone, s.dp.Reasons())
+	t.Logf("%d datagrams sent during 3 detach/attach rounds; engine verdicts %v", <-loadDone, s.dp.ReasonCounts())
 	for i := range 20 {
 		if err := get(); err != nil {
 			t.Fatalf("request %d after attaching again: %v", i, err)

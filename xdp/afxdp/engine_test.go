@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/forward"
 )
 
 // fakeHops sends everything out of interface 2 with fixed MACs.
@@ -19,17 +20,17 @@ func (fakeHops) Lookup(netip.Addr) (Hop, HopKind) {
 
 func testEngine(t testing.TB) *Engine {
 	t.Helper()
-	e, err := NewEngine(Options{Seed: 1}, fakeHops{})
+	e, err := NewEngine(datapath.Settings{Seed: 1}, fakeHops{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.setPort(2, true)
-	fe := xdp.Frontend{Addr: pVIP, Port: 80, Proto: xdp.TCP}
+	fe := datapath.Frontend{Addr: pVIP, Port: 80, Proto: datapath.TCP}
 	for _, err := range []error{
-		e.UpsertVIP(fe, xdp.VIPConfig{ID: 1}),
-		e.UpsertBackend(1, xdp.Backend{Addr: pBE[0], Port: 8080}),
-		e.SetMaglevTable(1, []xdp.BackendID{1, 1, 1}),
-		e.SetReverse(xdp.Endpoint{Addr: pBE[0], Port: 8080, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 1}),
+		e.UpsertVIP(fe, datapath.VIPConfig{ID: 1}),
+		e.UpsertBackend(1, datapath.Backend{Addr: pBE[0], Port: 8080}),
+		e.SetMaglevTable(1, []datapath.BackendID{1, 1, 1}),
+		e.SetReverse(datapath.Endpoint{Addr: pBE[0], Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 1}),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +52,7 @@ func TestEngineHostileFrames(t *testing.T) {
 		}
 	}
 	if v := e.Process(append([]byte(nil), good...), 1, time.Second); !v.Send {
-		t.Fatalf("the whole frame was not sent: %v", e.Reasons())
+		t.Fatalf("the whole frame was not sent: %v", e.ReasonCounts())
 	}
 	// Lengths that lie: a TCP data offset below 5 words or past the datagram, a UDP length
 	// past it (parse_ports drops these too).
@@ -69,9 +70,9 @@ func TestEngineHostileFrames(t *testing.T) {
 	udp := frameSpec{src: netip.MustParseAddrPort("198.18.128.1:1234"), dst: netip.AddrPortFrom(pVIP, 53),
 		proto: protoUDP, payload: []byte("hi")}.bytes()
 	udp[14+20+4], udp[14+20+5] = 0, 200 // length 200 of a 10-byte datagram
-	before := e.Reasons()[ReasonDropMalformed]
-	if v := e.Process(udp, 1, time.Second); v.Send || e.Reasons()[ReasonDropMalformed] != before+1 {
-		t.Errorf("a UDP length past the datagram: sent %v, reasons %v", v.Send, e.Reasons())
+	before := e.ReasonCounts()[forward.ReasonDropMalformed]
+	if v := e.Process(udp, 1, time.Second); v.Send || e.ReasonCounts()[forward.ReasonDropMalformed] != before+1 {
+		t.Errorf("a UDP length past the datagram: sent %v, reasons %v", v.Send, e.ReasonCounts())
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 20000 {
@@ -83,8 +84,8 @@ func TestEngineHostileFrames(t *testing.T) {
 		f = f[:r.IntN(len(f)+1)]
 		e.Process(f, 1, time.Second)
 	}
-	if e.Reasons()[ReasonDropMalformed] == 0 {
-		t.Errorf("no frame counted malformed: %v", e.Reasons())
+	if e.ReasonCounts()[forward.ReasonDropMalformed] == 0 {
+		t.Errorf("no frame counted malformed: %v", e.ReasonCounts())
 	}
 }
 
@@ -92,15 +93,15 @@ func TestEngineHostileFrames(t *testing.T) {
 func TestEngineRefusesBadConfig(t *testing.T) {
 	e := testEngine(t)
 	for name, err := range map[string]error{
-		"VIP id 0":        e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: xdp.TCP}, xdp.VIPConfig{}),
-		"SCTP":            e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: 132}, xdp.VIPConfig{ID: 2}),
-		"id in use":       e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: xdp.TCP}, xdp.VIPConfig{ID: 1}),
-		"IPv6 range":      e.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 1, Proto: xdp.TCP}, xdp.VIPConfig{ID: 3, SourceRanges: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}),
+		"VIP id 0":        e.UpsertVIP(datapath.Frontend{Addr: pVIPAll, Port: 1, Proto: datapath.TCP}, datapath.VIPConfig{}),
+		"SCTP":            e.UpsertVIP(datapath.Frontend{Addr: pVIPAll, Port: 1, Proto: 132}, datapath.VIPConfig{ID: 2}),
+		"id in use":       e.UpsertVIP(datapath.Frontend{Addr: pVIPAll, Port: 1, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}),
+		"IPv6 range":      e.UpsertVIP(datapath.Frontend{Addr: pVIPAll, Port: 1, Proto: datapath.TCP}, datapath.VIPConfig{ID: 3, SourceRanges: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}}),
 		"empty table":     e.SetMaglevTable(1, nil),
-		"table of no VIP": e.SetMaglevTable(9, []xdp.BackendID{1}),
-		"backend id 0":    e.UpsertBackend(0, xdp.Backend{Addr: pBE[0]}),
-		"reverse to none": e.SetReverse(xdp.Endpoint{Addr: pBE[1], Port: 1, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 9}),
-		"candidate gap":   e.SetReverse(xdp.Endpoint{Addr: pBE[1], Port: 1, Proto: xdp.TCP}, xdp.ReverseNAT{Ambiguous: true, Candidates: [xdp.MaxReverseCandidates]xdp.VIPID{0, 1}}),
+		"table of no VIP": e.SetMaglevTable(9, []datapath.BackendID{1}),
+		"backend id 0":    e.UpsertBackend(0, datapath.Backend{Addr: pBE[0]}),
+		"reverse to none": e.SetReverse(datapath.Endpoint{Addr: pBE[1], Port: 1, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 9}),
+		"candidate gap":   e.SetReverse(datapath.Endpoint{Addr: pBE[1], Port: 1, Proto: datapath.TCP}, datapath.ReverseNAT{Ambiguous: true, Candidates: [datapath.MaxReverseCandidates]datapath.VIPID{0, 1}}),
 	} {
 		if err == nil {
 			t.Errorf("%s: accepted", name)
@@ -109,34 +110,37 @@ func TestEngineRefusesBadConfig(t *testing.T) {
 	f := frameSpec{src: netip.MustParseAddrPort("198.18.128.1:1234"), dst: netip.AddrPortFrom(pVIP, 80),
 		proto: protoTCP, flags: tcpSYN}.bytes()
 	if v := e.Process(f, 1, time.Second); !v.Send {
-		t.Errorf("the configured VIP stopped forwarding after refused changes: %v", e.Reasons())
+		t.Errorf("the configured VIP stopped forwarding after refused changes: %v", e.ReasonCounts())
 	}
 }
 
 // Conntrack holds at most ConntrackSize flows, and idle ones are swept.
 func TestEngineConntrackBounds(t *testing.T) {
-	e, err := NewEngine(Options{Seed: 1, ConntrackSize: 100, NewFlowRate: -1, UDPTimeout: time.Second}, fakeHops{})
+	e, err := NewEngine(datapath.Settings{Seed: 1, ConntrackSize: 100, NewFlowRate: -1, UDPTimeout: time.Second}, fakeHops{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.setPort(2, true)
-	fe := xdp.Frontend{Addr: pVIP, Port: 53, Proto: xdp.UDP}
-	if err := e.UpsertVIP(fe, xdp.VIPConfig{ID: 1}); err != nil {
+	fe := datapath.Frontend{Addr: pVIP, Port: 53, Proto: datapath.UDP}
+	if err := e.UpsertVIP(fe, datapath.VIPConfig{ID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	_ = e.UpsertBackend(1, xdp.Backend{Addr: pBE[0], Port: 5353})
-	_ = e.SetMaglevTable(1, []xdp.BackendID{1})
+	_ = e.UpsertBackend(1, datapath.Backend{Addr: pBE[0], Port: 5353})
+	_ = e.SetMaglevTable(1, []datapath.BackendID{1})
 	for i := range 1000 {
 		f := frameSpec{src: netip.AddrPortFrom(pClients.Addr(), uint16(1000+i)), dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}.bytes()
 		if v := e.Process(f, 1, time.Second); !v.Send {
-			t.Fatalf("flow %d not forwarded: %v", i, e.Reasons())
+			t.Fatalf("flow %d not forwarded: %v", i, e.ReasonCounts())
 		}
 	}
-	if n := e.FlowCount(); n != 100 {
+	if n, _ := e.FlowCount(); n != 100 {
 		t.Errorf("%d flows after 1000 new ones, want the cap 100", n)
 	}
-	if n := e.Sweep(3*time.Second, 1000); n != 100 || e.FlowCount() != 0 {
-		t.Errorf("sweep 2 s later removed %d, %d left; want all 100 idle flows gone", n, e.FlowCount())
+	if n := e.Sweep(3*time.Second, 1000); n != 100 {
+		t.Errorf("sweep 2 s later removed %d; want all 100 idle flows gone", n)
+	}
+	if left, _ := e.FlowCount(); left != 0 {
+		t.Errorf("sweep 2 s later left %d flows; want all 100 idle flows gone", left)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,7 +87,7 @@ type cachedLink struct {
 // 500 ms, a negative ttl no cache (every lookup asks the kernel).
 func NewResolver(h *netlink.Handle, ttl time.Duration) *Resolver {
 	if ttl == 0 {
-		ttl = 500 * time.Millisecond
+		ttl = datapath.DefaultNextHopCacheTTL
 	}
 	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{},
 		neighs: map[neighKey]cachedNeighbours{}, seed: maphash.MakeSeed()}

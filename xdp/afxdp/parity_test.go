@@ -23,6 +23,8 @@ import (
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/internal/progrun"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/forward"
 )
 
 // XDP verdicts.
@@ -49,10 +51,10 @@ type parity struct {
 
 // configurer is what both datapaths offer to be configured by.
 type configurer interface {
-	UpsertVIP(xdp.Frontend, xdp.VIPConfig) error
-	UpsertBackend(xdp.BackendID, xdp.Backend) error
-	SetMaglevTable(xdp.VIPID, []xdp.BackendID) error
-	SetReverse(xdp.Endpoint, xdp.ReverseNAT) error
+	UpsertVIP(datapath.Frontend, datapath.VIPConfig) error
+	UpsertBackend(datapath.BackendID, datapath.Backend) error
+	SetMaglevTable(datapath.VIPID, []datapath.BackendID) error
+	SetReverse(datapath.Endpoint, datapath.ReverseNAT) error
 }
 
 var (
@@ -95,7 +97,7 @@ func newParity(t *testing.T) *parity {
 	}
 	ns.Forwarding(t)
 	px := &parity{ns: ns}
-	dp, err := xdp.Load(xdp.Options{NoPin: true, Seed: 7, NewFlowRate: -1})
+	dp, err := xdp.Load(xdp.Options{NoPin: true, Settings: datapath.Settings{Seed: 7, NewFlowRate: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func newParity(t *testing.T) *parity {
 	var h *netlink.Handle
 	err = ns.Do(func() (err error) {
 		for _, ifname := range []string{"ext0", "int0"} {
-			if err := dp.Attach(ifname, xdp.AttachNative); err != nil {
+			if err := dp.Attach(ifname, datapath.AttachNative); err != nil {
 				return err
 			}
 		}
@@ -121,7 +123,7 @@ func newParity(t *testing.T) *parity {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	px.eng, err = NewEngine(Options{Seed: 7, NewFlowRate: -1}, NewResolver(h, 0))
+	px.eng, err = NewEngine(datapath.Settings{Seed: 7, NewFlowRate: -1}, NewResolver(h, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,35 +155,35 @@ func configureParity(t *testing.T, c configurer) {
 		}
 	}
 	const m = 251
-	fill := func(id xdp.VIPID, bids ...xdp.BackendID) {
-		table := make([]xdp.BackendID, m)
+	fill := func(id datapath.VIPID, bids ...datapath.BackendID) {
+		table := make([]datapath.BackendID, m)
 		for i := range table {
 			table[i] = bids[(i*7+int(id))%len(bids)]
 		}
 		must(c.SetMaglevTable(id, table))
 	}
-	must(c.UpsertVIP(xdp.Frontend{Addr: pVIP, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 1}))
-	must(c.UpsertVIP(xdp.Frontend{Addr: pVIP, Port: 53, Proto: xdp.UDP}, xdp.VIPConfig{ID: 2}))
-	must(c.UpsertVIP(xdp.Frontend{Addr: pVIP6, Port: 443, Proto: xdp.TCP}, xdp.VIPConfig{ID: 3}))
-	must(c.UpsertVIP(xdp.Frontend{Addr: pVIPAll, Port: 0, Proto: xdp.TCP}, xdp.VIPConfig{ID: 4}))
-	must(c.UpsertVIP(xdp.Frontend{Addr: pVIPAmb, Port: 80, Proto: xdp.TCP}, xdp.VIPConfig{ID: 5}))
-	must(c.UpsertVIP(xdp.Frontend{Addr: pVIPAmb, Port: 8000, Proto: xdp.TCP}, xdp.VIPConfig{ID: 6}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIP, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 1}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIP, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{ID: 2}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIP6, Port: 443, Proto: datapath.TCP}, datapath.VIPConfig{ID: 3}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIPAll, Port: 0, Proto: datapath.TCP}, datapath.VIPConfig{ID: 4}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIPAmb, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 5}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIPAmb, Port: 8000, Proto: datapath.TCP}, datapath.VIPConfig{ID: 6}))
 	for i, a := range pBE {
-		must(c.UpsertBackend(xdp.BackendID(1+i), xdp.Backend{Addr: a, Port: 8080}))
-		must(c.UpsertBackend(xdp.BackendID(4+i), xdp.Backend{Addr: a, Port: 5353}))
-		must(c.SetReverse(xdp.Endpoint{Addr: a, Port: 8080, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 1}))
-		must(c.SetReverse(xdp.Endpoint{Addr: a, Port: 5353, Proto: xdp.UDP}, xdp.ReverseNAT{VIP: 2}))
+		must(c.UpsertBackend(datapath.BackendID(1+i), datapath.Backend{Addr: a, Port: 8080}))
+		must(c.UpsertBackend(datapath.BackendID(4+i), datapath.Backend{Addr: a, Port: 5353}))
+		must(c.SetReverse(datapath.Endpoint{Addr: a, Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 1}))
+		must(c.SetReverse(datapath.Endpoint{Addr: a, Port: 5353, Proto: datapath.UDP}, datapath.ReverseNAT{VIP: 2}))
 	}
-	must(c.UpsertBackend(7, xdp.Backend{Addr: pBE6, Port: 8443}))
-	must(c.SetReverse(xdp.Endpoint{Addr: pBE6, Port: 8443, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 3}))
-	must(c.UpsertBackend(8, xdp.Backend{Addr: pBE[2], Port: 0}))
-	must(c.SetReverse(xdp.Endpoint{Addr: pBE[2], Port: 0, Proto: xdp.TCP}, xdp.ReverseNAT{VIP: 4}))
-	must(c.UpsertBackend(9, xdp.Backend{Addr: pBE[0], Port: 9090}))
-	must(c.UpsertBackend(10, xdp.Backend{Addr: pBE[1], Port: 9090}))
-	must(c.SetReverse(xdp.Endpoint{Addr: pBE[0], Port: 9090, Proto: xdp.TCP},
-		xdp.ReverseNAT{Ambiguous: true, Candidates: [xdp.MaxReverseCandidates]xdp.VIPID{5, 6}}))
-	must(c.SetReverse(xdp.Endpoint{Addr: pBE[1], Port: 9090, Proto: xdp.TCP},
-		xdp.ReverseNAT{Ambiguous: true, Candidates: [xdp.MaxReverseCandidates]xdp.VIPID{5, 6}}))
+	must(c.UpsertBackend(7, datapath.Backend{Addr: pBE6, Port: 8443}))
+	must(c.SetReverse(datapath.Endpoint{Addr: pBE6, Port: 8443, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 3}))
+	must(c.UpsertBackend(8, datapath.Backend{Addr: pBE[2], Port: 0}))
+	must(c.SetReverse(datapath.Endpoint{Addr: pBE[2], Port: 0, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 4}))
+	must(c.UpsertBackend(9, datapath.Backend{Addr: pBE[0], Port: 9090}))
+	must(c.UpsertBackend(10, datapath.Backend{Addr: pBE[1], Port: 9090}))
+	must(c.SetReverse(datapath.Endpoint{Addr: pBE[0], Port: 9090, Proto: datapath.TCP},
+		datapath.ReverseNAT{Ambiguous: true, Candidates: [datapath.MaxReverseCandidates]datapath.VIPID{5, 6}}))
+	must(c.SetReverse(datapath.Endpoint{Addr: pBE[1], Port: 9090, Proto: datapath.TCP},
+		datapath.ReverseNAT{Ambiguous: true, Candidates: [datapath.MaxReverseCandidates]datapath.VIPID{5, 6}}))
 	fill(1, 1, 2, 3)
 	fill(2, 4, 5, 6)
 	fill(3, 7)
@@ -208,7 +210,7 @@ func (px *parity) check(t *testing.T, name string, frame []byte, ifindex int) bo
 	v := px.eng.Process(got, ifindex, px.now)
 	sent := res.Verdict == xdpTX || res.Verdict == xdpRedirect
 	if sent != v.Send {
-		t.Errorf("%s: XDP verdict %d, engine send=%v (reasons %v)", name, res.Verdict, v.Send, px.eng.Reasons())
+		t.Errorf("%s: XDP verdict %d, engine send=%v (reasons %v)", name, res.Verdict, v.Send, px.eng.ReasonCounts())
 		return false
 	}
 	if sent && !bytes.Equal(res.Data, got) {
@@ -382,9 +384,9 @@ func TestParityWithXDP(t *testing.T) {
 	if px.check(t, "data offset 3", f, px.ext) {
 		t.Errorf("a TCP header with data offset 3 was sent")
 	}
-	rs := px.eng.Reasons()
-	for _, r := range []Reason{ReasonNATForward, ReasonNATReverse, ReasonNATReverseMaglev,
-		ReasonFwdRedirect, ReasonHandshakeHit, ReasonDropReverseNoCT, ReasonDropTTL} {
+	rs := px.eng.ReasonCounts()
+	for _, r := range []forward.Reason{forward.ReasonNATForward, forward.ReasonNATReverse, forward.ReasonNATReverseMaglev,
+		forward.ReasonFwdRedirect, forward.ReasonHandshakeHit, forward.ReasonDropReverseNoCT, forward.ReasonDropTTL} {
 		if rs[r] == 0 {
 			t.Errorf("no %s among the engine's verdicts %v: a path the comparison did not cover", r, rs)
 		}
@@ -464,7 +466,7 @@ func TestSteerProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer objs.Close()
-	eng, err := NewEngine(Options{Seed: 7}, fakeHops{})
+	eng, err := NewEngine(datapath.Settings{Seed: 7}, fakeHops{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +556,7 @@ func TestSteerProgram(t *testing.T) {
 		}
 	}
 	// The address's last frontend gone, its echo requests go to the kernel.
-	for _, f := range []xdp.Frontend{{Addr: pVIP, Port: 80, Proto: xdp.TCP}, {Addr: pVIP, Port: 53, Proto: xdp.UDP}} {
+	for _, f := range []datapath.Frontend{{Addr: pVIP, Port: 80, Proto: datapath.TCP}, {Addr: pVIP, Port: 53, Proto: datapath.UDP}} {
 		if err := eng.DeleteVIP(f); err != nil {
 			t.Fatal(err)
 		}

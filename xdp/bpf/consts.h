@@ -1,17 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* consts.h: every size, flag and reason code shared by the datapath and the Go loader.
- * The Go side mirrors these in xdp/consts.go; a test checks they agree. */
+/* consts.h: every size, flag and reason code of the XDP datapath shared with its Go loader.
+ * The Go side mirrors these in xdp/consts.go; a test checks they agree. What every xlb program
+ * shares (families, protocols, the id limits, ICMP numbers) is in datapath.h. */
 #ifndef XLB_CONSTS_H
 #define XLB_CONSTS_H
 
-/* Address families as stored in keys. Our own values, not AF_*: a key is a wire format. */
-#define FAMILY_V4 4
-#define FAMILY_V6 6
+#include "datapath.h"
 
-/* Upper bounds of the id spaces. VIP ids index vip_by_id, maglev and vip_stats; backend ids
- * index backends and backend_stats. Id 0 is never used: a zero in a Maglev slot means "empty". */
-#define MAX_VIPS        65536   /* VIP:port:proto entries (10,000 services x several ports) */
-#define MAX_BACKENDS    262144  /* 10,000 services x 10 backends, with room to spare */
 #define MAX_REVERSE     MAX_BACKENDS
 #define MAX_SRC_RANGES  65536   /* loadBalancerSourceRanges prefixes over all VIPs */
 #define MAX_TX_PORTS    256     /* interfaces we may redirect to */
@@ -28,7 +23,6 @@
  * descriptor points at it, so a table is replaced atomically. One flat array keeps the lookup
  * inlined by the verifier (a map-in-map inner lookup is an indirect helper call). */
 #define DEFAULT_MAGLEV_SLOTS (1u << 24)
-#define MAX_MAGLEV_M         1048573 /* largest prime table of one VIP */
 
 /* The next-hop cache: per-CPU, direct-mapped by the top NH_CACHE_LOG2 bits of the destination's
  * filter_bit (hash.h). An entry is trusted for cfg_nh_cache_ns; bpf_fib_lookup is the slow path
@@ -74,13 +68,6 @@
 #define REV_F_AMBIGUOUS (1u << 0) /* endpoint serves several VIP:ports: find the VIP in conntrack,
 				   * else (no entry: another gateway saw the flow) re-derive it with
 				   * Maglev among rev_value.cand */
-
-/* How many frontends an ambiguous endpoint's reverse entry lists in rev_value.cand (written by
- * Go from lb.ReversePlan.Candidates). A reply without conntrack entry is translated when exactly
- * one of them would have sent its forward tuple to this endpoint: every gateway has the same
- * Maglev tables, so any gateway can tell. An endpoint serving more frontends gets no candidates
- * (conntrack only, as before): each candidate costs the reply ~4 map lookups. */
-#define REV_MAX_CANDIDATES 4
 
 /* ct_entry.flags */
 #define CT_F_CLOSING (1u << 0) /* FIN or RST seen: the short closing timeout applies */
@@ -133,8 +120,6 @@ enum hs_match {
 
 #define PROTO_HOPOPTS  0
 #define PROTO_ICMP     1
-#define PROTO_TCP      6
-#define PROTO_UDP      17
 #define PROTO_ROUTING  43
 #define PROTO_FRAGMENT 44
 #define PROTO_AH       51
@@ -142,22 +127,11 @@ enum hs_match {
 #define PROTO_NONE     59
 #define PROTO_DSTOPTS  60
 
-#define ICMP_ECHOREPLY     0
-#define ICMP_DEST_UNREACH  3
-#define ICMP_ECHO          8
-#define ICMP_TIME_EXCEEDED 11
-#define ICMPV6_DEST_UNREACH  1
-#define ICMPV6_PKT_TOOBIG    2
-#define ICMPV6_TIME_EXCEED   3
-#define ICMPV6_ECHO_REQUEST  128
-#define ICMPV6_ECHO_REPLY    129
 
 #define TH_FIN 0x01
 #define TH_SYN 0x02
 #define TH_RST 0x04
 #define TH_ACK 0x10
-
-#define ECHO_REPLY_TTL 64
 
 /* Why a packet got its verdict: one per-CPU counter each. Every XDP_DROP and every XDP_PASS
  * increments exactly one of these; so does every forwarded packet. */

@@ -52,12 +52,6 @@ static __always_inline __u32 cache_gen(void)
 	return c ? c->gen : 0;
 }
 
-static __always_inline int svc_key_eq(const struct svc_key *a, const struct svc_key *b)
-{
-	return addr_eq(&a->addr, &b->addr) && a->port == b->port && a->proto == b->proto &&
-	       a->family == b->family;
-}
-
 /* svc_lookup_cached is svc_lookup (of vips when which is SVC_CACHE_VIPS, else reverse) through
  * the per-CPU svc_cache. It returns a pointer to this CPU's copy of the value, or NULL. */
 static __always_inline void *svc_lookup_cached(int which, const struct addr *a, __u8 family,

@@ -1,31 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* structs.h: keys and values of the maps. Each is a wire format shared with Go
- * (xdp/types.go); field order and padding are explicit so both sides agree byte for byte. */
+/* structs.h: keys and values of the XDP datapath's maps (struct addr and struct svc_key are
+ * datapath.h's). Each is a wire format shared with the Go loader (the xlb* types bpf2go
+ * generates); field order and padding are explicit so both sides agree byte for byte. */
 #ifndef XLB_STRUCTS_H
 #define XLB_STRUCTS_H
 
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
-
-/* An IPv4 or IPv6 address. IPv4 uses w[0] (network order) and leaves w[1..3] zero. */
-struct addr {
-	__u32 w[4];
-};
-
-/* addr_eq compares two addresses (IPv4 ones have zero padding, so this works for both). */
-static __always_inline int addr_eq(const struct addr *a, const struct addr *b)
-{
-	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
-}
-
-/* A service or endpoint on the wire: {address, port, protocol}. Key of vips and reverse.
- * port 0 in vips = all ports; {addr, 0, proto 0} in vips = the address marker. */
-struct svc_key {
-	struct addr addr;
-	__be16 port;
-	__u8 proto;
-	__u8 family; /* FAMILY_V4 or FAMILY_V6 */
-};
+#include "datapath.h"
 
 /* Value of vip_by_id: a VIP id's frontend and flags (the flags as in vips). */
 struct vip_ref {

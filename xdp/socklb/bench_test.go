@@ -8,6 +8,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // benchPlan is n frontends (cluster IPs in 198.18.96.0/20 and up, port 80/TCP) of 3 endpoints
@@ -16,8 +17,8 @@ func benchPlan(n int) lb.ConnectPlan {
 	plan := make(lb.ConnectPlan, n)
 	for i := range n {
 		a := netip.AddrFrom4([4]byte{198, 18, 96 + byte(i>>8), byte(i)})
-		f := lb.Frontend{Addr: a, Port: 80, Proto: lb.TCP}
-		var cf lb.ConnectFrontend
+		f := datapath.Frontend{Addr: a, Port: 80, Proto: datapath.TCP}
+		var cf datapath.ConnectFrontend
 		for j := range 3 {
 			cf.Endpoints = append(cf.Endpoints, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}), uint16(8080+j)))
 		}
@@ -77,12 +78,12 @@ func BenchmarkApply10k(b *testing.B) {
 	if _, err := d.Apply(plan); err != nil {
 		b.Fatal(err)
 	}
-	f := lb.Frontend{Addr: netip.MustParseAddr("198.18.96.7"), Port: 80, Proto: lb.TCP}
+	f := datapath.Frontend{Addr: netip.MustParseAddr("198.18.96.7"), Port: 80, Proto: datapath.TCP}
 	orig := plan[f]
 	b.Run("one-change", func(b *testing.B) {
 		i := 0
 		for b.Loop() {
-			cf := lb.ConnectFrontend{Endpoints: append([]netip.AddrPort(nil), orig.Endpoints...)}
+			cf := datapath.ConnectFrontend{Endpoints: append([]netip.AddrPort(nil), orig.Endpoints...)}
 			cf.Endpoints[0] = netip.AddrPortFrom(cf.Endpoints[0].Addr(), uint16(9000+i%2))
 			plan[f] = cf
 			i++

@@ -27,6 +27,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // Where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on a unified host (every current
@@ -98,10 +99,10 @@ type Datapath struct {
 	pin     string // Options.PinPath
 	sockets int    // Options.Sockets
 	links   []link.Link
-	current map[lb.Frontend]applied // what the maps hold, frontend → its slot set
-	retired []applied               // slot sets replaced by the last Apply, deleted by the next
-	used    map[uint32]bool         // the ids of current and retired slot sets
-	nextID  uint32                  // the next slot set id to try (0 is never used: no slot set)
+	current map[datapath.Frontend]applied // what the maps hold, frontend → its slot set
+	retired []applied                     // slot sets replaced by the last Apply, deleted by the next
+	used    map[uint32]bool               // the ids of current and retired slot sets
+	nextID  uint32                        // the next slot set id to try (0 is never used: no slot set)
 
 	reap    *reaper // the UDP socket iterator (ReapUDP); nil when it could not be loaded
 	reapErr error   // why it could not
@@ -114,7 +115,7 @@ type Datapath struct {
 // applied is one frontend's slot set as written.
 type applied struct {
 	id uint32 // 0 when the frontend has no endpoints (it refuses connections)
-	lb.ConnectFrontend
+	datapath.ConnectFrontend
 	stale bool // read back incomplete from pinned maps: rewrite it at the next Apply
 }
 
@@ -158,7 +159,7 @@ func Load(opts Options) (*Datapath, error) {
 	case opts.Sockets < MinSockets || opts.Sockets > MaxSockets:
 		return nil, fmt.Errorf("socklb: %d sockets: the LRU maps hold between %d and %d entries", opts.Sockets, MinSockets, MaxSockets)
 	}
-	d := &Datapath{pin: opts.PinPath, sockets: opts.Sockets, current: map[lb.Frontend]applied{}, used: map[uint32]bool{}, nextID: 1}
+	d := &Datapath{pin: opts.PinPath, sockets: opts.Sockets, current: map[datapath.Frontend]applied{}, used: map[uint32]bool{}, nextID: 1}
 	if opts.PinPath != "" {
 		if err := d.lock(); err != nil {
 			return nil, err
@@ -174,7 +175,7 @@ func Load(opts Options) (*Datapath, error) {
 			// addresses they wrote alone). The first successful Apply drops the old pins and
 			// pins the new objects (finishReplace).
 			d.closeObjects()
-			d.current, d.used, d.nextID, d.replaced = map[lb.Frontend]applied{}, map[uint32]bool{}, 1, err
+			d.current, d.used, d.nextID, d.replaced = map[datapath.Frontend]applied{}, map[uint32]bool{}, 1, err
 			d.replacing = true
 		}
 	}
@@ -412,8 +413,8 @@ func (d *Datapath) readBack() error {
 // readFrontend reads frontend k's slot set (its services value v) from slots: the endpoints in
 // slot order, and how many of its v.Count slots were missing or another frontend's (a write
 // raced, or the maps were changed by something else than an agent).
-func readFrontend(slots *ebpf.Map, k socklbSvcKey, v socklbSvcValue) (lb.Frontend, []netip.AddrPort, int) {
-	f := lb.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: lb.Protocol(k.Proto)}
+func readFrontend(slots *ebpf.Map, k socklbSvcKey, v socklbSvcValue) (datapath.Frontend, []netip.AddrPort, int) {
+	f := datapath.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: datapath.Protocol(k.Proto)}
 	eps := []netip.AddrPort{}
 	missing := 0
 	for i := range v.Count {
@@ -530,13 +531,13 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 		d.retired = append(d.retired, cur)
 		delete(d.current, f)
 		ch.Removed++
-		if f.Proto == lb.UDP && (len(cur.Endpoints) > 0 || cur.stale) {
+		if f.Proto == datapath.UDP && (len(cur.Endpoints) > 0 || cur.stale) {
 			ch.UDPLost++
 		}
 	}
 	// The frontends to write, in order (so that ids are given out the same way every time):
 	// sorting only those keeps an Apply of one change among many cheap.
-	var fronts []lb.Frontend
+	var fronts []datapath.Frontend
 	for f, cf := range plan {
 		if cur, had := d.current[f]; had && !cur.stale && cur.Equal(cf) {
 			ch.Unchanged++
@@ -544,7 +545,7 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 		}
 		fronts = append(fronts, f)
 	}
-	slices.SortFunc(fronts, lb.Frontend.Compare)
+	slices.SortFunc(fronts, datapath.Frontend.Compare)
 	for _, f := range fronts {
 		cf := plan[f]
 		cur, had := d.current[f]
@@ -554,7 +555,7 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 		}
 		if had {
 			ch.Updated++
-			if f.Proto == lb.UDP && (cur.stale || slices.ContainsFunc(cur.Endpoints, func(e netip.AddrPort) bool {
+			if f.Proto == datapath.UDP && (cur.stale || slices.ContainsFunc(cur.Endpoints, func(e netip.AddrPort) bool {
 				return !slices.Contains(cf.Endpoints, e)
 			})) {
 				ch.UDPLost++
@@ -572,14 +573,14 @@ func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
 }
 
 // put writes frontend f as cf in place of cur (when had).
-func (d *Datapath) put(f lb.Frontend, cf lb.ConnectFrontend, cur applied, had bool) error {
+func (d *Datapath) put(f datapath.Frontend, cf datapath.ConnectFrontend, cur applied, had bool) error {
 	if err := checkFrontend(f, cf); err != nil {
 		return err
 	}
 	if len(d.current) >= MaxFrontends && !had {
 		return fmt.Errorf("socklb: frontend %s: the map is full (%d frontends)", f, MaxFrontends)
 	}
-	next := applied{ConnectFrontend: lb.ConnectFrontend{Endpoints: slices.Clone(cf.Endpoints), AffinityTimeout: cf.AffinityTimeout}}
+	next := applied{ConnectFrontend: datapath.ConnectFrontend{Endpoints: slices.Clone(cf.Endpoints), AffinityTimeout: cf.AffinityTimeout}}
 	if len(cf.Endpoints) > 0 {
 		next.id = d.newID()
 		if err := d.writeSet(f, next); err != nil {
@@ -615,9 +616,9 @@ func (d *Datapath) newID() uint32 {
 }
 
 // checkFrontend says what makes f and cf impossible to balance.
-func checkFrontend(f lb.Frontend, cf lb.ConnectFrontend) error {
+func checkFrontend(f datapath.Frontend, cf datapath.ConnectFrontend) error {
 	eps := cf.Endpoints
-	if f.Proto != lb.TCP && f.Proto != lb.UDP {
+	if f.Proto != datapath.TCP && f.Proto != datapath.UDP {
 		return fmt.Errorf("socklb: frontend %s: protocol %s is not supported (TCP or UDP)", f, f.Proto)
 	}
 	if f.Port == 0 || !f.Addr.IsValid() {
@@ -635,7 +636,7 @@ func checkFrontend(f lb.Frontend, cf lb.ConnectFrontend) error {
 }
 
 // writeSet writes slot set s of frontend f: its slots and its members.
-func (d *Datapath) writeSet(f lb.Frontend, s applied) error {
+func (d *Datapath) writeSet(f datapath.Frontend, s applied) error {
 	front := svcKey(f)
 	for i, ep := range s.Endpoints {
 		sk := socklbSlotKey{Id: s.id, Slot: uint32(i)}
@@ -752,7 +753,7 @@ func htons(p uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-func svcKey(f lb.Frontend) socklbSvcKey {
+func svcKey(f datapath.Frontend) socklbSvcKey {
 	var k socklbSvcKey
 	k.Addr.W, k.Family = wireAddr(f.Addr)
 	k.Port, k.Proto = htons(f.Port), uint8(f.Proto)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // site is a namespace whose loopback holds four backends (b10 and b11, IPv4 and IPv6), each
@@ -115,10 +116,10 @@ func (s *site) client(t *testing.T, outside bool, actions ...string) []report {
 func ep(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 
 // eps is a frontend without affinity sending to endpoints e.
-func eps(e ...netip.AddrPort) lb.ConnectFrontend { return lb.ConnectFrontend{Endpoints: e} }
+func eps(e ...netip.AddrPort) datapath.ConnectFrontend { return datapath.ConnectFrontend{Endpoints: e} }
 
-func front(addr string, port uint16, proto lb.Protocol) lb.Frontend {
-	return lb.Frontend{Addr: netip.MustParseAddr(addr), Port: port, Proto: proto}
+func front(addr string, port uint16, proto datapath.Protocol) datapath.Frontend {
+	return datapath.Frontend{Addr: netip.MustParseAddr(addr), Port: port, Proto: proto}
 }
 
 // count tallies answers by server name.
@@ -137,10 +138,10 @@ func allEqual(xs []string, want string) bool {
 func TestSocketBalancing(t *testing.T) {
 	s := newSite(t)
 	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, lb.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
-		front("198.18.200.1", 53, lb.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
-		front("2001:db8:200::1", 80, lb.TCP): eps(ep(b10s, 8080), ep(b11s, 8080)),
-		front("198.18.200.2", 80, lb.TCP):    eps(),
+		front("198.18.200.1", 80, datapath.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
+		front("198.18.200.1", 53, datapath.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
+		front("2001:db8:200::1", 80, datapath.TCP): eps(ep(b10s, 8080), ep(b11s, 8080)),
+		front("198.18.200.2", 80, datapath.TCP):    eps(),
 	}
 	ch, err := s.dp.Apply(plan)
 	if err != nil || ch != (Changes{Added: 4}) {
@@ -189,8 +190,8 @@ func TestSocketBalancing(t *testing.T) {
 	}
 
 	// One backend left: every connection goes there; a removed frontend is left alone.
-	plan[front("198.18.200.1", 80, lb.TCP)] = eps(ep(b11, 8080))
-	delete(plan, front("2001:db8:200::1", 80, lb.TCP))
+	plan[front("198.18.200.1", 80, datapath.TCP)] = eps(ep(b11, 8080))
+	delete(plan, front("2001:db8:200::1", 80, datapath.TCP))
 	ch, err = s.dp.Apply(plan)
 	if err != nil || ch != (Changes{Updated: 1, Removed: 1, Unchanged: 2}) {
 		t.Fatalf("Apply: %+v, %v", ch, err)
@@ -220,17 +221,17 @@ func TestSocketBalancing(t *testing.T) {
 
 func TestApplyRefusesBadFrontends(t *testing.T) {
 	s := newSite(t)
-	good := front("198.18.200.1", 80, lb.TCP)
+	good := front("198.18.200.1", 80, datapath.TCP)
 	_, err := s.dp.Apply(lb.ConnectPlan{good: eps(ep(b10, 8080))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bad := lb.ConnectPlan{
-		good:                               eps(ep(b10s, 8080)), // the other family: keeps what it had
-		front("198.18.200.3", 0, lb.TCP):   eps(ep(b10, 8080)),
-		front("198.18.200.4", 80, 132):     eps(ep(b10, 8080)),
-		front("198.18.200.5", 80, lb.TCP):  eps(ep(b10, 0)),
-		front("198.18.200.6", 443, lb.TCP): eps(ep(b11, 8080)),
+		good:                                     eps(ep(b10s, 8080)), // the other family: keeps what it had
+		front("198.18.200.3", 0, datapath.TCP):   eps(ep(b10, 8080)),
+		front("198.18.200.4", 80, 132):           eps(ep(b10, 8080)),
+		front("198.18.200.5", 80, datapath.TCP):  eps(ep(b10, 0)),
+		front("198.18.200.6", 443, datapath.TCP): eps(ep(b11, 8080)),
 	}
 	ch, err := s.dp.Apply(bad)
 	if err == nil || ch.Added != 1 {
@@ -281,8 +282,8 @@ func TestPinnedRestart(t *testing.T) {
 	s := newSite(t)
 	pin := pinDir(t)
 	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, lb.TCP): eps(ep(b10, 8080), ep(b11, 8080)),
-		front("198.18.200.1", 53, lb.UDP): eps(ep(b10, 5353)),
+		front("198.18.200.1", 80, datapath.TCP): eps(ep(b10, 8080), ep(b11, 8080)),
+		front("198.18.200.1", 53, datapath.UDP): eps(ep(b10, 5353)),
 	}
 	d1, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
 	if err != nil {
@@ -326,7 +327,7 @@ func TestPinnedRestart(t *testing.T) {
 	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Unchanged: 2}) {
 		t.Errorf("the same plan again: %+v, %v; want nothing changed", ch, err)
 	}
-	plan[front("198.18.200.1", 80, lb.TCP)] = eps(ep(b10, 8080))
+	plan[front("198.18.200.1", 80, datapath.TCP)] = eps(ep(b10, 8080))
 	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Updated: 1, Unchanged: 1}) {
 		t.Errorf("one change: %+v, %v", ch, err)
 	}

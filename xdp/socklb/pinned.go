@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-
-	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // PinnedFrontend is one frontend as a node agent's pinned maps hold it.
 type PinnedFrontend struct {
-	lb.Frontend
+	datapath.Frontend
 	// Endpoints take its new connections, in slot order; none (and no Missing): connections
 	// are refused.
 	Endpoints []netip.AddrPort
@@ -83,7 +82,7 @@ func ReadPinned(dir string) (PinnedAgent, error) {
 	}
 	// By frontend: a walk key by key may see an entry twice when an agent rewrites the table
 	// meanwhile; the last read wins.
-	byFront := map[lb.Frontend]PinnedFrontend{}
+	byFront := map[datapath.Frontend]PinnedFrontend{}
 	var k socklbSvcKey
 	var v socklbSvcValue
 	it := maps["services"].Iterate()

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestReadPinned: the read-only view of an agent's pins gives back the plan applied, while the
@@ -23,10 +24,10 @@ func TestReadPinned(t *testing.T) {
 	s := newSite(t)
 	pin := pinDir(t)
 	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, lb.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
-		front("198.18.200.1", 53, lb.UDP):    {Endpoints: []netip.AddrPort{ep(b10, 5353)}, AffinityTimeout: 3 * time.Hour},
-		front("198.18.200.2", 80, lb.TCP):    eps(), // no endpoint: refused
-		front("2001:db8:200::1", 80, lb.TCP): eps(ep(netip.MustParseAddr("2001:db8:1::10"), 8080)),
+		front("198.18.200.1", 80, datapath.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
+		front("198.18.200.1", 53, datapath.UDP):    {Endpoints: []netip.AddrPort{ep(b10, 5353)}, AffinityTimeout: 3 * time.Hour},
+		front("198.18.200.2", 80, datapath.TCP):    eps(), // no endpoint: refused
+		front("2001:db8:200::1", 80, datapath.TCP): eps(ep(netip.MustParseAddr("2001:db8:1::10"), 8080)),
 	}
 	d, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
 	if err != nil {
@@ -89,7 +90,7 @@ func TestReadPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(pa.Frontends, func(f PinnedFrontend) bool { return f.Frontend == front("198.18.200.1", 80, lb.TCP) })
+	i := slices.IndexFunc(pa.Frontends, func(f PinnedFrontend) bool { return f.Frontend == front("198.18.200.1", 80, datapath.TCP) })
 	if i < 0 || pa.Frontends[i].Missing != 1 || !slices.Equal(pa.Frontends[i].Endpoints, []netip.AddrPort{ep(b10, 8080)}) {
 		t.Errorf("with a slot deleted: %+v", pa.Frontends)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // heldClient is a running holdUDP client.
@@ -90,8 +91,8 @@ func TestReapUDP(t *testing.T) {
 	if s.dp.reap == nil {
 		t.Fatalf("the UDP socket iterator did not load: %v", s.dp.reapErr)
 	}
-	fa, fb, fc := front("198.18.200.1", 53, lb.UDP), front("198.18.200.2", 53, lb.UDP), front("198.18.200.3", 53, lb.UDP)
-	fd, fe := front("2001:db8:200::1", 53, lb.UDP), front("198.18.200.5", 53, lb.UDP)
+	fa, fb, fc := front("198.18.200.1", 53, datapath.UDP), front("198.18.200.2", 53, datapath.UDP), front("198.18.200.3", 53, datapath.UDP)
+	fd, fe := front("2001:db8:200::1", 53, datapath.UDP), front("198.18.200.5", 53, datapath.UDP)
 	plan := lb.ConnectPlan{
 		fa: eps(ep(b10, 5353)),
 		fb: eps(ep(b11, 5353)),

@@ -20,10 +20,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-/* The XDP datapath's constants (FAMILY_*, ICMP types, ECHO_REPLY_TTL) and checksum updates: an
- * echo reply is byte for byte the XDP datapath's. */
-#include "../../bpf/consts.h"
-#include "../../bpf/csum.h"
+/* What every xlb program shares (FAMILY_*, ICMP types, ECHO_REPLY_TTL) and the checksum updates
+ * (xdp/datapath): an echo reply is byte for byte the XDP datapath's. */
+#include "datapath.h"
+#include "csum.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -78,14 +78,6 @@ static __always_inline int set_dest(struct bpf_sock_addr *ctx, const struct endp
 	return 0;
 }
 
-/* svc_key_eq compares two frontends. */
-static __always_inline int svc_key_eq(const struct svc_key *a, const struct svc_key *b)
-{
-	return a->addr.w[0] == b->addr.w[0] && a->addr.w[1] == b->addr.w[1] &&
-	       a->addr.w[2] == b->addr.w[2] && a->addr.w[3] == b->addr.w[3] && a->port == b->port &&
-	       a->proto == b->proto && a->family == b->family;
-}
-
 /* revnat_of is the revnat map of a socket of protocol proto. */
 static __always_inline void *revnat_of(__u32 proto)
 {

@@ -8,13 +8,9 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
-
-/* Address families as the maps store them (not AF_*: one byte, and the same in every key). */
-#define FAMILY_V4 4
-#define FAMILY_V6 6
-
-#define PROTO_TCP 6
-#define PROTO_UDP 17
+/* FAMILY_*, PROTO_*, struct addr, struct svc_key (a frontend as the application names it: the
+ * key of services) and svc_key_eq: what every xlb program shares. */
+#include "datapath.h"
 
 /* Verdicts of a cgroup sock_addr program. */
 #define SOCK_ALLOW 1
@@ -31,19 +27,6 @@
 #define MAX_SERVICES 65536
 #define MAX_SLOTS 524288
 #define MAX_SOCKETS 262144
-
-/* An address: IPv4 in w[0] (network order), the rest zero; IPv6 in all four words. */
-struct addr {
-	__u32 w[4];
-};
-
-/* Key of services: a frontend as the application names it. */
-struct svc_key {
-	struct addr addr;
-	__u16 port;   /* network order */
-	__u8 proto;   /* PROTO_TCP or PROTO_UDP */
-	__u8 family;  /* FAMILY_V4 or FAMILY_V6 */
-};
 
 /* Value of services. */
 struct svc_value {

@@ -6,7 +6,7 @@
 #define XLB_CSUM_H
 
 #include <linux/types.h>
-#include "structs.h"
+#include "datapath.h"
 
 static __always_inline __u32 csum_add(__u32 csum, __u32 addend)
 {

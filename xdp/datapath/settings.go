@@ -1,0 +1,104 @@
+package datapath
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of Settings.
+const (
+	DefaultConntrackSize         = 1 << 20
+	DefaultHandshakeSize         = 1 << 16
+	DefaultTCPEstablishedTimeout = time.Hour
+	DefaultTCPClosingTimeout     = 10 * time.Second
+	DefaultUDPTimeout            = 60 * time.Second
+	DefaultNewFlowRate           = 250000
+	DefaultNextHopCacheTTL       = 500 * time.Millisecond
+	// MinTimeout is the shortest conntrack timeout: the XDP datapath refreshes an entry's
+	// timestamp at most once a second.
+	MinTimeout = time.Second
+)
+
+// Settings shape a gateway datapath's flow state. The XDP and AF_XDP datapaths take the same
+// settings with the same meaning (configuration section datapath). The zero value is a working
+// default: a zero field means its Default* value.
+type Settings struct {
+	// Seed seeds the flow hash. Every gateway of a site must use the same seed, or a flow that
+	// ECMP moves to another gateway lands on another backend.
+	Seed uint32
+	// ConntrackSize is how many flows conntrack holds (an LRU in the XDP datapath).
+	ConntrackSize uint32
+	// HandshakeSize is how many TCP handshakes in flight (SYN seen, no conntrack entry yet) the
+	// handshake table holds. A handshake's ACK goes to the backend its SYN went to even if the
+	// frontend's Maglev table changed in between; a handshake whose entry was evicted falls back
+	// to Maglev.
+	HandshakeSize uint32
+	// TCPEstablishedTimeout, TCPClosingTimeout (after FIN or RST) and UDPTimeout are conntrack
+	// idle timeouts, each at least MinTimeout.
+	TCPEstablishedTimeout time.Duration
+	TCPClosingTimeout     time.Duration
+	UDPTimeout            time.Duration
+	// NewFlowRate caps conntrack (and, separately, handshake) inserts per second (per CPU in
+	// the XDP datapath): the flood guard. Above it new flows are still balanced (Maglev is
+	// stateless) but not remembered. Negative means no cap.
+	NewFlowRate int64
+	// NextHopCacheTTL is how long a destination's next hop (egress interface, MACs, MTU) is
+	// trusted before it is looked up again: route and neighbour changes take effect within it.
+	// Negative disables the cache.
+	NextHopCacheTTL time.Duration
+}
+
+// WithDefaults returns s with every zero field set to its default. NewFlowRate and
+// NextHopCacheTTL stay negative when they are (no cap, no cache).
+func (s Settings) WithDefaults() Settings {
+	if s.ConntrackSize == 0 {
+		s.ConntrackSize = DefaultConntrackSize
+	}
+	if s.HandshakeSize == 0 {
+		s.HandshakeSize = DefaultHandshakeSize
+	}
+	if s.TCPEstablishedTimeout == 0 {
+		s.TCPEstablishedTimeout = DefaultTCPEstablishedTimeout
+	}
+	if s.TCPClosingTimeout == 0 {
+		s.TCPClosingTimeout = DefaultTCPClosingTimeout
+	}
+	if s.UDPTimeout == 0 {
+		s.UDPTimeout = DefaultUDPTimeout
+	}
+	if s.NewFlowRate == 0 {
+		s.NewFlowRate = DefaultNewFlowRate
+	}
+	if s.NextHopCacheTTL == 0 {
+		s.NextHopCacheTTL = DefaultNextHopCacheTTL
+	}
+	return s
+}
+
+// Validate says what is wrong with s, naming the field: a timeout below MinTimeout (zero is
+// the default, and fine).
+func (s Settings) Validate() error {
+	for _, t := range []struct {
+		name string
+		v    time.Duration
+	}{{"TCPEstablishedTimeout", s.TCPEstablishedTimeout}, {"TCPClosingTimeout", s.TCPClosingTimeout},
+		{"UDPTimeout", s.UDPTimeout}} {
+		if t.v != 0 && t.v < MinTimeout {
+			return fmt.Errorf("%s %s is below the %s minimum (conntrack timestamps are refreshed once a second)",
+				t.name, t.v, MinTimeout)
+		}
+	}
+	return nil
+}
+
+// Timeout returns the conntrack idle timeout of a flow of protocol p (closing: a TCP flow after
+// FIN or RST). s must have its defaults.
+func (s Settings) Timeout(p Protocol, closing bool) time.Duration {
+	switch {
+	case p == TCP && closing:
+		return s.TCPClosingTimeout
+	case p == TCP:
+		return s.TCPEstablishedTimeout
+	}
+	return s.UDPTimeout
+}

@@ -1,0 +1,442 @@
+package forward
+
+import (
+	"time"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
+
+// Action is what a Decision does with a packet.
+type Action uint8
+
+// The actions.
+const (
+	// NotOurs: no frontend and no backend endpoint matches; the packet is not the balancer's.
+	NotOurs Action = iota
+	// Drop: dropped, for Decision.Reason.
+	Drop
+	// ToBackend: a client's packet to a VIP, to be sent to a backend: its destination becomes
+	// Decision.Addr and Decision.Port (DNAT).
+	ToBackend
+	// ToClient: a backend's reply, to be sent to its client: its source becomes Decision.Addr
+	// and Decision.Port (reverse NAT).
+	ToClient
+)
+
+// CTState says what the decision made of a flow's conntrack entry.
+type CTState uint8
+
+// The conntrack states.
+const (
+	// CTNone: no entry, or not looked up (a TCP SYN never uses conntrack).
+	CTNone CTState = iota
+	// CTUsed: the entry sent the packet to its backend.
+	CTUsed
+	// CTExpired: idle past its timeout; the flow is balanced again.
+	CTExpired
+	// CTOtherVIP: made for a frontend this packet is not for; not used.
+	CTOtherVIP
+	// CTBackendGone: its backend is deleted or down; the flow is balanced again.
+	CTBackendGone
+)
+
+// String names the state.
+func (s CTState) String() string {
+	return [...]string{"none", "used", "expired", "other-vip", "backend-gone"}[s]
+}
+
+// Decision is where a packet goes, why, and how that was found.
+type Decision struct {
+	Action Action
+	// Reason is the verdict's reason: ReasonNATForward, ReasonNATReverse or a drop.
+	Reason Reason
+	// VIP and Frontend are the frontend the packet is for (ToBackend) or from (ToClient).
+	VIP      datapath.VIPID
+	Frontend datapath.Frontend
+	// Backend is the backend chosen (ToBackend).
+	Backend datapath.BackendID
+	// Addr and Port are the rewrite: the backend's address and port (ToBackend; port 0 keeps
+	// the client's destination port) or the VIP's address and service port (ToClient).
+	Addr [16]byte
+	Port uint16
+	// NewFlow: a TCP SYN, or the first datagram of a UDP flow (traffic's new flows).
+	NewFlow bool
+
+	// Conntrack is what became of the flow's conntrack entry.
+	Conntrack CTState
+	// Handshake: the backend is the one the handshake's SYN went to.
+	Handshake bool
+	// Maglev: the backend is the Maglev pick: Hash % M is Slot (M 0: no table).
+	Maglev         bool
+	Hash           uint32
+	Slot, M        int
+	Reselected     bool // an established flow was balanced again (ReasonCTReselect)
+	RateLimited    bool // the flow was not recorded in conntrack (ReasonCTRateLimited)
+	HSRateLimited  bool // the SYN was not recorded in the handshake table (ReasonHandshakeLimited)
+	HandshakeHit   bool // counted as ReasonHandshakeHit
+	ReverseByHash  bool // a reply's frontend re-derived by Maglev (ReasonNATReverseMaglev)
+	SourceRejected bool // the client is outside the VIP's source ranges
+}
+
+// Events calls count with the reason of every event that led to d (not d.Reason itself).
+func (d *Decision) Events(count func(Reason)) {
+	for _, e := range [...]struct {
+		on bool
+		r  Reason
+	}{{d.Reselected, ReasonCTReselect}, {d.RateLimited, ReasonCTRateLimited}, {d.HSRateLimited, ReasonHandshakeLimited},
+		{d.HandshakeHit, ReasonHandshakeHit}} {
+		if e.on {
+			count(e.r)
+		}
+	}
+}
+
+func drop(d Decision, r Reason) Decision {
+	d.Action, d.Reason = Drop, r
+	return d
+}
+
+// lookupVIP returns the frontend of a packet: {dst, dport, proto}, then {dst, 0, proto}.
+func (b *Balancer) lookupVIP(p *Packet) *vip {
+	k := feKey{addr: p.Dst, port: p.DstPort, proto: uint8(p.Proto), v6: p.V6}
+	if v := b.vips[k]; v != nil {
+		return v
+	}
+	k.port = 0
+	return b.vips[k]
+}
+
+// usable returns backend id unless it is unknown or down (backend_get).
+func (b *Balancer) usable(id datapath.BackendID) (backend, bool) {
+	if id == 0 {
+		return backend{}, false
+	}
+	be, ok := b.backends[id]
+	if !ok || be.Down {
+		return backend{}, false
+	}
+	return be, true
+}
+
+// ctVIP returns VIP id if it still is the frontend p is addressed to (ct_vip).
+func (b *Balancer) ctVIP(p *Packet, id datapath.VIPID) *vip {
+	v := b.vipByID[id]
+	if v == nil {
+		return nil
+	}
+	k := frontendKey(v.fe.Addr, v.fe.Port, v.fe.Proto)
+	if k.v6 != p.V6 || k.proto != uint8(p.Proto) || (k.port != 0 && k.port != p.DstPort) || k.addr != p.Dst {
+		return nil
+	}
+	return v
+}
+
+// rateAllow is the new-flow rate guard (rate_allow): one window for every caller.
+func (b *Balancer) rateAllow(now int64, handshake bool) bool {
+	if b.settings.NewFlowRate < 0 {
+		return true
+	}
+	if now-b.rateStart >= int64(rateWindow) || now < b.rateStart {
+		b.rateStart, b.rateCT, b.rateHS = now, 0, 0
+	}
+	n := &b.rateCT
+	if handshake {
+		n = &b.rateHS
+	}
+	if *n >= b.settings.NewFlowRate {
+		return false
+	}
+	*n++
+	return true
+}
+
+// hsBackend returns the backend of handshake entry h if a packet of VIP id may use it
+// (hs_backend): fresh, same VIP, backend usable, and the same connection (the SYN's sequence
+// number, or within hsSeqWindow past it for a later packet).
+func (b *Balancer) hsBackend(h hsEntry, ok bool, id datapath.VIPID, now int64, syn bool, seq uint32) datapath.BackendID {
+	if !ok || h.vip != id || now-h.synSeen > int64(HandshakeTimeout) {
+		return 0
+	}
+	if _, ok := b.usable(h.backend); !ok {
+		return 0
+	}
+	if syn && seq != h.isn || !syn && seq-h.isn >= hsSeqWindow {
+		return 0
+	}
+	return h.backend
+}
+
+// pick returns the Maglev pick of a new flow of p to frontend v, with the hash and slot.
+func (b *Balancer) pick(v *vip, p *Packet, d *Decision) datapath.BackendID {
+	d.Maglev, d.M = true, len(v.table)
+	if len(v.table) == 0 {
+		return 0
+	}
+	d.Hash = datapath.FlowHash(b.settings.Seed, p.SrcAddr(), p.SrcPort, p.DstPort, p.Proto,
+		v.cfg.Affinity == datapath.AffinityClientIP)
+	d.Slot = int(d.Hash % uint32(len(v.table)))
+	return v.table[d.Slot]
+}
+
+// admit checks what every packet to VIP v must pass: its source ranges and an unexpired TTL.
+func admit(v *vip, p *Packet, d *Decision) (Reason, bool) {
+	if len(v.cfg.SourceRanges) > 0 {
+		src := p.SrcAddr()
+		allowed := false
+		for _, r := range v.cfg.SourceRanges {
+			if r.Contains(src) {
+				allowed = true
+				break
+			}
+		}
+		if !allowed {
+			d.SourceRejected = true
+			return ReasonDropSrcRange, false
+		}
+	}
+	if p.TTL <= 1 {
+		return ReasonDropTTL, false
+	}
+	return 0, true
+}
+
+// Forward decides a client's packet to a VIP (lb_forward) at time now (the caller's monotonic
+// clock, the same for every call), and records what the flow state must remember: conntrack
+// and handshake entries, and the traffic counters of a packet sent to a backend. The Action is
+// NotOurs when p is addressed to no frontend (it may be a backend's reply: see Reply).
+func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
+	var d Decision
+	t := int64(now)
+	if p.UDPNoChecksum && p.V6 && p.Proto == datapath.UDP && b.lookupVIP(p) != nil {
+		return drop(d, ReasonDropUDP6ZeroCsum)
+	}
+	syn := p.syn()
+	closing := p.TCPFlags&(TCPFIN|TCPRST) != 0 && p.Proto == datapath.TCP
+	fk := p.key()
+	ct, ctFound := b.ct[fk]
+	if !syn && ctFound && !ct.reverse {
+		if v := b.ctVIP(p, ct.vip); v != nil {
+			be, usable := b.usable(ct.backend)
+			switch {
+			case t-ct.lastSeen > int64(b.settings.Timeout(p.Proto, ct.closing)):
+				d.Conntrack = CTExpired
+			case !usable:
+				d.Conntrack = CTBackendGone
+			default:
+				d.Conntrack = CTUsed
+				ct.closing = ct.closing || closing
+				ct.lastSeen = t
+				b.ct[fk] = ct
+				return b.established(p, v, ct.backend, be, false, d)
+			}
+			d.Reselected = true
+		} else {
+			d.Conntrack = CTOtherVIP
+		}
+	}
+	v := b.lookupVIP(p)
+	if v == nil {
+		return d // NotOurs (an entry whose frontend matched p would have found it)
+	}
+	d.VIP, d.Frontend = v.cfg.ID, v.fe
+	if r, ok := admit(v, p, &d); !ok {
+		return drop(d, r)
+	}
+	var bid datapath.BackendID
+	hs, hsFound := b.hs[fk]
+	if p.Proto == datapath.TCP {
+		bid = b.hsBackend(hs, hsFound, v.cfg.ID, t, syn, p.Seq)
+	}
+	if bid != 0 {
+		d.Handshake, d.HandshakeHit = true, true
+	} else {
+		bid = b.pick(v, p, &d)
+	}
+	be, ok := b.usable(bid)
+	if !ok {
+		d.Backend = bid
+		return drop(d, ReasonDropNoBackend)
+	}
+	revCT := b.needsReverseCT(be, p)
+	if !syn || revCT {
+		if b.rateAllow(t, false) {
+			b.ctStore(fk, t, bid, be, v.cfg.ID, closing, syn, revCT)
+			if hsFound && !syn {
+				delete(b.hs, fk)
+			}
+		} else {
+			d.RateLimited = true
+		}
+	}
+	if syn {
+		if hsFound && hs.backend == bid && hs.vip == v.cfg.ID && hs.isn == p.Seq {
+			hs.synSeen = t
+			b.hs[fk] = hs
+		} else if b.rateAllow(t, true) {
+			b.hsInsert(fk, hsEntry{synSeen: t, backend: bid, vip: v.cfg.ID, isn: p.Seq})
+		} else {
+			d.HSRateLimited = true
+		}
+		// A SYN on a tuple conntrack still holds starts a new connection: the entry takes the
+		// SYN's backend in place.
+		if c, ok := b.ct[fk]; ok && !c.reverse && (c.backend != bid || c.vip != v.cfg.ID || c.closing) {
+			c.backend, c.vip, c.closing, c.lastSeen = bid, v.cfg.ID, false, t
+			b.ct[fk] = c
+		}
+	}
+	newFlow := syn || (p.Proto != datapath.TCP && !ctFound)
+	return b.established(p, v, bid, be, newFlow, d)
+}
+
+// established checks what every forwarded packet must pass, counts it and sends it to be.
+func (b *Balancer) established(p *Packet, v *vip, bid datapath.BackendID, be backend, newFlow bool, d Decision) Decision {
+	d.VIP, d.Frontend, d.Backend = v.cfg.ID, v.fe, bid
+	if r, ok := admit(v, p, &d); !ok {
+		return drop(d, r)
+	}
+	count(b.vipTraffic[v.cfg.ID], p.Len, newFlow)
+	count(b.backendTraffic[bid], p.Len, newFlow)
+	d.Action, d.Reason, d.Addr, d.Port, d.NewFlow = ToBackend, ReasonNATForward, be.key, be.Port, newFlow
+	return d
+}
+
+func count(t *datapath.Traffic, n int, newFlow bool) {
+	if t == nil {
+		return
+	}
+	t.Packets++
+	t.Bytes += uint64(n)
+	if newFlow {
+		t.NewFlows++
+	}
+}
+
+// reverseOf returns the reverse NAT entry of a backend endpoint (exact port, then all ports).
+func (b *Balancer) reverseOf(addr [16]byte, v6 bool, port uint16, proto uint8) (reverse, bool) {
+	k := feKey{addr: addr, port: port, proto: proto, v6: v6}
+	if r, ok := b.reverse[k]; ok {
+		return r, true
+	}
+	k.port = 0
+	r, ok := b.reverse[k]
+	return r, ok
+}
+
+// needsReverseCT says whether flows to be must record a reverse conntrack entry: its endpoint
+// serves several VIP:ports, so its replies cannot be mapped statelessly.
+func (b *Balancer) needsReverseCT(be backend, p *Packet) bool {
+	port := be.Port
+	if port == 0 {
+		port = p.DstPort
+	}
+	r, ok := b.reverseOf(be.key, be.v6, port, uint8(p.Proto))
+	return ok && r.Ambiguous
+}
+
+// ctStore records flow fk (unless onlyReverse) and, for an ambiguous endpoint, the reverse
+// entry its replies are translated by (ct_store).
+func (b *Balancer) ctStore(fk flowKey, now int64, bid datapath.BackendID, be backend, id datapath.VIPID,
+	closing, onlyReverse, revCT bool) {
+	c := ctEntry{lastSeen: now, backend: bid, vip: id, vipPort: fk.dport, closing: closing}
+	if !onlyReverse {
+		b.ctInsert(fk, c)
+	}
+	if revCT {
+		port := be.Port
+		if port == 0 {
+			port = fk.dport
+		}
+		rk := flowKey{src: be.key, dst: fk.src, sport: port, dport: fk.sport, proto: fk.proto, v6: fk.v6}
+		c.backend, c.reverse = 0, true
+		b.ctInsert(rk, c)
+	}
+}
+
+// Reply decides a backend's reply to a client (lb_reverse) at time now. The Action is NotOurs
+// when p's source is no backend endpoint (or its VIP is gone). A ToClient decision is not yet
+// counted anywhere: the caller sends it, unless its next hop is this host.
+func (b *Balancer) Reply(p *Packet, now time.Duration) Decision {
+	var d Decision
+	r, ok := b.reverseOf(p.Src, p.V6, p.SrcPort, uint8(p.Proto))
+	if !ok {
+		return d
+	}
+	var id datapath.VIPID
+	var vport uint16
+	if r.Ambiguous {
+		rk := p.key()
+		if c, ok := b.ct[rk]; ok {
+			id, vport = c.vip, c.vipPort
+			d.Conntrack = CTUsed
+			// The XDP datapath's LRU keeps a reverse entry while it is used; here its replies
+			// keep it from being swept.
+			c.lastSeen = int64(now)
+			b.ct[rk] = c
+		} else if mid, port, ok := b.reverseMaglev(r, p); ok {
+			id, vport, d.ReverseByHash = mid, port, true
+		} else {
+			return drop(d, ReasonDropReverseNoCT)
+		}
+	} else {
+		id, vport = r.VIP, r.port
+		if vport == 0 {
+			vport = p.SrcPort
+		}
+	}
+	v := b.vipByID[id]
+	if v == nil || v.fe.Addr.Is6() != p.V6 {
+		return Decision{}
+	}
+	d.VIP, d.Frontend = id, v.fe
+	if p.TTL <= 1 {
+		return drop(d, ReasonDropTTL)
+	}
+	d.Action, d.Reason, d.Addr, d.Port = ToClient, ReasonNATReverse, Key(v.fe.Addr), vport
+	return d
+}
+
+// reverseMaglev finds the one candidate VIP whose Maglev table sends the reply's forward tuple
+// to the replying endpoint (reverse_maglev).
+func (b *Balancer) reverseMaglev(r reverse, p *Packet) (datapath.VIPID, uint16, bool) {
+	var found datapath.VIPID
+	var foundPort uint16
+	for _, id := range r.Candidates {
+		if id == 0 {
+			break
+		}
+		v := b.vipByID[id]
+		if v == nil || v.fe.Addr.Is6() != p.V6 || v.fe.Proto != p.Proto {
+			continue
+		}
+		dport := v.fe.Port
+		if dport == 0 {
+			dport = p.SrcPort
+		}
+		// The forward packet: client -> VIP, hashed as Forward hashes a new flow.
+		fwd := Packet{V6: p.V6, Proto: p.Proto, Src: p.Dst, SrcPort: p.DstPort, DstPort: dport}
+		// Any backend with the id, down or not, as reverse_maglev reads the backends map.
+		var scratch Decision
+		be, ok := b.backends[b.pick(v, &fwd, &scratch)]
+		if !ok || be.v6 != p.V6 || be.key != p.Src {
+			continue
+		}
+		want := be.Port
+		if want == 0 {
+			want = dport
+		}
+		if want != p.SrcPort {
+			continue
+		}
+		if found != 0 {
+			return 0, 0, false
+		}
+		found, foundPort = id, v.fe.Port
+	}
+	if found == 0 {
+		return 0, 0, false
+	}
+	if foundPort == 0 {
+		foundPort = p.SrcPort
+	}
+	return found, foundPort, true
+}
