@@ -60,7 +60,7 @@ func connectFrontends(s *Service) (ConnectPlan, error) {
 				if b.State != Active || b.Weight == 0 || a.Is4() != v.Is4() {
 					continue
 				}
-				port := b.targetPort(p)
+				port := b.TargetPort(p)
 				if port == 0 {
 					port = p.Port
 				}

@@ -61,7 +61,7 @@ func (x *EndpointIndex) Set(s Service) []string {
 			continue
 		}
 		for _, p := range s.Ports {
-			k := endpointKey{netip.AddrPortFrom(a, b.targetPort(p)), p.Protocol}
+			k := endpointKey{netip.AddrPortFrom(a, b.TargetPort(p)), p.Protocol}
 			ports, ok := uses[k]
 			if !ok {
 				keys = append(keys, k)

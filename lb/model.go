@@ -120,8 +120,9 @@ type Backend struct {
 	Node string
 }
 
-// targetPort returns the backend's port for service port p.
-func (b Backend) targetPort(p Port) uint16 {
+// TargetPort returns the backend's port for service port p: its own target port for p's name
+// (named target ports resolve per Pod), else p's TargetPort, else p's Port.
+func (b Backend) TargetPort(p Port) uint16 {
 	if tp, ok := b.TargetPorts[p.Name]; ok {
 		return tp
 	}
@@ -129,6 +130,16 @@ func (b Backend) targetPort(p Port) uint16 {
 		return p.TargetPort
 	}
 	return p.Port
+}
+
+// Endpoints returns backend b's endpoints in s: its address with the target port of each of s's
+// ports, in port order.
+func (s *Service) Endpoints(b Backend) []netip.AddrPort {
+	out := make([]netip.AddrPort, 0, len(s.Ports))
+	for _, p := range s.Ports {
+		out = append(out, netip.AddrPortFrom(b.Addr.Unmap(), b.TargetPort(p)))
+	}
+	return out
 }
 
 // Validate checks a service on its own and says what is wrong, naming the field.

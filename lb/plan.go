@@ -161,7 +161,7 @@ func planService(s *Service, opts PlanOptions) (map[datapath.Frontend]*FrontendP
 				if a.Is4() != vip.Is4() {
 					continue
 				}
-				tp := b.targetPort(port)
+				tp := b.TargetPort(port)
 				if port.Port == 0 {
 					tp = 0
 				}

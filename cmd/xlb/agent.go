@@ -50,7 +50,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	if opts.node == "" {
 		return errors.New("agent: no node name: pass --node or set NODE_NAME (from the Pod's spec.nodeName)")
 	}
-	cfg, err := restConfig(opts.kubeconfig)
+	cfg, err := kube.RestConfig(opts.kubeconfig)
 	if err != nil {
 		return err
 	}

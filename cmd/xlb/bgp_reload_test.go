@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/lb/gateway"
 )
 
 // The router's and the gateway's second addresses on the same link, for BIRD's protocol b
@@ -261,13 +262,13 @@ current-context: c
 }
 
 // bgpStatus fetches and decodes the daemon's /bgp.
-func (l *lab) bgpStatus(t *testing.T) bgpStatus {
+func (l *lab) bgpStatus(t *testing.T) gateway.BGPStatus {
 	t.Helper()
 	code, body, err := l.httpGet("/bgp")
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("GET /bgp: %d %v", code, err)
 	}
-	var st bgpStatus
+	var st gateway.BGPStatus
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("GET /bgp: %v: %s", err, body)
 	}
@@ -293,7 +294,7 @@ func (l *lab) waitPeer(t *testing.T, addr string, up bool, within time.Duration)
 	for {
 		code, body, err := l.httpGet("/bgp")
 		if err == nil && code == http.StatusOK {
-			var st bgpStatus
+			var st gateway.BGPStatus
 			if json.Unmarshal([]byte(body), &st) == nil {
 				is := false
 				for _, p := range st.Peers {

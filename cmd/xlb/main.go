@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/xlb-dev/xlb/lb/gateway"
 	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
@@ -87,9 +88,16 @@ func cli(args []string, stderr io.Writer) int {
 			fmt.Fprint(stderr, usage)
 			return 2
 		}
+		// Catch SIGHUP first: its default action ends the process, and loading the datapath
+		// takes a while. A SIGHUP that comes during start-up is handled (a reload) once running.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		if err := runDaemon(ctx, *cfgPath, *cleanup, stderr); err != nil {
+		err := gateway.Run(ctx, gateway.Options{ConfigPath: *cfgPath, LoadDatapath: loadDatapath,
+			CleanupOnExit: *cleanup, Reload: hup, Log: stderr})
+		if err != nil {
 			fmt.Fprintf(stderr, "xlb: %v\n", err)
 			return 1
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
@@ -23,6 +24,8 @@ const (
 // Balancer is a gateway datapath's state in memory and the decision over it. The zero value
 // is not usable: use New.
 type Balancer struct {
+	// mu guards everything below: every exported method takes it.
+	mu       sync.Mutex
 	settings datapath.Settings
 
 	// vips: frontend → its state; vipByID: the same by VIP id.
@@ -104,12 +107,16 @@ var _ datapath.Services = (*Balancer)(nil)
 
 // HasFrontend reports whether f is a frontend.
 func (b *Balancer) HasFrontend(f datapath.Frontend) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	_, ok := b.vips[frontendKey(f.Addr, f.Port, f.Proto)]
 	return ok
 }
 
 // HasReverse reports whether ep has a reverse NAT entry.
 func (b *Balancer) HasReverse(ep datapath.Endpoint) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	_, ok := b.reverse[frontendKey(ep.Addr, ep.Port, ep.Proto)]
 	return ok
 }
@@ -117,6 +124,8 @@ func (b *Balancer) HasReverse(ep datapath.Endpoint) bool {
 // UpsertVIP creates frontend f or updates its configuration (datapath.Services). A new id
 // keeps the frontend's table, as the XDP datapath's descriptor does.
 func (b *Balancer) UpsertVIP(f datapath.Frontend, cfg datapath.VIPConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckFrontend(f); err != nil {
 		return err
 	}
@@ -152,6 +161,8 @@ func (b *Balancer) UpsertVIP(f datapath.Frontend, cfg datapath.VIPConfig) error 
 // DeleteVIP removes frontend f (datapath.Services); its established flows are not ours from
 // then on.
 func (b *Balancer) DeleteVIP(f datapath.Frontend) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckAddr(f.Addr); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
@@ -168,6 +179,8 @@ func (b *Balancer) DeleteVIP(f datapath.Frontend) error {
 
 // VIPs returns every frontend and its configuration (datapath.Services).
 func (b *Balancer) VIPs() (map[datapath.Frontend]datapath.VIPConfig, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	out := make(map[datapath.Frontend]datapath.VIPConfig, len(b.vips))
 	for _, v := range b.vips {
 		c := v.cfg
@@ -179,6 +192,8 @@ func (b *Balancer) VIPs() (map[datapath.Frontend]datapath.VIPConfig, error) {
 
 // UpsertBackend sets where backend id sends packets (datapath.Services).
 func (b *Balancer) UpsertBackend(id datapath.BackendID, be datapath.Backend) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckBackendID(id); err != nil {
 		return err
 	}
@@ -196,6 +211,8 @@ func (b *Balancer) UpsertBackend(id datapath.BackendID, be datapath.Backend) err
 // DeleteBackend forgets backend id (datapath.Services). Flows conntrack still pins to it are
 // balanced again on their next packet.
 func (b *Balancer) DeleteBackend(id datapath.BackendID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckBackendID(id); err != nil {
 		return err
 	}
@@ -206,6 +223,8 @@ func (b *Balancer) DeleteBackend(id datapath.BackendID) error {
 
 // Backends returns every backend (datapath.Services).
 func (b *Balancer) Backends() (map[datapath.BackendID]datapath.Backend, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	out := make(map[datapath.BackendID]datapath.Backend, len(b.backends))
 	for id, be := range b.backends {
 		out[id] = be.Backend
@@ -215,6 +234,8 @@ func (b *Balancer) Backends() (map[datapath.BackendID]datapath.Backend, error) {
 
 // SetMaglevTable replaces VIP id's table (datapath.Services).
 func (b *Balancer) SetMaglevTable(id datapath.VIPID, table []datapath.BackendID) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckVIPID(id); err != nil {
 		return fmt.Errorf("Maglev table: %w", err)
 	}
@@ -231,6 +252,8 @@ func (b *Balancer) SetMaglevTable(id datapath.VIPID, table []datapath.BackendID)
 
 // MaglevTables returns every VIP's table by VIP id (datapath.Services).
 func (b *Balancer) MaglevTables() (map[datapath.VIPID][]datapath.BackendID, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	out := map[datapath.VIPID][]datapath.BackendID{}
 	for id, v := range b.vipByID {
 		if v.table != nil {
@@ -242,6 +265,8 @@ func (b *Balancer) MaglevTables() (map[datapath.VIPID][]datapath.BackendID, erro
 
 // SetReverse says which VIP the replies of backend endpoint ep come from (datapath.Services).
 func (b *Balancer) SetReverse(ep datapath.Endpoint, r datapath.ReverseNAT) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckAddr(ep.Addr); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
@@ -287,6 +312,8 @@ func (b *Balancer) SetReverse(ep datapath.Endpoint, r datapath.ReverseNAT) error
 
 // DeleteReverse removes the reverse NAT entry of ep (datapath.Services).
 func (b *Balancer) DeleteReverse(ep datapath.Endpoint) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if err := datapath.CheckAddr(ep.Addr); err != nil {
 		return fmt.Errorf("reverse NAT of %s: %w", ep, err)
 	}
@@ -296,6 +323,8 @@ func (b *Balancer) DeleteReverse(ep datapath.Endpoint) error {
 
 // Reverses returns every reverse NAT entry (datapath.Services).
 func (b *Balancer) Reverses() (map[datapath.Endpoint]datapath.ReverseNAT, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	out := make(map[datapath.Endpoint]datapath.ReverseNAT, len(b.reverse))
 	for k, r := range b.reverse {
 		out[datapath.Endpoint{Addr: AddrOf(k.addr, k.v6), Port: k.port, Proto: datapath.Protocol(k.proto)}] = r.ReverseNAT
@@ -306,6 +335,8 @@ func (b *Balancer) Reverses() (map[datapath.Endpoint]datapath.ReverseNAT, error)
 // MaxFlowBackend returns the highest backend id a conntrack or handshake entry names, 0 for
 // none (datapath.Services).
 func (b *Balancer) MaxFlowBackend() (datapath.BackendID, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var top datapath.BackendID
 	for _, c := range b.ct {
 		top = max(top, c.backend)
@@ -319,6 +350,8 @@ func (b *Balancer) MaxFlowBackend() (datapath.BackendID, error) {
 // VIPTraffic and BackendTraffic return the counters of what Forward sent to a VIP id's
 // frontend and to a backend id.
 func (b *Balancer) VIPTraffic(id datapath.VIPID) (datapath.Traffic, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if t := b.vipTraffic[id]; t != nil {
 		return *t, nil
 	}
@@ -326,6 +359,8 @@ func (b *Balancer) VIPTraffic(id datapath.VIPID) (datapath.Traffic, error) {
 }
 
 func (b *Balancer) BackendTraffic(id datapath.BackendID) (datapath.Traffic, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if t := b.backendTraffic[id]; t != nil {
 		return *t, nil
 	}
@@ -333,10 +368,16 @@ func (b *Balancer) BackendTraffic(id datapath.BackendID) (datapath.Traffic, erro
 }
 
 // FlowCount returns the number of conntrack entries.
-func (b *Balancer) FlowCount() (int, error) { return len(b.ct), nil }
+func (b *Balancer) FlowCount() (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ct), nil
+}
 
 // Flows returns the conntrack entries at time now (the clock Forward is given).
 func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	out := make([]datapath.Flow, 0, len(b.ct))
 	for k, c := range b.ct {
 		out = append(out, datapath.Flow{
@@ -351,6 +392,8 @@ func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
 // SetFlow writes conntrack entry f as if it was last refreshed f.Idle before now: for
 // snapshots of another datapath's state (xlb show flow).
 func (b *Balancer) SetFlow(f datapath.Flow, now time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	src, dst := f.Src.Addr().Unmap(), f.Dst.Addr().Unmap()
 	k := flowKey{src: Key(src), dst: Key(dst), sport: f.Src.Port(), dport: f.Dst.Port(), proto: uint8(f.Proto), v6: dst.Is6()}
 	b.ctInsert(k, ctEntry{lastSeen: int64(now - f.Idle), backend: f.Backend, vip: f.VIP, vipPort: f.VIPPort,
@@ -360,6 +403,8 @@ func (b *Balancer) SetFlow(f datapath.Flow, now time.Duration) {
 // SetHandshake writes handshake entry h as if its SYN was seen h.Age before now: for
 // snapshots of another datapath's state (xlb show flow).
 func (b *Balancer) SetHandshake(h datapath.Handshake, now time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	src, dst := h.Client.Addr().Unmap(), h.VIPAddr.Addr().Unmap()
 	k := flowKey{src: Key(src), dst: Key(dst), sport: h.Client.Port(), dport: h.VIPAddr.Port(), proto: uint8(datapath.TCP), v6: dst.Is6()}
 	b.hsInsert(k, hsEntry{synSeen: int64(now - h.Age), backend: h.Backend, vip: h.VIP, isn: h.ISN})
@@ -369,6 +414,8 @@ func (b *Balancer) SetHandshake(h datapath.Handshake, now time.Duration) {
 // now, starting at an arbitrary place in each table, and returns how many it deleted; a
 // datapath calls it periodically so that dead flows do not wait for eviction.
 func (b *Balancer) Sweep(now time.Duration, budget int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	t, n, seen := int64(now), 0, 0
 	for k, c := range b.ct {
 		if seen++; seen > budget {

@@ -205,6 +205,8 @@ func admit(v *vip, p *Packet, d *Decision) (Reason, bool) {
 // and handshake entries, and the traffic counters of a packet sent to a backend. The Action is
 // NotOurs when p is addressed to no frontend (it may be a backend's reply: see Reply).
 func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var d Decision
 	t := int64(now)
 	if p.UDPNoChecksum && p.V6 && p.Proto == datapath.UDP && b.lookupVIP(p) != nil {
@@ -356,6 +358,8 @@ func (b *Balancer) ctStore(fk flowKey, now int64, bid datapath.BackendID, be bac
 // when p's source is no backend endpoint (or its VIP is gone). A ToClient decision is not yet
 // counted anywhere: the caller sends it, unless its next hop is this host.
 func (b *Balancer) Reply(p *Packet, now time.Duration) Decision {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var d Decision
 	r, ok := b.reverseOf(p.Src, p.V6, p.SrcPort, uint8(p.Proto))
 	if !ok {

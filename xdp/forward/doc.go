@@ -10,6 +10,5 @@
 // The parity tests (xdp/afxdp) hold it to the BPF program byte for byte, so the C and this are
 // the only two copies of the decision.
 //
-// A [Balancer] implements datapath.Services. It is not safe for concurrent use: its owner
-// serializes every call (the AF_XDP engine holds one lock around it).
+// A [Balancer] implements datapath.Services and is safe for concurrent use.
 package forward

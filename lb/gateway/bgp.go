@@ -1,8 +1,9 @@
-package main
+package gateway
 
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -174,4 +175,88 @@ func watchSessions(ctx context.Context, s *bgp.Speaker, log *slog.Logger) {
 		case <-tick.C:
 		}
 	}
+}
+
+// startBGP starts the speaker in the daemon's network namespace (the gateway's) with no route
+// and no session: the first successful reconcile sets the VIPs that can be served, and only then
+// are the sessions opened (bgp.Config.WaitForRoutes), so that their first UPDATE carries them.
+func (g *Gateway) startBGP(ctx context.Context, c *config.BGP) error {
+	sp, err := bgp.New(bgpConfig(c), g.log)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sp.Start(sctx); err != nil {
+		_ = sp.Stop(context.Background(), bgp.Withdraw)
+		return err
+	}
+	g.speaker, g.bgpCfg, g.announced = sp, c, map[netip.Prefix]bool{}
+	return nil
+}
+
+// stopBGP stops the speaker: withdrawing the routes first if withdrawOnExit or cleanup (the
+// datapath is about to go), else leaving them at the routers for graceful restart.
+func (g *Gateway) stopBGP(cleanup bool) {
+	g.mu.Lock()
+	// A start that failed leaves the routers what an earlier run left them (graceful restart),
+	// unless the datapath goes too: withdrawing before the first reconcile opens sessions. A
+	// datapath that stops with the process (AF_XDP) forwards nothing the routers could keep
+	// sending to: its routes always go.
+	withdraw := cleanup || !g.dp.Persistent() || (g.bgpCfg.WithdrawOnExit && g.running)
+	g.mu.Unlock()
+	mode, what := bgp.KeepRoutes, "routes kept at the peers for graceful restart"
+	if withdraw {
+		mode, what = bgp.Withdraw, "routes withdrawn"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.speaker.Stop(ctx, mode); err != nil {
+		g.log.Error("bgp stop", "error", err)
+		return
+	}
+	g.log.Info("bgp stopped; "+what, "routes", len(g.announced))
+}
+
+// announce makes routes the speaker's routes and logs the VIPs announced and withdrawn.
+func (g *Gateway) announce(routes []bgp.Route) error {
+	if err := g.speaker.SetRoutes(routes); err != nil {
+		return fmt.Errorf("bgp: %w", err)
+	}
+	now := make(map[netip.Prefix]bool, len(routes))
+	for _, r := range routes {
+		now[r.Prefix] = true
+		if !g.announced[r.Prefix] {
+			g.log.Info("bgp: announcing VIP", "prefix", r.Prefix.String())
+		}
+	}
+	for p := range g.announced {
+		if !now[p] {
+			g.log.Warn("bgp: withdrawing VIP (too few healthy backends)", "prefix", p.String())
+		}
+	}
+	g.announced = now
+	return nil
+}
+
+// reloadBGP applies a reloaded bgp section to the running speaker (its peers; the route
+// attributes apply at the next reconcile) and returns the section to serve from now on.
+func (g *Gateway) reloadBGP(c *config.BGP) *config.BGP {
+	switch {
+	case g.speaker == nil:
+		if c != nil {
+			g.log.Warn("bgp section added; the BGP speaker starts at the next restart")
+		}
+		return nil
+	case c == nil:
+		g.log.Warn("bgp section removed; the BGP speaker keeps its settings until the next restart")
+		return g.bgpCfg
+	}
+	if bgpRestartOnly(g.bgpCfg, c) {
+		g.log.Warn("bgp routerID, asn, listenPort or gracefulRestart changed; they take effect at the next restart")
+	}
+	if err := g.speaker.SetPeers(bgpPeers(c)); err != nil {
+		g.log.Error("config reload: bgp peers unchanged", "error", err)
+	}
+	return c
 }

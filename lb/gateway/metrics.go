@@ -1,16 +1,18 @@
-package main
+package gateway
 
 import (
 	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // datapathCollector exports the datapath's per-CPU counters, read from the maps at scrape time.
 type datapathCollector struct {
-	dp gatewayDatapath
+	dp datapath.Gateway
 	// names gives each VIP id and backend id its labels; set by the daemon after each apply.
 	mu       sync.Mutex
 	services map[datapath.Frontend]string
@@ -20,7 +22,7 @@ type datapathCollector struct {
 	reasons, flows, scrapeErrors               *prometheus.Desc
 }
 
-func newDatapathCollector(dp gatewayDatapath) *datapathCollector {
+func newDatapathCollector(dp datapath.Gateway) *datapathCollector {
 	vip := []string{"service", "vip", "port", "protocol"}
 	be := []string{"backend", "port"}
 	return &datapathCollector{
@@ -103,3 +105,32 @@ func (c *datapathCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var _ prometheus.Collector = (*datapathCollector)(nil)
+
+// newMetrics creates the gateway's metrics and their registry (the datapath's counters, the
+// reconciles, the reloads, the health verdicts, the Go runtime and the process).
+func (g *Gateway) newMetrics() {
+	g.coll = newDatapathCollector(g.dp)
+	g.reconciles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xlb_reconciles_total",
+		Help: "Reconciliations of the datapath, by result (ok, error)."}, []string{"result"})
+	g.reconcileTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "xlb_reconcile_duration_seconds",
+		Help: "Time to plan and apply the desired state.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10)})
+	g.configReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xlb_config_reloads_total",
+		Help: "SIGHUP reloads, by result (applied, rejected)."}, []string{"result"})
+	g.servicesInvalid = prometheus.NewGauge(prometheus.GaugeOpts{Name: "xlb_services_invalid",
+		Help: "Configured services left out because they are invalid or conflict with another."})
+	g.serving = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xlb_frontend_serving_backends",
+		Help: "Backends taking new flows per frontend; 0 means the VIP:port is down."}, []string{"service", "frontend"})
+	g.reg = prometheus.NewRegistry()
+	g.reg.MustRegister(g.coll, g.reconciles, g.reconcileTime, g.configReloads, g.servicesInvalid, g.serving,
+		&healthCollector{g: g}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// registerStarted adds the metrics of what Run started: Kubernetes mode and the BGP speaker.
+func (g *Gateway) registerStarted() {
+	if g.kube != nil {
+		g.reg.MustRegister(kubeCollector{g})
+	}
+	if g.speaker != nil {
+		g.reg.MustRegister(bgp.NewCollector(g.speaker))
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/xlb-dev/xlb/lb/config"
@@ -26,22 +24,6 @@ type kubeMode struct {
 	cfg    *config.Kubernetes
 }
 
-// restConfig returns the client configuration: the kubeconfig file, or in-cluster.
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		c, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("kubernetes: no kubeconfig configured and not in a cluster: %w", err)
-		}
-		return c, nil
-	}
-	c, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
-	}
-	return c, nil
-}
-
 // kubePools converts the file's pools to the controller's.
 func kubePools(cfg *config.Config) []kube.Pool {
 	out := make([]kube.Pool, 0, len(cfg.Pools))
@@ -52,18 +34,20 @@ func kubePools(cfg *config.Config) []kube.Pool {
 }
 
 // startKube starts Kubernetes mode; its goroutines stop with ctx and are counted in wg.
-func (d *daemon) startKube(ctx context.Context, cfg *config.Config, wg *sync.WaitGroup) error {
+func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.WaitGroup) error {
 	k := cfg.Kubernetes
 	// client-go logs (leader election, reflectors) through klog: send them to our log.
-	klog.SetSlogLogger(d.log.With("component", "client-go"))
-	rc, err := restConfig(k.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	rc.UserAgent = "xlb"
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("kubernetes: client: %w", err)
+	klog.SetSlogLogger(g.log.With("component", "client-go"))
+	var client kubernetes.Interface = g.opts.KubeClient
+	if client == nil {
+		rc, err := kube.RestConfig(k.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		rc.UserAgent = "xlb"
+		if client, err = kubernetes.NewForConfig(rc); err != nil {
+			return fmt.Errorf("kubernetes: client: %w", err)
+		}
 	}
 	identity, err := k.Identity()
 	if err != nil {
@@ -79,7 +63,7 @@ func (d *daemon) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wai
 				onHealth()
 			}
 		},
-		Logger: d.log.With("component", "node-health"),
+		Logger: g.log.With("component", "node-health"),
 	})
 	m.ctrl, err = kube.New(client, kube.Options{
 		Class: k.LoadBalancerClass, DefaultClass: k.DefaultClass, IPMode: corev1.LoadBalancerIPMode(k.IPMode),
@@ -88,55 +72,55 @@ func (d *daemon) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wai
 			Identity: identity, LeaseDuration: k.LeaderElection.LeaseDuration,
 			RenewDeadline: k.LeaderElection.RenewDeadline, RetryPeriod: k.LeaderElection.RetryPeriod},
 		NodeHealth: m.prober,
-		Changed:    d.trigger,
-		Log:        d.log.With("component", "kubernetes"),
+		Changed:    g.trigger,
+		Log:        g.log.With("component", "kubernetes"),
 	})
 	if err != nil {
 		return err
 	}
 	onHealth = m.ctrl.NodeHealthChanged
-	d.kube = m
+	g.kube = m
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		if err := m.prober.Run(ctx); err != nil && ctx.Err() == nil {
-			d.log.Error("node health prober stopped", "error", err)
+			g.log.Error("node health prober stopped", "error", err)
 		}
 	}()
 	go func() {
 		defer wg.Done()
 		if err := m.ctrl.Run(ctx); err != nil {
-			d.log.Error("kubernetes controller stopped", "error", err)
+			g.log.Error("kubernetes controller stopped", "error", err)
 		}
 	}()
-	d.log.Info("kubernetes mode", "class", m.ctrl.Class(), "identity", identity, "pools", len(cfg.Pools))
+	g.log.Info("kubernetes mode", "class", m.ctrl.Class(), "identity", identity, "pools", len(cfg.Pools))
 	return nil
 }
 
 // reloadKube applies a reloaded config's pools (the rest of the kubernetes section takes effect
 // at the next restart).
-func (d *daemon) reloadKube(cfg *config.Config) error {
-	if d.kube == nil {
+func (g *Gateway) reloadKube(cfg *config.Config) error {
+	if g.kube == nil {
 		if cfg.Kubernetes != nil {
-			d.log.Warn("kubernetes section added; Kubernetes mode starts at the next restart")
+			g.log.Warn("kubernetes section added; Kubernetes mode starts at the next restart")
 		}
 		return nil
 	}
 	if cfg.Kubernetes == nil {
-		d.log.Warn("kubernetes section removed; Kubernetes mode goes on until the next restart")
+		g.log.Warn("kubernetes section removed; Kubernetes mode goes on until the next restart")
 		return nil
 	}
-	if err := d.kube.ctrl.SetPools(kubePools(cfg)); err != nil {
+	if err := g.kube.ctrl.SetPools(kubePools(cfg)); err != nil {
 		return err
 	}
-	if *cfg.Kubernetes != *d.kube.cfg {
-		d.log.Warn("kubernetes settings other than pools changed; they take effect at the next restart")
+	if *cfg.Kubernetes != *g.kube.cfg {
+		g.log.Warn("kubernetes settings other than pools changed; they take effect at the next restart")
 	}
 	return nil
 }
 
 // kubeCollector exports the controller's state.
-type kubeCollector struct{ d *daemon }
+type kubeCollector struct{ g *Gateway }
 
 var (
 	kubeLeaderDesc = prometheus.NewDesc("xlb_kube_leader",
@@ -154,7 +138,7 @@ func (k kubeCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (k kubeCollector) Collect(ch chan<- prometheus.Metric) {
-	m := k.d.kube
+	m := k.g.kube
 	if m == nil {
 		return
 	}
@@ -175,11 +159,11 @@ func (k kubeCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // syncKubeRoutes programs the Pod CIDR routes when kubernetes.podRoutes is set.
-func (d *daemon) syncKubeRoutes(log *slog.Logger) {
-	if d.kube == nil || !d.kube.cfg.PodRoutes || !d.kube.ctrl.Synced() {
+func (g *Gateway) syncKubeRoutes(log *slog.Logger) {
+	if g.kube == nil || !g.kube.cfg.PodRoutes || !g.kube.ctrl.Synced() {
 		return
 	}
-	if err := syncPodRoutes(d.kube.ctrl.PodRoutes()); err != nil {
+	if err := syncPodRoutes(g.kube.ctrl.PodRoutes()); err != nil {
 		log.Error("pod routes", "error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"net/netip"
@@ -52,7 +52,7 @@ func (w *warmup) apply(services []lb.Service, known map[netip.AddrPort]bool, wai
 	for i, s := range services {
 		serving := false
 		for _, b := range s.Backends {
-			for _, e := range endpoints(s, b) {
+			for _, e := range s.Endpoints(b) {
 				seen[e] = true
 				if _, ok := w.firstSeen[e]; !ok {
 					w.firstSeen[e] = start
@@ -67,7 +67,7 @@ func (w *warmup) apply(services []lb.Service, known map[netip.AddrPort]bool, wai
 			if b.State != lb.Active || b.Weight == 0 {
 				continue
 			}
-			eps := endpoints(s, b)
+			eps := s.Endpoints(b)
 			var first time.Time
 			old := false
 			for _, e := range eps {
@@ -100,20 +100,4 @@ func (w *warmup) apply(services []lb.Service, known map[netip.AddrPort]bool, wai
 		}
 	}
 	return out, due
-}
-
-// endpoints returns backend b's endpoints in service s: its address with each port's target
-// port (named target ports resolved per backend).
-func endpoints(s lb.Service, b lb.Backend) []netip.AddrPort {
-	out := make([]netip.AddrPort, 0, len(s.Ports))
-	for _, p := range s.Ports {
-		tp := p.TargetPort
-		if v, ok := b.TargetPorts[p.Name]; ok {
-			tp = v
-		} else if tp == 0 {
-			tp = p.Port
-		}
-		out = append(out, netip.AddrPortFrom(b.Addr.Unmap(), tp))
-	}
-	return out
 }

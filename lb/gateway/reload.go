@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/lb/config"
+)
+
+// reload re-reads the config file; an invalid one is logged and the old one keeps serving.
+func (g *Gateway) reload() {
+	cfg, err := config.Load(g.opts.ConfigPath)
+	if err != nil {
+		g.configReloads.WithLabelValues("rejected").Inc()
+		g.log.Error("config reload rejected; still serving the previous config", "config", g.opts.ConfigPath, "error", err)
+		return
+	}
+	// Every service must plan: a reload must not take a VIP:port from a service that serves it
+	// now (conflicts go to the service whose name sorts first) or silently drop a service.
+	if _, errs := lb.Plan(cfg.Services, g.planOpts); len(errs) > 0 {
+		g.configReloads.WithLabelValues("rejected").Inc()
+		g.log.Error("config reload rejected: services; still serving the previous config", "config", g.opts.ConfigPath,
+			"error", errors.Join(errs...))
+		return
+	}
+	if cfg.BGP != nil && g.speaker != nil {
+		if err := bgpConfig(cfg.BGP).Validate(); err != nil {
+			g.configReloads.WithLabelValues("rejected").Inc()
+			g.log.Error("config reload rejected: bgp; still serving the previous config", "config", g.opts.ConfigPath, "error", err)
+			return
+		}
+	}
+	// Check the health targets before Set: Set applies the valid ones even when it fails, and
+	// a rejected reload must leave the checker with the previous config's targets.
+	targets := healthTargets(cfg)
+	var terrs []error
+	keys := map[string]bool{}
+	for _, t := range targets {
+		if err := t.Validate(); err != nil {
+			terrs = append(terrs, err)
+		} else if keys[t.Key] {
+			terrs = append(terrs, fmt.Errorf("target %q: listed twice", t.Key))
+		}
+		keys[t.Key] = true
+	}
+	if len(terrs) == 0 {
+		err = g.checker.Set(targets)
+	} else {
+		err = errors.Join(terrs...)
+	}
+	if err != nil {
+		g.configReloads.WithLabelValues("rejected").Inc()
+		g.log.Error("config reload rejected: health checks; still serving the previous config", "config", g.opts.ConfigPath, "error", err)
+		return
+	}
+	if err := g.reloadKube(cfg); err != nil {
+		g.configReloads.WithLabelValues("rejected").Inc()
+		g.log.Error("config reload rejected: pools; still serving the previous config", "config", g.opts.ConfigPath, "error", err)
+		return
+	}
+	if cfg.Datapath.Kind != g.cfg.Datapath.Kind {
+		g.log.Warn("datapath kind changed; it takes effect at the next restart", "kind", g.cfg.Datapath.Kind,
+			"next", cfg.Datapath.Kind)
+	} else if a, b := cfg.Datapath, g.cfg.Datapath; func() bool { a.BackendWarmup, b.BackendWarmup = 0, 0; return a != b }() {
+		g.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
+	}
+	if cfg.Listen != g.cfg.Listen {
+		g.log.Warn("listen address changed; it takes effect at the next restart", "listen", g.cfg.Listen)
+	}
+	if err := attach(g.dp, cfg, g.log); err != nil {
+		g.log.Error("config reload: interfaces", "error", err)
+	}
+	bgpCfg := g.reloadBGP(cfg.BGP)
+	g.mu.Lock()
+	g.cfg = cfg
+	g.bgpCfg = bgpCfg
+	g.mu.Unlock()
+	g.configReloads.WithLabelValues("applied").Inc()
+	g.log.Info("config reloaded", "services", len(cfg.Services))
+	warnSharedEndpoints(g.log, cfg.Services)
+	g.trigger()
+}
