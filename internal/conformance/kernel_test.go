@@ -20,9 +20,7 @@ import (
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the kernel datapaths' conformance tests load BPF programs: run them as root (make test)")
-	}
+	netlab.RequireRoot(t, "it loads BPF programs")
 }
 
 // xdpGateway is the XDP datapath with its maps pinned in a directory of the test's own; Reopen

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -38,6 +39,7 @@ func TaggedPrefix(tag string) string {
 // New creates namespace name with loopback up and removes it when t ends.
 func New(t testing.TB, name string) *NS {
 	t.Helper()
+	RequireRoot(t, "it creates network namespaces")
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
@@ -126,4 +128,19 @@ func Veth(t testing.TB, n *NS, an, amac string, m *NS, bn, bmac string) {
 // Cmd returns a command that runs argv inside the namespace (with `ip netns exec`).
 func (n *NS) Cmd(argv ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", n.Name}, argv...)...)
+}
+
+// RequireRoot stops a test that needs root (BPF, network namespaces, bpffs) when it runs as
+// another user: it fails when the CI variable is set (CI runs every test as root, so a test
+// that cannot run there is broken) and is skipped otherwise, saying why. `make test` runs as
+// root; `go test ./lb/...` passes as any user, skipping only these.
+func RequireRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("needs root: %s (CI runs the tests as root)", why)
+	}
+	t.Skipf("needs root: %s", why)
 }
