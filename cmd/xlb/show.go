@@ -613,7 +613,7 @@ func explainFlow(p *xdp.Pinned, q flowQuery) (explainDoc, error) {
 		return in, strings.Join(names, ", ")
 	}
 	// The timeouts, and the seed unless given, come from the attached program.
-	st, serr := p.Settings()
+	st, _, serr := p.Settings()
 	seed := st.Seed
 	switch {
 	case q.seed != nil:
