@@ -17,11 +17,12 @@ import (
 )
 
 // Pinned is a read-only view of the state a datapath pinned under a directory: its VIPs,
-// backends, Maglev tables, reverse NAT entries, conntrack and counters, as the program attached
-// there sees them. It loads no program, starts nothing and writes nothing (the pinned maps are
-// opened read-only; [Pinned.Settings] reads the attached program's .rodata, which the kernel
-// froze), so it may be used beside a running daemon, or while none runs and the pinned program
-// forwards on its own. Open one with [OpenPinned].
+// backends, Maglev tables, reverse NAT entries, conntrack, handshake table and counters as the
+// program attached there sees them, and the settings that program runs with. It loads no
+// program, starts nothing and writes nothing (the pinned maps are opened read-only;
+// [Pinned.Settings] reads the attached program's .rodata, which the kernel froze), so it may be
+// used beside a running daemon, or while none runs and the pinned program forwards on its own.
+// Open one with [OpenPinned].
 type Pinned struct {
 	// d holds the pinned maps in its objs and answers the reads; it has no program, no links and
 	// no clock, and never leaves this type, whose methods only read.
