@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,15 +17,18 @@ import (
 )
 
 // Pinned is a read-only view of the state a datapath pinned under a directory: its VIPs,
-// backends, Maglev tables, reverse NAT entries, conntrack and counters, as the program attached
-// there sees them. It loads no program, starts nothing and writes nothing (the pinned maps are
-// opened read-only; [Pinned.Settings] reads the attached program's .rodata, which the kernel
-// froze), so it may be used beside a running daemon, or while none runs and the pinned program
-// forwards on its own. Open one with [OpenPinned].
+// backends, Maglev tables, reverse NAT entries, conntrack, handshake table and counters as the
+// program attached there sees them, and the settings that program runs with. It loads no
+// program, starts nothing and writes nothing (the pinned maps are opened read-only;
+// [Pinned.Settings] reads the attached program's .rodata, which the kernel froze), so it may be
+// used beside a running daemon, or while none runs and the pinned program forwards on its own.
+// Open one with [OpenPinned].
 type Pinned struct {
 	// d holds the pinned maps in its objs and answers the reads; it has no program, no links and
 	// no clock, and never leaves this type, whose methods only read.
 	d *Datapath
+	// hsErr is why the handshake table could not be opened (nil: d.objs.Handshakes is open).
+	hsErr error
 }
 
 // pinnedState lists the maps a Pinned reads, by name, with where they go.
@@ -46,12 +50,13 @@ func pinnedState(m *xlbMaps) map[string]**ebpf.Map {
 // sizedByOptions are the pinned maps whose size comes from Options (ConntrackSize,
 // MaglevSlots): any size is read. Every other map's size is fixed by the build (the reasons
 // map's is the number of counters, which builds add to).
-var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapMaglevSlots: true}
+var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapMaglevSlots: true, xlbMapHandshakes: true}
 
 // OpenPinned opens the maps pinned under dir (an xlb PinPath, such as [DefaultPinPath])
 // read-only. It fails, naming the map, when one is missing or was made by a build whose layout
 // differs from this one's (its type, key or value size, or the size of a map that Options do
-// not size).
+// not size). The handshake table is the exception: a Load of another build replaces it rather
+// than refusing it, so one missing or of another layout fails only [Pinned.Handshake].
 func OpenPinned(dir string) (*Pinned, error) {
 	spec, err := loadXlb()
 	if err != nil {
@@ -62,29 +67,46 @@ func OpenPinned(dir string) (*Pinned, error) {
 	}
 	var objs xlbObjects
 	for name, dst := range pinnedState(&objs.xlbMaps) {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		m, err := openPinnedMap(spec, dir, name)
 		if err != nil {
 			_ = closePinned(&objs.xlbMaps)
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("open pinned datapath in %s: map %s is not pinned (no xlb datapath there, or one of another build)", dir, name)
-			}
-			return nil, fmt.Errorf("open pinned map %s: %w", filepath.Join(dir, name), err)
+			return nil, err
 		}
 		*dst = m
-		ms := spec.Maps[name]
-		if m.Type() != ms.Type || m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize ||
-			(!sizedByOptions[name] && m.MaxEntries() != ms.MaxEntries) {
-			_ = closePinned(&objs.xlbMaps)
-			return nil, fmt.Errorf("pinned map %s: type %s, %d-byte keys, %d-byte values, %d entries; this build of xlb reads type %s, %d-byte keys, %d-byte values, %d entries (made by another build)",
-				filepath.Join(dir, name), m.Type(), m.KeySize(), m.ValueSize(), m.MaxEntries(),
-				ms.Type, ms.KeySize, ms.ValueSize, ms.MaxEntries)
-		}
 	}
-	return &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}}, nil
+	p := &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}}
+	p.d.objs.Handshakes, p.hsErr = openPinnedMap(spec, dir, xlbMapHandshakes)
+	return p, nil
+}
+
+// openPinnedMap opens map name pinned under dir read-only, checking its layout against spec's.
+func openPinnedMap(spec *ebpf.CollectionSpec, dir, name string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("open pinned datapath in %s: map %s is not pinned (no xlb datapath there, or one of another build)", dir, name)
+		}
+		return nil, fmt.Errorf("open pinned map %s: %w", filepath.Join(dir, name), err)
+	}
+	ms := spec.Maps[name]
+	if m.Type() != ms.Type || m.KeySize() != ms.KeySize || m.ValueSize() != ms.ValueSize ||
+		(!sizedByOptions[name] && m.MaxEntries() != ms.MaxEntries) {
+		m.Close()
+		return nil, fmt.Errorf("pinned map %s: type %s, %d-byte keys, %d-byte values, %d entries; this build of xlb reads type %s, %d-byte keys, %d-byte values, %d entries (made by another build)",
+			filepath.Join(dir, name), m.Type(), m.KeySize(), m.ValueSize(), m.MaxEntries(),
+			ms.Type, ms.KeySize, ms.ValueSize, ms.MaxEntries)
+	}
+	return m, nil
 }
 
 // Close closes the maps (the pins and the datapath are left as they are).
-func (p *Pinned) Close() error { return closePinned(&p.d.objs.xlbMaps) }
+func (p *Pinned) Close() error {
+	err := closePinned(&p.d.objs.xlbMaps)
+	if herr := p.d.objs.Handshakes.Close(); herr != nil {
+		err = errors.Join(err, fmt.Errorf("close pinned map %s: %w", xlbMapHandshakes, herr))
+	}
+	return err
+}
 
 // closePinned closes the maps of m that a Pinned opens (those not opened are nil).
 func closePinned(m *xlbMaps) error {
@@ -146,34 +168,58 @@ func (p *Pinned) Flow(client, vip netip.AddrPort, proto datapath.Protocol) (data
 	return f, !f.Reverse, nil
 }
 
-// Settings are the load-time settings of an attached program (Options it was loaded with).
-type Settings struct {
-	// Interface is the interface whose pinned link the settings were read through.
-	Interface string
-	// Seed is the flow-hash seed (Options.Seed).
-	Seed uint32
-	// TCPEstablishedTimeout, TCPClosingTimeout and UDPTimeout are the conntrack idle timeouts.
-	TCPEstablishedTimeout, TCPClosingTimeout, UDPTimeout time.Duration
+// Handshake returns the handshake table's entry of the TCP flow from client to vip (a
+// frontend's address and port as the client sends to it): the backend its SYN went to, which
+// its ACK and a retransmitted SYN follow while the entry is fresh. It returns false when the
+// table holds none, and an error when the table could not be opened (see [OpenPinned]).
+func (p *Pinned) Handshake(client, vip netip.AddrPort) (datapath.Handshake, bool, error) {
+	if p.hsErr != nil {
+		return datapath.Handshake{}, false, p.hsErr
+	}
+	src, sfam := toWire(client.Addr())
+	dst, dfam := toWire(vip.Addr())
+	if sfam != dfam {
+		return datapath.Handshake{}, false, nil
+	}
+	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(datapath.TCP), Family: dfam}
+	k.Src.W, k.Dst.W = src.W, dst.W
+	var e xlbHsEntry
+	switch err := p.d.objs.Handshakes.Lookup(&k, &e); {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return datapath.Handshake{}, false, nil
+	case err != nil:
+		return datapath.Handshake{}, false, fmt.Errorf("look up the handshake entry of %s -> %s/TCP: %w", client, vip, err)
+	}
+	f := flowOf(k, xlbCtEntry{LastSeen: e.SynSeen}, monotonicNow())
+	return datapath.Handshake{Client: f.Src, VIPAddr: f.Dst, Backend: datapath.BackendID(e.BackendId),
+		VIP: datapath.VIPID(e.VipId), ISN: e.Isn, Age: f.Idle}, true, nil
+}
+
+// MaglevTable returns VIP id's Maglev table (nil if it has none), as [Datapath.MaglevTable].
+func (p *Pinned) MaglevTable(id datapath.VIPID) ([]datapath.BackendID, error) {
+	return p.d.MaglevTable(id)
 }
 
 // ErrNotAttached is returned by [Pinned.Settings] when no interface is attached: only an
 // attached program holds the settings.
 var ErrNotAttached = errors.New("no interface attached (no live link pinned)")
 
-// Settings reads the load-time settings of the program attached through the links pinned under
-// the directory: they are constants of the program, in its read-only data (a frozen map), not
-// in any pinned map. Links whose interface is gone are skipped; live links attaching different
-// programs (a restart caught half-way) are an error. The constants are found by name in the
-// BTF of the program's own .rodata, so a program of another build is read correctly or not at
-// all.
-func (p *Pinned) Settings() (Settings, error) {
+// Settings returns the settings the datapath pinned under the directory runs with, and the
+// interface they were read through. Seed, the timeouts, NewFlowRate (per CPU) and NextHopCacheTTL
+// are constants of the program attached through the pinned links, in its read-only data (a
+// frozen map), not in any pinned map: links whose interface is gone are skipped, and live links
+// attaching different programs (a restart caught half-way) are an error. The constants are found
+// by name in the BTF of the program's own .rodata, so a program of another build is read
+// correctly or not at all. A program without a cap or cache (0) gives a negative NewFlowRate or
+// NextHopCacheTTL, as Options say it. ConntrackSize and HandshakeSize are the pinned tables'
+// sizes (HandshakeSize 0 when the table cannot be read: see [Pinned.Handshake]).
+func (p *Pinned) Settings() (st datapath.Settings, iface string, err error) {
 	dir := filepath.Join(p.d.opts.PinPath, "links")
 	links, err := readPinnedLinks(p.d.opts.PinPath)
 	if err != nil {
-		return Settings{}, fmt.Errorf("read the datapath's settings: %w", err)
+		return st, "", fmt.Errorf("read the datapath's settings: %w", err)
 	}
 	var prog ebpf.ProgramID
-	var iface string
 	for _, l := range links {
 		if x := l.info.XDP(); x == nil || x.Ifindex == 0 {
 			continue // its interface was deleted: nothing forwards through it
@@ -182,35 +228,37 @@ func (p *Pinned) Settings() (Settings, error) {
 		case prog == 0:
 			prog, iface = l.info.Program, l.name
 		case l.info.Program != prog:
-			return Settings{}, fmt.Errorf("read the datapath's settings: interfaces %s and %s run different programs (%d, %d): a loader is attaching, try again",
+			return st, "", fmt.Errorf("read the datapath's settings: interfaces %s and %s run different programs (%d, %d): a loader is attaching, try again",
 				iface, l.name, prog, l.info.Program)
 		}
 	}
 	if prog == 0 {
-		return Settings{}, fmt.Errorf("read the datapath's settings in %s: %w", dir, ErrNotAttached)
+		return st, "", fmt.Errorf("read the datapath's settings in %s: %w", dir, ErrNotAttached)
 	}
-	st, err := readSettings(prog)
-	if err != nil {
-		return Settings{}, fmt.Errorf("program %d attached to %s: %w", prog, iface, err)
+	if st, err = readSettings(prog); err != nil {
+		return st, "", fmt.Errorf("program %d attached to %s: %w", prog, iface, err)
 	}
-	st.Interface = iface
-	return st, nil
+	st.ConntrackSize = p.d.objs.Conntrack.MaxEntries()
+	if p.hsErr == nil {
+		st.HandshakeSize = p.d.objs.Handshakes.MaxEntries()
+	}
+	return st, iface, nil
 }
 
 // readSettings reads the load-time constants of program id from its .rodata map.
-func readSettings(id ebpf.ProgramID) (Settings, error) {
+func readSettings(id ebpf.ProgramID) (datapath.Settings, error) {
 	prog, err := ebpf.NewProgramFromID(id)
 	if err != nil {
-		return Settings{}, err
+		return datapath.Settings{}, err
 	}
 	defer prog.Close()
 	pinfo, err := prog.Info()
 	if err != nil {
-		return Settings{}, err
+		return datapath.Settings{}, err
 	}
 	ids, ok := pinfo.MapIDs()
 	if !ok {
-		return Settings{}, errors.New("the kernel does not list a program's maps")
+		return datapath.Settings{}, errors.New("the kernel does not list a program's maps")
 	}
 	var errs []error
 	for _, mid := range ids {
@@ -225,11 +273,11 @@ func readSettings(id ebpf.ProgramID) (Settings, error) {
 			return st, err
 		}
 	}
-	return Settings{}, errors.Join(append([]error{errors.New("no .rodata map found")}, errs...)...)
+	return datapath.Settings{}, errors.Join(append([]error{errors.New("no .rodata map found")}, errs...)...)
 }
 
 // settingsIn reads the settings from m if it is a .rodata map (found reports whether it is).
-func settingsIn(m *ebpf.Map) (st Settings, found bool, err error) {
+func settingsIn(m *ebpf.Map) (st datapath.Settings, found bool, err error) {
 	mi, err := m.Info()
 	if err != nil || !strings.HasSuffix(mi.Name, ".rodata") {
 		return st, false, nil
@@ -266,12 +314,14 @@ func settingsIn(m *ebpf.Map) (st Settings, found bool, err error) {
 		}
 		return nil, fmt.Errorf("no constant %s in its .rodata (made by another build)", name)
 	}
-	var errs [4]error
-	var b [4][]byte
+	var errs [6]error
+	var b [6][]byte
 	b[0], errs[0] = constant(xlbVarCfgHashSeed, 4)
 	b[1], errs[1] = constant(xlbVarCfgTcpEstablishedNs, 8)
 	b[2], errs[2] = constant(xlbVarCfgTcpClosingNs, 8)
 	b[3], errs[3] = constant(xlbVarCfgUdpNs, 8)
+	b[4], errs[4] = constant(xlbVarCfgNewFlowRate, 8)
+	b[5], errs[5] = constant(xlbVarCfgNhCacheNs, 8)
 	if err := errors.Join(errs[:]...); err != nil {
 		return st, true, err
 	}
@@ -279,5 +329,14 @@ func settingsIn(m *ebpf.Map) (st Settings, found bool, err error) {
 	st.TCPEstablishedTimeout = time.Duration(binary.NativeEndian.Uint64(b[1]))
 	st.TCPClosingTimeout = time.Duration(binary.NativeEndian.Uint64(b[2]))
 	st.UDPTimeout = time.Duration(binary.NativeEndian.Uint64(b[3]))
+	// 0 is no cap, no cache in the program; negative in Options (whose 0 is the default).
+	st.NewFlowRate = int64(min(binary.NativeEndian.Uint64(b[4]), math.MaxInt64))
+	if st.NewFlowRate == 0 {
+		st.NewFlowRate = -1
+	}
+	st.NextHopCacheTTL = time.Duration(min(binary.NativeEndian.Uint64(b[5]), math.MaxInt64))
+	if st.NextHopCacheTTL == 0 {
+		st.NextHopCacheTTL = -1
+	}
 	return st, true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -33,6 +34,12 @@ func TestOpenPinned(t *testing.T) {
 	// interface is attached and BPF_PROG_TEST_RUN sends nothing, whatever the verdict.
 	in, _ := clientTCP(40000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 	if _, err := d.Program().Run(&ebpf.RunOptions{Data: in.bytes(t)}); err != nil {
+		t.Fatal(err)
+	}
+	// A SYN of another client port: no conntrack entry, a handshake entry (read below).
+	syn, _ := clientTCP(40001, ap(vip4, 80), "S", ap(be1v4, 8080), macBE1)
+	syn.Seq = 0x12345678
+	if _, err := d.Program().Run(&ebpf.RunOptions{Data: syn.bytes(t)}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -77,7 +84,7 @@ func TestOpenPinned(t *testing.T) {
 	}
 	want := read(d)
 	if len(want.flows) != 1 || want.flows[0].Src != ap(client4, 40000) || want.flows[0].Backend != 3 ||
-		want.vip.Packets != 1 || want.be.Packets != 1 {
+		want.vip.Packets != 2 || want.be.Packets != 2 {
 		t.Fatalf("the program did not remember the flow or count it: flows %+v, VIP %+v, backend %+v",
 			want.flows, want.vip, want.be)
 	}
@@ -101,6 +108,23 @@ func TestOpenPinned(t *testing.T) {
 	}
 	if err := p.d.objs.Conntrack.Update(&xlbFlowKey{}, &xlbCtEntry{}, ebpf.UpdateAny); !errors.Is(err, unix.EPERM) {
 		t.Errorf("writing conntrack through the pinned view: %v, want EPERM", err)
+	}
+	if err := p.d.objs.Handshakes.Update(&xlbFlowKey{}, &xlbHsEntry{}, ebpf.UpdateAny); !errors.Is(err, unix.EPERM) {
+		t.Errorf("writing the handshake table through the pinned view: %v, want EPERM", err)
+	}
+	if tb, err := p.MaglevTable(7); err != nil || len(tb) != 13 || tb[0] != 3 {
+		t.Errorf("the pinned view's table of VIP 7: %v %v", tb, err)
+	}
+
+	// The SYN: the handshake table remembers its backend and its ISN, which the pinned view
+	// reads; a tuple with no SYN has no entry.
+	h, ok, err := p.Handshake(ap(client4, 40001), ap(vip4, 80))
+	if err != nil || !ok || h.Backend != 3 || h.VIP != 7 || h.ISN != 0x12345678 || h.Client != ap(client4, 40001) ||
+		h.VIPAddr != ap(vip4, 80) || h.Age > time.Minute {
+		t.Errorf("the SYN's handshake entry through the pinned view: %+v %v %v", h, ok, err)
+	}
+	if h, ok, err := p.Handshake(ap(client4, 40002), ap(vip4, 80)); ok || err != nil {
+		t.Errorf("the handshake entry of a tuple with no SYN: %+v %v %v", h, ok, err)
 	}
 }
 
@@ -150,6 +174,37 @@ func TestOpenPinnedErrors(t *testing.T) {
 		m.Close()
 		must(t, orig.Pin(path))
 		orig.Close()
+	}
+
+	// The handshake table, which a Load replaces rather than refuses: one of another layout, or
+	// none, fails Handshake alone, naming it.
+	path := filepath.Join(dir, xlbMapHandshakes)
+	orig, err := ebpf.LoadPinnedMap(path, nil)
+	must(t, err)
+	must(t, orig.Unpin())
+	defer func() {
+		must(t, orig.Pin(path))
+		orig.Close()
+	}()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	must(t, err)
+	defer m.Close()
+	for _, pinned := range []bool{true, false} {
+		if pinned {
+			must(t, m.Pin(path))
+		}
+		p, err := OpenPinned(dir)
+		if err != nil {
+			t.Fatalf("handshakes pinned %v: %v", pinned, err)
+		}
+		_, _, herr := p.Handshake(ap(client4, 1), ap(vip4, 80))
+		if _, err := p.VIPs(); err != nil || herr == nil || !strings.Contains(herr.Error(), xlbMapHandshakes) {
+			t.Errorf("handshakes of another layout (pinned %v): VIPs %v, Handshake %v", pinned, err, herr)
+		}
+		must(t, p.Close())
+		if pinned {
+			must(t, m.Unpin())
+		}
 	}
 }
 

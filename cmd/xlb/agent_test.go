@@ -30,6 +30,7 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/kubetest"
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/inspect"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -343,13 +344,13 @@ func TestAgentE2E(t *testing.T) {
 	if rc := showCLI([]string{"agent", "--json", "--pin-path", pin}, &out, &errb); rc != 0 {
 		t.Errorf("xlb show agent: exit %d: %s", rc, errb.String())
 	} else {
-		var doc agentDoc
+		var doc inspect.Agent
 		if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(doc.Frontends, func(f agentFrontend) bool { return f.Frontend == vip+"/TCP" })
-		udp := slices.IndexFunc(doc.Frontends, func(f agentFrontend) bool { return strings.HasSuffix(f.Frontend, ":53/UDP") })
-		missing := slices.ContainsFunc(doc.Frontends, func(f agentFrontend) bool { return f.MissingSlots != 0 })
+		i := slices.IndexFunc(doc.Frontends, func(f inspect.AgentFrontend) bool { return f.Frontend == vip+"/TCP" })
+		udp := slices.IndexFunc(doc.Frontends, func(f inspect.AgentFrontend) bool { return strings.HasSuffix(f.Frontend, ":53/UDP") })
+		missing := slices.ContainsFunc(doc.Frontends, func(f inspect.AgentFrontend) bool { return f.MissingSlots != 0 })
 		if len(doc.Frontends) != 3 || i < 0 || !slices.Equal(doc.Frontends[i].Endpoints, []string{"198.18.1.11:8080"}) ||
 			udp < 0 || missing || doc.Attached != 8 || doc.Hooks != 8 || doc.Counters.Connects == 0 {
 			t.Errorf("xlb show agent with the agent stopped:\n%s", out.String())
