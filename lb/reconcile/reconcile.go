@@ -1,7 +1,9 @@
-// Package reconcile drives the XDP datapath from the desired state lb.Plan computes. It is the one
-// owner of the datapath's service state: diff-based (unchanged frontends, backends and reverse
-// entries are not written), idempotent, and on start it adopts what an earlier process left in
-// the pinned maps instead of wiping it.
+// Package reconcile drives xlb's datapaths from the desired states lb computes: Reconciler a
+// gateway's (lb.Plan: VIPs, backends, Maglev tables, reverse NAT) and ConnectReconciler the node
+// agent's socket load balancer (lb.PlanConnect: cluster IP frontends and their endpoints). Each
+// is the one owner of its datapath's state: diff-based (what is unchanged is not written),
+// idempotent, and on start it adopts what an earlier process left in the pinned maps instead of
+// wiping it. Both see the datapath through xdp/datapath's interfaces only.
 package reconcile
 
 import (
