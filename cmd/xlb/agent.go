@@ -20,6 +20,8 @@ import (
 
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/kube"
+	"github.com/xlb-dev/xlb/lb/reconcile"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -89,6 +91,10 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 		}
 		log.Info("node agent stopped: cluster IPs stay balanced as last applied", "pin_path", opts.pinPath)
 	}()
+	rec, err := reconcile.NewConnect(dp, log)
+	if err != nil {
+		return err
+	}
 	var (
 		mu       sync.Mutex // guards dp against /metrics
 		applied  atomic.Bool
@@ -107,8 +113,8 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 				}
 			}
 			mu.Lock()
-			ch, err := dp.Apply(plan)
-			frontends := dp.Frontends()
+			ch, err := rec.Apply(plan)
+			frontends := rec.Frontends()
 			mu.Unlock()
 			if ch.Added+ch.Updated+ch.Removed > 0 {
 				log.Info("cluster IPs applied", "frontends", frontends, "added", ch.Added, "updated", ch.Updated, "removed", ch.Removed)
@@ -129,7 +135,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	}
 	if opts.listen != "" {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(&agentCollector{dp: dp, mu: &mu, reaped: &reaped})
+		reg.MustRegister(&agentCollector{dp: dp, rec: rec, mu: &mu, reaped: &reaped})
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -165,15 +171,11 @@ func joinErrors(errs []error) string {
 // reapUDP closes, in the agent's network namespace and the Pods' pinned in netnsDir, the
 // connected UDP sockets whose endpoint no longer serves their frontend, logs them and returns
 // how many it closed. Failures are logged: balancing goes on without it.
-func reapUDP(log *slog.Logger, dp *socklb.Datapath, netnsDir string) int {
-	if dp.ReapUDPErr() != nil {
+func reapUDP(log *slog.Logger, dp datapath.SocketLB, netnsDir string) int {
+	reaped, err := dp.CloseLostUDP(netnsDir)
+	if errors.Is(err, datapath.ErrUnsupported) && len(reaped) == 0 {
 		return 0 // said once at start
 	}
-	netns, err := socklb.Namespaces(netnsDir)
-	if err != nil {
-		log.Warn("listing the Pods' network namespaces", "err", err)
-	}
-	reaped, err := dp.ReapUDP(netns)
 	if err != nil {
 		log.Warn("closing connected UDP sockets of removed endpoints", "err", err)
 	}
@@ -191,7 +193,8 @@ func reapUDP(log *slog.Logger, dp *socklb.Datapath, netnsDir string) int {
 
 // agentCollector exports the socket load balancer's counters.
 type agentCollector struct {
-	dp     *socklb.Datapath
+	dp     datapath.SocketLB
+	rec    *reconcile.ConnectReconciler
 	mu     *sync.Mutex
 	reaped *atomic.Uint64
 }
@@ -210,7 +213,7 @@ func (c *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	n := c.dp.Frontends()
+	n := c.rec.Frontends()
 	cnt, err := c.dp.Counters()
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(agentFrontends, prometheus.GaugeValue, float64(n))

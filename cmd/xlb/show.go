@@ -743,7 +743,7 @@ type agentDoc struct {
 	Hooks    int `json:"hooks"`
 }
 
-// agentCounters are socklb.Counters.
+// agentCounters are datapath.SocketCounters.
 type agentCounters struct {
 	Connects      uint64 `json:"connects"`
 	Refused       uint64 `json:"refused"`
