@@ -75,12 +75,32 @@ func (r *ConnectReconciler) Apply(plan lb.ConnectPlan) (ConnectResult, error) {
 	var res ConnectResult
 	var errs []error
 
+	// What to write: only those frontends are sorted, so that an Apply of one change among
+	// many stays cheap. The frontends to remove are looked for only when the plan does not
+	// cover every one held.
+	var fronts []datapath.Frontend
+	covered := 0
+	for f, cf := range plan {
+		cur, had := r.held[f]
+		if had {
+			covered++
+			if cur.Equal(cf) {
+				res.Unchanged++
+				continue
+			}
+		}
+		fronts = append(fronts, f)
+	}
 	var gone []datapath.Frontend
-	for f := range r.held {
-		if _, keep := plan[f]; !keep {
-			gone = append(gone, f)
+	if covered < len(r.held) {
+		for f := range r.held {
+			if _, keep := plan[f]; !keep {
+				gone = append(gone, f)
+			}
 		}
 	}
+
+	// Removals first: their room is then free.
 	slices.SortFunc(gone, datapath.Frontend.Compare)
 	for _, f := range gone {
 		if err := r.dp.DeleteConnectFrontend(f); err != nil {
@@ -94,15 +114,6 @@ func (r *ConnectReconciler) Apply(plan lb.ConnectPlan) (ConnectResult, error) {
 		res.Removed++
 	}
 
-	// Only the frontends to write are sorted: an Apply of one change among many stays cheap.
-	var fronts []datapath.Frontend
-	for f, cf := range plan {
-		if cur, had := r.held[f]; had && cur.Equal(cf) {
-			res.Unchanged++
-			continue
-		}
-		fronts = append(fronts, f)
-	}
 	slices.SortFunc(fronts, datapath.Frontend.Compare)
 	for _, f := range fronts {
 		cf := plan[f]
