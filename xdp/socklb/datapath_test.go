@@ -306,6 +306,65 @@ func TestSetRefusesBadFrontends(t *testing.T) {
 	}
 }
 
+// TestUDPAndAffinity: IPv6 datagrams, a connected UDP socket that names its peer on every send,
+// and sessionAffinity: ClientIP (the client being the network namespace).
+func TestUDPAndAffinity(t *testing.T) {
+	s := newSite(t)
+	sticky := front("198.18.200.9", 80, datapath.TCP)
+	p := plan{
+		front("198.18.200.1", 53, datapath.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
+		front("2001:db8:200::1", 53, datapath.UDP): eps(ep(b10s, 5353), ep(b11s, 5353)),
+		sticky: {Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute},
+	}
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
+	}
+	r := s.client(t, false, "udp=[2001:db8:200::1]:53*8", "udpconnsendto=198.18.200.1:53*20", "tcp=198.18.200.9:80*20")
+	if c := count(r[0].Answers); r[0].Err != "" || len(c) != 1 || len(r[0].Answers) != 8 || !allEqual(r[0].Peers, "[2001:db8:200::1]:53") {
+		t.Errorf("IPv6 datagrams: %+v: want 8 answers from one backend, from the cluster IP", r[0])
+	}
+	if c := count(r[1].Answers); r[1].Err != "" || len(c) != 1 || len(r[1].Answers) != 20 {
+		t.Errorf("connected socket with sendto: %+v: want 20 answers from its one endpoint", r[1])
+	}
+	c := count(r[2].Answers)
+	if r[2].Err != "" || len(c) != 1 {
+		t.Fatalf("affinity: %+v: want every connection on one backend", r[2])
+	}
+	first := r[2].Answers[0]
+	// Another process of the same client (namespace) gets the same endpoint.
+	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, first) {
+		t.Errorf("affinity, second process: %v, want %s throughout", r[0].Answers, first)
+	}
+	cnt, err := s.dp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cnt.AffinityKept != 29 {
+		t.Errorf("AffinityKept = %d, want 29 (every connection but the first)", cnt.AffinityKept)
+	}
+	// The client's endpoint leaves: it moves to the other, and stays there when the first
+	// comes back.
+	other := "b11"
+	if first == "b11" {
+		other = "b10"
+	}
+	keep := map[string]netip.AddrPort{"b10": ep(b10, 8080), "b11": ep(b11, 8080)}
+	p[sticky] = datapath.ConnectFrontend{Endpoints: []netip.AddrPort{keep[other]}, AffinityTimeout: time.Minute}
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.9:80*5"); !allEqual(r[0].Answers, other) {
+		t.Errorf("after its endpoint left: %v, want %s throughout", r[0].Answers, other)
+	}
+	p[sticky] = datapath.ConnectFrontend{Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute}
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, other) {
+		t.Errorf("after the first endpoint came back: %v, want %s throughout", r[0].Answers, other)
+	}
+}
+
 // mapLen counts m's entries.
 func mapLen(t *testing.T, m *ebpf.Map) int {
 	t.Helper()
