@@ -257,8 +257,9 @@ func TestAgent(t *testing.T) {
 }
 
 // BenchmarkClusterIPRebuild10k: what the agent does after every burst of changes with 10,000
-// Services of 3 ready endpoints: model each from its slice and plan the whole node (Apply's
-// cost, in xdp/socklb, comes on top).
+// Services of 3 ready endpoints: model each from its slice and plan the whole node (the
+// reconcile pass comes on top: lb/reconcile's BenchmarkConnectApply10k, xdp/socklb's
+// BenchmarkApply10k).
 func BenchmarkClusterIPRebuild10k(b *testing.B) {
 	const n = 10000
 	e := &env{ns: "ns"}

@@ -1,13 +1,13 @@
-// Package reconcile drives a datapath from the desired state the lb model computes. A reconciler
-// is the one owner of its datapath's service state: diff-based (what is already right is not
-// written), idempotent, and on start it adopts what an earlier process left (the XDP
-// datapath's pinned maps, the socket load balancer's pins) instead of wiping it.
+// Package reconcile drives xlb's datapaths from the desired states the lb model computes:
+// Reconciler a gateway's (lb.Plan: VIPs, backends, Maglev tables, reverse NAT) and
+// ConnectReconciler the node agent's socket load balancer (lb.PlanConnect: cluster IP frontends
+// and their endpoints). Each is the one owner of its datapath's state: diff-based (what is
+// already right is not written), idempotent, and on start it adopts what an earlier process
+// left (the XDP datapath's pinned maps, the socket load balancer's pins) instead of wiping it.
 //
-// It knows datapaths only through the contract (xdp/datapath): Reconciler writes a gateway
-// datapath's datapath.Services from an lb.Desired, ConnectReconciler the socket load balancer's
-// frontends (datapath.Connect) from an lb.ConnectPlan. The tests run them against the pure-Go
-// balancer (xdp/forward) and an in-memory socket load balancer, without root; the kernel
-// datapaths' conformance to the contract is tested in their own packages and in
+// It knows datapaths only through the contract (xdp/datapath). The tests run the reconcilers
+// against the pure-Go balancer (xdp/forward) and an in-memory socket load balancer, without
+// root; the kernel datapaths' conformance to the contract is tested in their own packages and in
 // internal/conformance.
 package reconcile
 

@@ -75,12 +75,14 @@ type Connect interface {
 	// agent left pinned). An endpoint it could not read back is the zero AddrPort.
 	ConnectFrontends() (map[Frontend]ConnectFrontend, error)
 	// SetConnectFrontend makes new connections to f go to cf's endpoints: they see the old
-	// endpoints or the new ones, never a mix.
+	// endpoints or the new ones, never a mix. On error f keeps what it had.
 	SetConnectFrontend(f Frontend, cf ConnectFrontend) error
-	// DeleteConnectFrontend removes f; a missing one is no error.
+	// DeleteConnectFrontend removes f; a missing one is no error. On error f keeps what it had.
 	DeleteConnectFrontend(f Frontend) error
 	// Commit ends a reconcile pass: complete says every frontend of the plan was written. The
-	// datapath frees what earlier passes replaced, once no program can be reading it.
+	// datapath frees what earlier passes replaced, once no program can be reading it (socklb:
+	// what was replaced before the previous Commit), and may finish work that waits for a whole
+	// plan (socklb: replacing pins it could not adopt).
 	Commit(complete bool) error
 }
 
@@ -93,7 +95,8 @@ type SocketLB interface {
 	// CloseLostUDP closes, in the agent's network namespace and in those pinned in netnsDir
 	// ("" for the agent's own only), the connected UDP sockets that were sent to an endpoint
 	// that no longer serves their frontend. It returns what it closed or failed to close, and
-	// an error wrapping ErrUnsupported, having closed nothing, when the kernel cannot.
+	// an error wrapping ErrUnsupported, having closed nothing, when it cannot close sockets at
+	// all (the kernel lacks what it needs, or what it needs could not be loaded).
 	CloseLostUDP(netnsDir string) ([]ClosedSocket, error)
 	// Close stops using the datapath; what is pinned keeps balancing.
 	Close() error

@@ -5,12 +5,14 @@
 // kube-proxy does for ClusterIP Services but with no per-packet NAT and no conntrack. Replies
 // and getpeername show the application the cluster IP it asked for.
 //
-// Load attaches the programs; Apply makes the maps say what an lb.ConnectPlan says, changing
-// only what differs. See docs/agent.md.
+// Load attaches the programs. *Datapath implements datapath.SocketLB: SetConnectFrontend and
+// DeleteConnectFrontend change the maps one frontend at a time, Commit ends a reconcile pass,
+// and ConnectFrontends reads back what the maps hold (an earlier agent's pins, at start). What
+// to change is the reconciler's to decide (lb/reconcile's ConnectReconciler). See
+// docs/agent.md.
 package socklb
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -26,7 +28,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -95,28 +96,32 @@ func sizeMaps(spec *ebpf.CollectionSpec, n int) {
 // Datapath is the loaded and attached socket load balancer. Not safe for concurrent use: one
 // reconciler owns it.
 type Datapath struct {
-	objs    socklbObjects
-	pin     string // Options.PinPath
-	sockets int    // Options.Sockets
-	links   []link.Link
-	current map[datapath.Frontend]applied // what the maps hold, frontend → its slot set
-	retired []applied                     // slot sets replaced by the last Apply, deleted by the next
-	used    map[uint32]bool               // the ids of current and retired slot sets
-	nextID  uint32                        // the next slot set id to try (0 is never used: no slot set)
+	objs     socklbObjects
+	pin      string // Options.PinPath
+	sockets  int    // Options.Sockets
+	links    []link.Link
+	current  map[datapath.Frontend]applied // what the maps hold, frontend → its slot set
+	retiring []applied                     // slot sets replaced since the last Commit
+	retired  []applied                     // slot sets replaced before the last Commit, deleted by the next
+	used     map[uint32]bool               // the ids of current, retiring and retired slot sets
+	nextID   uint32                        // the next slot set id to try (0 is never used: no slot set)
 
-	reap    *reaper // the UDP socket iterator (ReapUDP); nil when it could not be loaded
+	reap    *reaper // the UDP socket iterator (CloseLostUDP); nil when it could not be loaded
 	reapErr error   // why it could not
 
 	lockf     *os.File // the pin directory, flock'ed while d holds it
 	replaced  error    // why Load replaced pins it found (Replaced)
-	replacing bool     // the old pins still stand, until the first successful Apply
+	replacing bool     // the old pins still stand, until the first Commit(true)
 }
+
+var _ datapath.SocketLB = (*Datapath)(nil)
 
 // applied is one frontend's slot set as written.
 type applied struct {
 	id uint32 // 0 when the frontend has no endpoints (it refuses connections)
+	// Endpoints are in slot order; a slot read back missing is the zero AddrPort.
 	datapath.ConnectFrontend
-	stale bool // read back incomplete from pinned maps: rewrite it at the next Apply
+	stale bool // read back incomplete from pinned maps: its slots are found by id (deleteSet)
 }
 
 // hooks are the attach points, in the order Load attaches them.
@@ -142,12 +147,13 @@ type hook struct {
 }
 
 // Load loads the programs and attaches them to opts.Cgroup. Without pins the maps start empty:
-// no frontend is balanced until Apply. With pins from an earlier Load (Options.PinPath), the
-// new programs replace the pinned ones in the same links, on the pinned maps, and what the maps
-// hold is read back, so the next Apply changes only what differs. Pins that cannot be adopted
-// (another version's layout, another cgroup, a missing pin) are replaced, make before break:
-// the new programs are attached before the old pins go (Replaced says why). Close detaches what
-// is not pinned. One Datapath at a time holds a pin directory.
+// no frontend is balanced until SetConnectFrontend. With pins from an earlier Load
+// (Options.PinPath), the new programs replace the pinned ones in the same links, on the pinned
+// maps, and what the maps hold is read back (ConnectFrontends), so that a reconciler changes
+// only what differs. Pins that cannot be adopted (another version's layout, another cgroup, a
+// missing pin) are replaced, make before break: the new programs are attached before the old
+// pins go, at the first Commit(true) (Replaced says why). Close detaches what is not pinned.
+// One Datapath at a time holds a pin directory.
 func Load(opts Options) (*Datapath, error) {
 	cg, err := resolveCgroup(opts.Cgroup)
 	if err != nil {
@@ -172,8 +178,8 @@ func Load(opts Options) (*Datapath, error) {
 			}
 			// Make before break: fresh programs are attached now, unpinned, while the old
 			// pinned ones keep balancing (they run first; the new ones leave the endpoint
-			// addresses they wrote alone). The first successful Apply drops the old pins and
-			// pins the new objects (finishReplace).
+			// addresses they wrote alone). The first Commit(true) drops the old pins and pins
+			// the new objects (finishReplace).
 			d.closeObjects()
 			d.current, d.used, d.nextID, d.replaced = map[datapath.Frontend]applied{}, map[uint32]bool{}, 1, err
 			d.replacing = true
@@ -207,8 +213,8 @@ func Load(opts Options) (*Datapath, error) {
 	return d, nil
 }
 
-// finishReplace ends a replacement (see Load) once the new maps hold a whole plan: the old pins
-// go, which detaches the old programs, and the new objects take their place.
+// finishReplace ends a replacement (see Load) once the new maps hold a whole plan (Commit(true)):
+// the old pins go, which detaches the old programs, and the new objects take their place.
 func (d *Datapath) finishReplace() error {
 	if err := removePinFiles(d.pin); err != nil {
 		return err
@@ -384,7 +390,7 @@ func (d *Datapath) adopt(cgroup string) error {
 }
 
 // readBack rebuilds current from the maps, and deletes slot sets no frontend points to (left by
-// an agent that stopped inside an Apply).
+// an agent that stopped inside a reconcile pass).
 func (d *Datapath) readBack() error {
 	var k socklbSvcKey
 	var v socklbSvcValue
@@ -392,7 +398,9 @@ func (d *Datapath) readBack() error {
 	it := d.objs.Services.Iterate()
 	for it.Next(&k, &v) {
 		f, eps, missing := readFrontend(d.objs.Slots, k, v)
-		a := applied{id: v.Id, stale: missing > 0} // a stale frontend is rewritten by the next Apply
+		// A stale frontend's missing slots are zero AddrPorts, which no plan holds: the
+		// reconciler rewrites it.
+		a := applied{id: v.Id, stale: missing > 0}
 		a.Endpoints = eps
 		a.AffinityTimeout = time.Duration(v.AffinitySecs) * time.Second
 		d.current[f] = a
@@ -411,19 +419,20 @@ func (d *Datapath) readBack() error {
 }
 
 // readFrontend reads frontend k's slot set (its services value v) from slots: the endpoints in
-// slot order, and how many of its v.Count slots were missing or another frontend's (a write
-// raced, or the maps were changed by something else than an agent).
+// slot order, the zero AddrPort in place of each slot that was missing or another frontend's (a
+// write raced, or the maps were changed by something else than an agent), and how many were.
 func readFrontend(slots *ebpf.Map, k socklbSvcKey, v socklbSvcValue) (datapath.Frontend, []netip.AddrPort, int) {
-	f := datapath.Frontend{Addr: fromWire(k.Addr.W, k.Family), Port: htons(k.Port), Proto: datapath.Protocol(k.Proto)}
-	eps := []netip.AddrPort{}
+	f := datapath.Frontend{Addr: datapath.AddrFromWire(k.Addr.W, k.Family), Port: datapath.WirePort(k.Port), Proto: datapath.Protocol(k.Proto)}
+	eps := make([]netip.AddrPort, 0, min(v.Count, 1024))
 	missing := 0
 	for i := range v.Count {
 		var sv socklbSlotValue
 		if err := slots.Lookup(&socklbSlotKey{Id: v.Id, Slot: i}, &sv); err != nil || sv.Front != k {
 			missing++
+			eps = append(eps, netip.AddrPort{})
 			continue
 		}
-		eps = append(eps, netip.AddrPortFrom(fromWire(sv.Ep.Addr.W, sv.Ep.Family), htons(sv.Ep.Port)))
+		eps = append(eps, endpointFromWire(sv.Ep))
 	}
 	return f, eps, missing
 }
@@ -496,80 +505,61 @@ func RemovePinned(dir string) error {
 	return removePins(dir)
 }
 
-// Changes counts what an Apply changed.
-type Changes struct {
-	// Added, Updated and Removed count frontends; Unchanged those left as they were.
-	Added, Updated, Removed, Unchanged int
-	// UDPLost counts the UDP frontends, among the updated and removed, that lost an endpoint:
-	// connected sockets may still be sent there, for ReapUDP to close.
-	UDPLost int
+// ConnectFrontends returns every frontend the maps hold, as written or (after Load adopted
+// pins) read back: a slot that could not be read back is the zero AddrPort, so that no plan
+// equals the frontend and the reconciler rewrites it.
+func (d *Datapath) ConnectFrontends() (map[datapath.Frontend]datapath.ConnectFrontend, error) {
+	out := make(map[datapath.Frontend]datapath.ConnectFrontend, len(d.current))
+	for f, a := range d.current {
+		out[f] = datapath.ConnectFrontend{Endpoints: slices.Clone(a.Endpoints), AffinityTimeout: a.AffinityTimeout}
+	}
+	return out, nil
 }
 
-// Apply makes the maps hold plan: frontends that are new or changed get a new slot set,
-// written before the frontend points to it (a connect sees the old endpoints or the new ones,
-// never a mix); the old set is deleted by the next Apply, long after any program that read the
-// old id has finished. Frontends not in plan are removed (first, so that their room is free).
-// Equal frontends are not touched. A frontend that cannot be written (an endpoint of the other
-// family, a full map) is reported in the error and keeps what it had; the others are applied.
-func (d *Datapath) Apply(plan lb.ConnectPlan) (Changes, error) {
-	var ch Changes
-	var errs []error
+// SetConnectFrontend makes new connections to f go to cf's endpoints (none: refuse them). The
+// endpoints go into a new slot set, written before the frontend points to it: a connect sees
+// the old endpoints or the new ones, never a mix. The set it replaces is deleted by the second
+// Commit from now (the next reconcile pass's), long after any program that read its id has
+// finished. A frontend that cannot be written (an endpoint of the other family, a full map)
+// keeps what it had, and the error says why.
+func (d *Datapath) SetConnectFrontend(f datapath.Frontend, cf datapath.ConnectFrontend) error {
+	cur, had := d.current[f]
+	return d.put(f, cf, cur, had)
+}
+
+// DeleteConnectFrontend removes frontend f: connections to it are left alone again. Its slot
+// set is deleted by the second Commit from now. A frontend the maps do not hold is no error.
+func (d *Datapath) DeleteConnectFrontend(f datapath.Frontend) error {
+	cur, had := d.current[f]
+	if !had {
+		return nil
+	}
+	k := svcKey(f)
+	if err := d.objs.Services.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("socklb: remove frontend %s: %w", f, err)
+	}
+	d.retiring = append(d.retiring, cur)
+	delete(d.current, f)
+	return nil
+}
+
+// Commit ends a reconcile pass. It deletes the slot sets replaced or removed before the last
+// Commit: every program that read their id has long finished. Those of this pass are deleted by
+// the next Commit. With complete (the maps hold a whole plan), it also finishes a replacement
+// of pins Load could not adopt: the old pins go, which detaches the old programs, and the new
+// objects are pinned in their place.
+func (d *Datapath) Commit(complete bool) error {
 	for _, r := range d.retired {
 		d.deleteSet(r)
 		delete(d.used, r.id)
 	}
-	d.retired = d.retired[:0]
-	for f, cur := range d.current {
-		if _, keep := plan[f]; keep {
-			continue
-		}
-		k := svcKey(f)
-		if err := d.objs.Services.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("socklb: remove frontend %s: %w", f, err))
-			continue
-		}
-		d.retired = append(d.retired, cur)
-		delete(d.current, f)
-		ch.Removed++
-		if f.Proto == datapath.UDP && (len(cur.Endpoints) > 0 || cur.stale) {
-			ch.UDPLost++
-		}
-	}
-	// The frontends to write, in order (so that ids are given out the same way every time):
-	// sorting only those keeps an Apply of one change among many cheap.
-	var fronts []datapath.Frontend
-	for f, cf := range plan {
-		if cur, had := d.current[f]; had && !cur.stale && cur.Equal(cf) {
-			ch.Unchanged++
-			continue
-		}
-		fronts = append(fronts, f)
-	}
-	slices.SortFunc(fronts, datapath.Frontend.Compare)
-	for _, f := range fronts {
-		cf := plan[f]
-		cur, had := d.current[f]
-		if err := d.put(f, cf, cur, had); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if had {
-			ch.Updated++
-			if f.Proto == datapath.UDP && (cur.stale || slices.ContainsFunc(cur.Endpoints, func(e netip.AddrPort) bool {
-				return !slices.Contains(cf.Endpoints, e)
-			})) {
-				ch.UDPLost++
-			}
-		} else {
-			ch.Added++
-		}
-	}
-	if d.replacing && len(errs) == 0 {
+	d.retired, d.retiring = d.retiring, d.retired[:0]
+	if d.replacing && complete {
 		if err := d.finishReplace(); err != nil {
-			errs = append(errs, fmt.Errorf("socklb: replace the old pins: %w", err))
+			return fmt.Errorf("socklb: replace the old pins: %w", err)
 		}
 	}
-	return ch, errors.Join(errs...)
+	return nil
 }
 
 // put writes frontend f as cf in place of cur (when had).
@@ -597,14 +587,14 @@ func (d *Datapath) put(f datapath.Frontend, cf datapath.ConnectFrontend, cur app
 		return fmt.Errorf("socklb: frontend %s: write: %w", f, err)
 	}
 	if had {
-		d.retired = append(d.retired, cur)
+		d.retiring = append(d.retiring, cur)
 	}
 	d.current[f] = next
 	return nil
 }
 
-// newID returns a slot set id no frontend and no retired set uses (ids wrap after 2^32 - 1),
-// and marks it used.
+// newID returns a slot set id no frontend and no set waiting for deletion uses (ids wrap after
+// 2^32 - 1), and marks it used.
 func (d *Datapath) newID() uint32 {
 	for d.nextID == 0 || d.used[d.nextID] {
 		d.nextID++
@@ -673,34 +663,17 @@ func (d *Datapath) deleteSet(s applied) {
 	}
 }
 
-// Counters are the programs' counts since Load, summed over CPUs.
-type Counters struct {
-	// Connects counts connects sent to an endpoint.
-	Connects uint64
-	// Refused counts connects and datagrams refused (ECONNREFUSED): no endpoint serves the
-	// frontend.
-	Refused uint64
-	// Datagrams counts unconnected UDP datagrams sent to an endpoint; DatagramsKept those of
-	// them that went to the endpoint the socket's earlier datagrams to the frontend went to.
-	Datagrams, DatagramsKept uint64
-	// Revnat counts replies (recvmsg) and getpeername answers given the frontend's address.
-	Revnat uint64
-	// NoSlot counts slot sets found without a slot: never, unless map writes failed.
-	NoSlot uint64
-	// AffinityKept counts connections sent to their client's endpoint (sessionAffinity).
-	AffinityKept uint64
-}
-
-// Counters reads the counters.
-func (d *Datapath) Counters() (Counters, error) { return readCounters(d.objs.Stats) }
+// Counters returns the programs' counts since they were loaded (pinned programs: since the
+// first agent loaded them), summed over CPUs.
+func (d *Datapath) Counters() (datapath.SocketCounters, error) { return readCounters(d.objs.Stats) }
 
 // readCounters sums the stats map over CPUs.
-func readCounters(stats *ebpf.Map) (Counters, error) {
-	var c Counters
+func readCounters(stats *ebpf.Map) (datapath.SocketCounters, error) {
+	var c datapath.SocketCounters
 	for i, dst := range []*uint64{&c.Connects, &c.Refused, &c.Datagrams, &c.DatagramsKept, &c.Revnat, &c.NoSlot, &c.AffinityKept} {
 		var per []uint64
 		if err := stats.Lookup(uint32(i), &per); err != nil {
-			return Counters{}, fmt.Errorf("socklb: read counter %d: %w", i, err)
+			return datapath.SocketCounters{}, fmt.Errorf("socklb: read counter %d: %w", i, err)
 		}
 		for _, v := range per {
 			*dst += v
@@ -712,57 +685,23 @@ func readCounters(stats *ebpf.Map) (Counters, error) {
 // Frontends returns how many frontends the maps hold.
 func (d *Datapath) Frontends() int { return len(d.current) }
 
-// Address families as the maps store them.
-const (
-	familyV4 = 4
-	familyV6 = 6
-)
-
-// wireAddr converts a to the maps' struct addr and family (an IPv4-mapped address as IPv4).
-func wireAddr(a netip.Addr) ([4]uint32, uint8) {
-	var w [4]uint32
-	a = a.Unmap()
-	if a.Is4() {
-		b := a.As4()
-		w[0] = binary.NativeEndian.Uint32(b[:])
-		return w, familyV4
-	}
-	b := a.As16()
-	for i := range 4 {
-		w[i] = binary.NativeEndian.Uint32(b[i*4:])
-	}
-	return w, familyV6
-}
-
-// fromWire converts a struct addr and family back to an address.
-func fromWire(w [4]uint32, family uint8) netip.Addr {
-	var b [16]byte
-	for i := range 4 {
-		binary.NativeEndian.PutUint32(b[i*4:], w[i])
-	}
-	if family == familyV4 {
-		return netip.AddrFrom4([4]byte(b[:4]))
-	}
-	return netip.AddrFrom16(b)
-}
-
-// htons converts a port to the network order the maps hold (and back).
-func htons(p uint16) uint16 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], p)
-	return binary.NativeEndian.Uint16(b[:])
-}
-
+// svcKey is frontend f as the services map's key.
 func svcKey(f datapath.Frontend) socklbSvcKey {
 	var k socklbSvcKey
-	k.Addr.W, k.Family = wireAddr(f.Addr)
-	k.Port, k.Proto = htons(f.Port), uint8(f.Proto)
+	k.Addr.W, k.Family = datapath.WireAddr(f.Addr)
+	k.Port, k.Proto = datapath.WirePort(f.Port), uint8(f.Proto)
 	return k
 }
 
+// endpointOf is ep as the maps hold an endpoint.
 func endpointOf(ep netip.AddrPort) socklbEndpoint {
 	var e socklbEndpoint
-	e.Addr.W, e.Family = wireAddr(ep.Addr())
-	e.Port = htons(ep.Port())
+	e.Addr.W, e.Family = datapath.WireAddr(ep.Addr())
+	e.Port = datapath.WirePort(ep.Port())
 	return e
+}
+
+// endpointFromWire is the inverse of endpointOf.
+func endpointFromWire(e socklbEndpoint) netip.AddrPort {
+	return netip.AddrPortFrom(datapath.AddrFromWire(e.Addr.W, e.Family), datapath.WirePort(e.Port))
 }

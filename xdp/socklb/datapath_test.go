@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,7 +17,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
-	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -113,6 +113,51 @@ func (s *site) client(t *testing.T, outside bool, actions ...string) []report {
 	return nil
 }
 
+// plan is the frontends a test wants the Datapath to hold (lb.ConnectPlan's shape: packages
+// under xdp/ do not import lb).
+type plan map[datapath.Frontend]datapath.ConnectFrontend
+
+// changes counts what apply wrote.
+type changes struct{ set, deleted int }
+
+// apply makes d hold p through the contract, as lb/reconcile's ConnectReconciler does: it
+// deletes the frontends d holds that p lacks, then sets those that differ (a frontend read back
+// damaged differs from every plan) in order, then commits, complete when every write
+// succeeded.
+func apply(d *Datapath, p plan) (changes, error) {
+	var ch changes
+	held, err := d.ConnectFrontends()
+	if err != nil {
+		return ch, err
+	}
+	var errs []error
+	for f := range held {
+		if _, keep := p[f]; keep {
+			continue
+		}
+		if err := d.DeleteConnectFrontend(f); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ch.deleted++
+	}
+	var fronts []datapath.Frontend
+	for f, cf := range p {
+		if cur, had := held[f]; !had || !cur.Equal(cf) {
+			fronts = append(fronts, f)
+		}
+	}
+	slices.SortFunc(fronts, datapath.Frontend.Compare)
+	for _, f := range fronts {
+		if err := d.SetConnectFrontend(f, p[f]); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ch.set++
+	}
+	return ch, errors.Join(append(errs, d.Commit(len(errs) == 0))...)
+}
+
 func ep(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
 
 // eps is a frontend without affinity sending to endpoints e.
@@ -137,15 +182,18 @@ func allEqual(xs []string, want string) bool {
 
 func TestSocketBalancing(t *testing.T) {
 	s := newSite(t)
-	plan := lb.ConnectPlan{
+	p := plan{
 		front("198.18.200.1", 80, datapath.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
 		front("198.18.200.1", 53, datapath.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
 		front("2001:db8:200::1", 80, datapath.TCP): eps(ep(b10s, 8080), ep(b11s, 8080)),
 		front("198.18.200.2", 80, datapath.TCP):    eps(),
 	}
-	ch, err := s.dp.Apply(plan)
-	if err != nil || ch != (Changes{Added: 4}) {
-		t.Fatalf("Apply: %+v, %v", ch, err)
+	ch, err := apply(s.dp, p)
+	if err != nil || ch != (changes{set: 4}) {
+		t.Fatalf("apply: %+v, %v", ch, err)
+	}
+	if got, err := s.dp.ConnectFrontends(); err != nil || !samePlan(got, p) {
+		t.Errorf("ConnectFrontends: %v, %v; want %v", got, err, p)
 	}
 	r := s.client(t, false,
 		"tcp=198.18.200.1:80*60", "tcp=[2001:db8:200::1]:80*40", "mapped=198.18.200.1:80*20",
@@ -190,11 +238,11 @@ func TestSocketBalancing(t *testing.T) {
 	}
 
 	// One backend left: every connection goes there; a removed frontend is left alone.
-	plan[front("198.18.200.1", 80, datapath.TCP)] = eps(ep(b11, 8080))
-	delete(plan, front("2001:db8:200::1", 80, datapath.TCP))
-	ch, err = s.dp.Apply(plan)
-	if err != nil || ch != (Changes{Updated: 1, Removed: 1, Unchanged: 2}) {
-		t.Fatalf("Apply: %+v, %v", ch, err)
+	p[front("198.18.200.1", 80, datapath.TCP)] = eps(ep(b11, 8080))
+	delete(p, front("2001:db8:200::1", 80, datapath.TCP))
+	ch, err = apply(s.dp, p)
+	if err != nil || ch != (changes{set: 1, deleted: 1}) {
+		t.Fatalf("apply: %+v, %v", ch, err)
 	}
 	r = s.client(t, false, "tcp=198.18.200.1:80*20", "tcp=[2001:db8:200::1]:80")
 	if r[0].Err != "" || !allEqual(r[0].Answers, "b11") {
@@ -203,13 +251,13 @@ func TestSocketBalancing(t *testing.T) {
 	if r[1].Err != "ENETUNREACH" {
 		t.Errorf("removed frontend: error %q, want ENETUNREACH", r[1].Err)
 	}
-	// The replaced and removed slot sets stay until the next Apply (a program may have read
-	// their id just before), which deletes them.
+	// The replaced and removed slot sets stay until the next pass's Commit (a program may have
+	// read their id just before this one's), which deletes them.
 	if n := mapLen(t, s.dp.objs.Slots); n != 3+4 {
 		t.Errorf("slots holds %d entries, want 7 (3 live, 4 retired)", n)
 	}
-	if ch, err := s.dp.Apply(plan); err != nil || ch != (Changes{Unchanged: 3}) {
-		t.Fatalf("Apply again: %+v, %v", ch, err)
+	if ch, err := apply(s.dp, p); err != nil || ch != (changes{}) {
+		t.Fatalf("apply again: %+v, %v", ch, err)
 	}
 	if n := mapLen(t, s.dp.objs.Slots); n != 1+2 {
 		t.Errorf("slots holds %d entries, want 3", n)
@@ -219,23 +267,33 @@ func TestSocketBalancing(t *testing.T) {
 	}
 }
 
-func TestApplyRefusesBadFrontends(t *testing.T) {
+// samePlan reports whether a and b hold the same frontends.
+func samePlan(a, b plan) bool {
+	return maps.EqualFunc(a, b, datapath.ConnectFrontend.Equal)
+}
+
+// TestSetRefusesBadFrontends: a frontend that cannot be written is reported and keeps what it
+// had; the others are written.
+func TestSetRefusesBadFrontends(t *testing.T) {
 	s := newSite(t)
 	good := front("198.18.200.1", 80, datapath.TCP)
-	_, err := s.dp.Apply(lb.ConnectPlan{good: eps(ep(b10, 8080))})
-	if err != nil {
+	if _, err := apply(s.dp, plan{good: eps(ep(b10, 8080))}); err != nil {
 		t.Fatal(err)
 	}
-	bad := lb.ConnectPlan{
+	bad := plan{
 		good:                                     eps(ep(b10s, 8080)), // the other family: keeps what it had
 		front("198.18.200.3", 0, datapath.TCP):   eps(ep(b10, 8080)),
 		front("198.18.200.4", 80, 132):           eps(ep(b10, 8080)),
 		front("198.18.200.5", 80, datapath.TCP):  eps(ep(b10, 0)),
 		front("198.18.200.6", 443, datapath.TCP): eps(ep(b11, 8080)),
 	}
-	ch, err := s.dp.Apply(bad)
-	if err == nil || ch.Added != 1 {
-		t.Fatalf("Apply: %+v, %v; want 1 added and errors", ch, err)
+	ch, err := apply(s.dp, bad)
+	if err == nil || ch.set != 1 {
+		t.Fatalf("apply: %+v, %v; want 1 written and errors", ch, err)
+	}
+	want := plan{good: eps(ep(b10, 8080)), front("198.18.200.6", 443, datapath.TCP): eps(ep(b11, 8080))}
+	if got, _ := s.dp.ConnectFrontends(); !samePlan(got, want) {
+		t.Errorf("ConnectFrontends after the refusals: %v, want %v", got, want)
 	}
 	for _, w := range []string{"endpoint [2001:db8:1::10]:8080 is not a usable endpoint", "198.18.200.3:0/TCP: needs an address and a port", "protocol 132", "198.18.1.10:0"} {
 		if !strings.Contains(err.Error(), w) {
@@ -245,6 +303,65 @@ func TestApplyRefusesBadFrontends(t *testing.T) {
 	r := s.client(t, false, "tcp=198.18.200.1:80*5", "tcp=198.18.200.6:443")
 	if !allEqual(r[0].Answers, "b10") || !allEqual(r[1].Answers, "b11") {
 		t.Errorf("clients saw %+v: want the old b10 kept and the good new frontend served", r)
+	}
+}
+
+// TestUDPAndAffinity: IPv6 datagrams, a connected UDP socket that names its peer on every send,
+// and sessionAffinity: ClientIP (the client being the network namespace).
+func TestUDPAndAffinity(t *testing.T) {
+	s := newSite(t)
+	sticky := front("198.18.200.9", 80, datapath.TCP)
+	p := plan{
+		front("198.18.200.1", 53, datapath.UDP):    eps(ep(b10, 5353), ep(b11, 5353)),
+		front("2001:db8:200::1", 53, datapath.UDP): eps(ep(b10s, 5353), ep(b11s, 5353)),
+		sticky: {Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute},
+	}
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
+	}
+	r := s.client(t, false, "udp=[2001:db8:200::1]:53*8", "udpconnsendto=198.18.200.1:53*20", "tcp=198.18.200.9:80*20")
+	if c := count(r[0].Answers); r[0].Err != "" || len(c) != 1 || len(r[0].Answers) != 8 || !allEqual(r[0].Peers, "[2001:db8:200::1]:53") {
+		t.Errorf("IPv6 datagrams: %+v: want 8 answers from one backend, from the cluster IP", r[0])
+	}
+	if c := count(r[1].Answers); r[1].Err != "" || len(c) != 1 || len(r[1].Answers) != 20 {
+		t.Errorf("connected socket with sendto: %+v: want 20 answers from its one endpoint", r[1])
+	}
+	c := count(r[2].Answers)
+	if r[2].Err != "" || len(c) != 1 {
+		t.Fatalf("affinity: %+v: want every connection on one backend", r[2])
+	}
+	first := r[2].Answers[0]
+	// Another process of the same client (namespace) gets the same endpoint.
+	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, first) {
+		t.Errorf("affinity, second process: %v, want %s throughout", r[0].Answers, first)
+	}
+	cnt, err := s.dp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cnt.AffinityKept != 29 {
+		t.Errorf("AffinityKept = %d, want 29 (every connection but the first)", cnt.AffinityKept)
+	}
+	// The client's endpoint leaves: it moves to the other, and stays there when the first
+	// comes back.
+	other := "b11"
+	if first == "b11" {
+		other = "b10"
+	}
+	keep := map[string]netip.AddrPort{"b10": ep(b10, 8080), "b11": ep(b11, 8080)}
+	p[sticky] = datapath.ConnectFrontend{Endpoints: []netip.AddrPort{keep[other]}, AffinityTimeout: time.Minute}
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.9:80*5"); !allEqual(r[0].Answers, other) {
+		t.Errorf("after its endpoint left: %v, want %s throughout", r[0].Answers, other)
+	}
+	p[sticky] = datapath.ConnectFrontend{Endpoints: []netip.AddrPort{ep(b10, 8080), ep(b11, 8080)}, AffinityTimeout: time.Minute}
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.9:80*10"); !allEqual(r[0].Answers, other) {
+		t.Errorf("after the first endpoint came back: %v, want %s throughout", r[0].Answers, other)
 	}
 }
 
@@ -277,22 +394,25 @@ func pinDir(t *testing.T) string {
 }
 
 // TestPinnedRestart: with pins, balancing outlives the Datapath; the next Load adopts the maps
-// (reading back what they hold, dropping a stray slot set) and Remove detaches everything.
+// (reading back what they hold, a damaged frontend with a zero AddrPort in place of its missing
+// slot, dropping a stray slot set) and Remove detaches everything. Pins it cannot adopt are
+// replaced at the first Commit(true), not before.
 func TestPinnedRestart(t *testing.T) {
 	s := newSite(t)
 	pin := pinDir(t)
-	plan := lb.ConnectPlan{
-		front("198.18.200.1", 80, datapath.TCP): eps(ep(b10, 8080), ep(b11, 8080)),
-		front("198.18.200.1", 53, datapath.UDP): eps(ep(b10, 5353)),
+	web, dns := front("198.18.200.1", 80, datapath.TCP), front("198.18.200.1", 53, datapath.UDP)
+	p := plan{
+		web: eps(ep(b10, 8080), ep(b11, 8080)),
+		dns: eps(ep(b10, 5353)),
 	}
 	d1, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d1.Apply(plan); err != nil {
+	if _, err := apply(d1, p); err != nil {
 		t.Fatal(err)
 	}
-	// A slot set no frontend points to, as an agent killed inside an Apply leaves.
+	// A slot set no frontend points to, as an agent killed inside a reconcile pass leaves.
 	stray := socklbSlotKey{Id: 999, Slot: 0}
 	e := socklbSlotValue{Ep: endpointOf(ep(b11, 1))}
 	if err := d1.objs.Slots.Put(&stray, &e); err != nil {
@@ -304,6 +424,24 @@ func TestPinnedRestart(t *testing.T) {
 	if r := s.client(t, false, "tcp=198.18.200.1:80*20"); r[0].Err != "" || len(count(r[0].Answers)) != 2 {
 		t.Errorf("with the agent gone: %+v, want both backends still", r[0])
 	}
+	// web's second slot lost while no agent runs (as by something else writing the maps).
+	slots, err := ebpf.LoadPinnedMap(filepath.Join(pin, "map_slots"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var webID uint32
+	var sk socklbSlotKey
+	var sv socklbSlotValue
+	for it := slots.Iterate(); it.Next(&sk, &sv); {
+		if sv.Ep == endpointOf(ep(b11, 8080)) {
+			webID = sk.Id
+			break
+		}
+	}
+	if err := slots.Delete(&socklbSlotKey{Id: webID, Slot: 1}); err != nil {
+		t.Fatalf("delete web's slot 1 (set %d): %v", webID, err)
+	}
+	slots.Close()
 
 	d2, err := Load(Options{Cgroup: s.cgroup, PinPath: pin})
 	if err != nil {
@@ -321,22 +459,33 @@ func TestPinnedRestart(t *testing.T) {
 	if d2.Frontends() != 2 || d2.nextID <= 2 {
 		t.Errorf("adopted %d frontends, next id %d", d2.Frontends(), d2.nextID)
 	}
+	damaged := plan{web: eps(ep(b10, 8080), netip.AddrPort{}), dns: p[dns]}
+	if got, err := d2.ConnectFrontends(); err != nil || !samePlan(got, damaged) {
+		t.Errorf("ConnectFrontends after adoption: %v, %v; want %v (the missing slot a zero AddrPort)", got, err, damaged)
+	}
+	if n := mapLen(t, d2.objs.Slots); n != 2 {
+		t.Errorf("slots holds %d entries after adoption, want 2 (the stray set dropped)", n)
+	}
+	if ch, err := apply(d2, p); err != nil || ch != (changes{set: 1}) {
+		t.Errorf("the same plan again: %+v, %v; want the damaged frontend rewritten", ch, err)
+	}
+	if ch, err := apply(d2, p); err != nil || ch != (changes{}) {
+		t.Errorf("the same plan a third time: %+v, %v; want nothing written", ch, err)
+	}
+	// The damaged set, read back in part, is found by its id and deleted.
 	if n := mapLen(t, d2.objs.Slots); n != 3 {
-		t.Errorf("slots holds %d entries after adoption, want 3 (the stray set dropped)", n)
+		t.Errorf("slots holds %d entries, want 3 (the damaged set deleted)", n)
 	}
-	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Unchanged: 2}) {
-		t.Errorf("the same plan again: %+v, %v; want nothing changed", ch, err)
-	}
-	plan[front("198.18.200.1", 80, datapath.TCP)] = eps(ep(b10, 8080))
-	if ch, err := d2.Apply(plan); err != nil || ch != (Changes{Updated: 1, Unchanged: 1}) {
+	p[web] = eps(ep(b10, 8080))
+	if ch, err := apply(d2, p); err != nil || ch != (changes{set: 1}) {
 		t.Errorf("one change: %+v, %v", ch, err)
 	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80*10", "udp=198.18.200.1:53*3"); !allEqual(r[0].Answers, "b10") || !allEqual(r[1].Peers, "198.18.200.1:53") {
 		t.Errorf("after adoption: %+v", r)
 	}
 	// Pins attached to another cgroup are replaced, make before break: the new Load attaches
-	// to its own cgroup, the old pins keep balancing until its first Apply, then go (the site's
-	// cgroup is no longer balanced).
+	// to its own cgroup, the old pins keep balancing until its first Commit(true), then go (the
+	// site's cgroup is no longer balanced).
 	if err := d2.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -353,9 +502,15 @@ func TestPinnedRestart(t *testing.T) {
 		t.Errorf("Load for another cgroup over the pins: replaced %v, %d frontends; want a replacement", r, d3.Frontends())
 	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80*3"); !allEqual(r[0].Answers, "b10") {
-		t.Errorf("the old cgroup before the new Datapath's first Apply: %+v, want still balanced", r[0])
+		t.Errorf("the old cgroup before the new Datapath's first Commit: %+v, want still balanced", r[0])
 	}
-	if _, err := d3.Apply(lb.ConnectPlan{}); err != nil {
+	if err := d3.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.client(t, false, "tcp=198.18.200.1:80*3"); !allEqual(r[0].Answers, "b10") {
+		t.Errorf("the old cgroup after an incomplete pass: %+v, want still balanced", r[0])
+	}
+	if _, err := apply(d3, plan{}); err != nil {
 		t.Fatal(err)
 	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80"); r[0].Err != "ENETUNREACH" {

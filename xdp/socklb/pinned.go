@@ -32,7 +32,7 @@ type PinnedAgent struct {
 	// Frontends are sorted by address, port and protocol.
 	Frontends []PinnedFrontend
 	// Counters are the programs' counters.
-	Counters Counters
+	Counters datapath.SocketCounters
 	// Attached counts the programs whose links are pinned, of Hooks: fewer means part of the
 	// balancing is detached (a cleanup stopped half-way), and the frontends are not all served.
 	Attached, Hooks int
@@ -87,7 +87,8 @@ func ReadPinned(dir string) (PinnedAgent, error) {
 	var v socklbSvcValue
 	it := maps["services"].Iterate()
 	for it.Next(&k, &v) {
-		f, eps, missing := readFrontend(maps["slots"], k, v)
+		f, slots, missing := readFrontend(maps["slots"], k, v)
+		eps := slices.DeleteFunc(slots, func(e netip.AddrPort) bool { return e == netip.AddrPort{} })
 		byFront[f] = PinnedFrontend{Frontend: f, Endpoints: eps, Missing: missing,
 			AffinityTimeout: time.Duration(v.AffinitySecs) * time.Second}
 	}

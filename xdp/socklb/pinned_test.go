@@ -13,7 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/xlb-dev/xlb/internal/netlab"
-	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -23,7 +22,7 @@ import (
 func TestReadPinned(t *testing.T) {
 	s := newSite(t)
 	pin := pinDir(t)
-	plan := lb.ConnectPlan{
+	p := plan{
 		front("198.18.200.1", 80, datapath.TCP):    eps(ep(b10, 8080), ep(b11, 8080)),
 		front("198.18.200.1", 53, datapath.UDP):    {Endpoints: []netip.AddrPort{ep(b10, 5353)}, AffinityTimeout: 3 * time.Hour},
 		front("198.18.200.2", 80, datapath.TCP):    eps(), // no endpoint: refused
@@ -33,7 +32,7 @@ func TestReadPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Apply(plan); err != nil {
+	if _, err := apply(d, p); err != nil {
 		t.Fatal(err)
 	}
 	if r := s.client(t, false, "tcp=198.18.200.1:80*4"); r[0].Err != "" {
@@ -41,7 +40,7 @@ func TestReadPinned(t *testing.T) {
 	}
 	want := func() string {
 		var out []string
-		for f, cf := range plan {
+		for f, cf := range p {
 			out = append(out, fmt.Sprintf("%s %v %v", f, cf.Endpoints, cf.AffinityTimeout))
 		}
 		slices.Sort(out)

@@ -17,22 +17,17 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// ErrReapUnsupported is wrapped by ReapUDPErr and ReapUDP's error when the kernel cannot
-// destroy sockets from BPF (bpf_sock_destroy and UDP socket iterators need Linux 6.5).
-var ErrReapUnsupported = errors.New("socklb: closing the UDP sockets of removed endpoints is not supported by this kernel")
+// ErrReapUnsupported is wrapped by ReapUDPErr and CloseLostUDP's error when the kernel cannot
+// destroy sockets from BPF (bpf_sock_destroy and UDP socket iterators need Linux 6.5). It
+// wraps datapath.ErrUnsupported.
+var ErrReapUnsupported = fmt.Errorf("socklb: closing the UDP sockets of removed endpoints: %w", datapath.ErrUnsupported)
 
 // DefaultNetnsDir is where containerd and CRI-O pin Pods' network namespaces.
 const DefaultNetnsDir = "/run/netns"
-
-// Reaped is a connected UDP socket that ReapUDP destroyed.
-type Reaped struct {
-	Netns    string         // the network namespace's path, as given to ReapUDP
-	Endpoint netip.AddrPort // the endpoint the socket was connected to
-	Frontend netip.AddrPort // the cluster IP and port the application had asked for
-	Err      error          // the kernel's error when it could not destroy the socket
-}
 
 // reaper is the loaded UDP socket iterator (bpf/reap.c) and its link, on the Datapath's maps.
 type reaper struct {
@@ -83,24 +78,53 @@ func (r *reaper) close() error {
 	return errors.Join(r.iter.Close(), r.objs.Close())
 }
 
-// ReapUDPErr returns why ReapUDP cannot work (wrapping ErrReapUnsupported), nil when it can.
+// ReapUDPErr returns why CloseLostUDP cannot work (wrapping ErrReapUnsupported when the kernel
+// lacks what it needs), nil when it can.
 func (d *Datapath) ReapUDPErr() error { return d.reapErr }
 
-// ReapUDP destroys, in each network namespace in netns (paths of nsfs files: /run/netns/<name>,
-// /proc/<pid>/ns/net), the connected UDP sockets that the programs sent to an endpoint that no
-// longer serves the frontend they asked for: an endpoint Apply removed, or any endpoint of a
-// frontend Apply removed. Their applications' next send fails with EDESTADDRREQ (the socket is no
-// longer connected) and their next receive with ECONNABORTED; a new socket is balanced afresh. Unconnected sockets need none of this (each sendto is
+// CloseLostUDP closes, in the caller's network namespace and in every one pinned in netnsDir
+// (where the container runtime pins Pods', DefaultNetnsDir; "" for the caller's only: see
+// Namespaces), the connected UDP sockets that the programs sent to an endpoint that no longer
+// serves the frontend they asked for: an endpoint SetConnectFrontend removed, or any endpoint
+// of a frontend DeleteConnectFrontend removed. Their applications' next send fails with
+// EDESTADDRREQ (the socket is no longer connected) and their next receive with ECONNABORTED; a
+// new socket is balanced afresh. Unconnected sockets need none of this (each sendto is
 // balanced), nor do TCP connections (kube-proxy leaves them too: their endpoint's end resets
-// them). A namespace given twice, or under two names, is visited once; one that no longer
-// exists (or whose file no longer holds a namespace) is skipped. It returns what it destroyed,
-// and the errors of the namespaces it could not visit; without the iterator, ReapUDPErr.
-func (d *Datapath) ReapUDP(netns []string) ([]Reaped, error) {
+// them). It returns what it closed or failed to close, with the errors of the namespaces it
+// could not list or visit. Without the UDP socket iterator it closes nothing and returns an
+// error wrapping datapath.ErrUnsupported (and ReapUDPErr).
+func (d *Datapath) CloseLostUDP(netnsDir string) ([]datapath.ClosedSocket, error) {
 	if d.reap == nil {
-		return nil, d.reapErr
+		return nil, d.noReaper()
+	}
+	netns, err := Namespaces(netnsDir)
+	closed, err2 := d.reapUDP(netns)
+	return closed, errors.Join(err, err2)
+}
+
+// noReaper is CloseLostUDP's error without the iterator. It wraps datapath.ErrUnsupported
+// whatever kept the iterator from loading (the kernel, or a missing permission): nothing can be
+// closed with this Datapath, as ReapUDPErr said when it loaded.
+func (d *Datapath) noReaper() error {
+	switch {
+	case d.reapErr == nil:
+		return ErrReapUnsupported
+	case errors.Is(d.reapErr, datapath.ErrUnsupported):
+		return d.reapErr
+	}
+	return fmt.Errorf("socklb: no UDP socket iterator (%w): %w", datapath.ErrUnsupported, d.reapErr)
+}
+
+// reapUDP is CloseLostUDP in each network namespace in netns (paths of nsfs files:
+// /run/netns/<name>, /proc/<pid>/ns/net). A namespace given twice, or under two names, is
+// visited once; one that no longer exists (or whose file no longer holds a namespace) is
+// skipped. It returns what it destroyed, and the errors of the namespaces it could not visit.
+func (d *Datapath) reapUDP(netns []string) ([]datapath.ClosedSocket, error) {
+	if d.reap == nil {
+		return nil, d.noReaper()
 	}
 	var (
-		out  []Reaped
+		out  []datapath.ClosedSocket
 		errs []error
 		seen = map[[2]uint64]bool{}
 	)
@@ -130,7 +154,7 @@ func (d *Datapath) ReapUDP(netns []string) ([]Reaped, error) {
 }
 
 // in runs the iterator in the network namespace at path and decodes what it destroyed.
-func (r *reaper) in(path string) ([]Reaped, error) {
+func (r *reaper) in(path string) ([]datapath.ClosedSocket, error) {
 	ns, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -157,7 +181,7 @@ func (r *reaper) in(path string) ([]Reaped, error) {
 		}
 	}
 	var (
-		out []Reaped
+		out []datapath.ClosedSocket
 		rec reapReapRecord
 		sz  = binary.Size(rec)
 	)
@@ -168,10 +192,10 @@ func (r *reaper) in(path string) ([]Reaped, error) {
 		if err := binary.Read(rd, binary.NativeEndian, &rec); err != nil {
 			return out, fmt.Errorf("decode the UDP socket iterator's output: %w", err)
 		}
-		x := Reaped{
+		x := datapath.ClosedSocket{
 			Netns:    path,
-			Endpoint: netip.AddrPortFrom(fromWire(rec.Peer.Addr.W, rec.Peer.Family), htons(rec.Peer.Port)),
-			Frontend: netip.AddrPortFrom(fromWire(rec.Front.Addr.W, rec.Front.Family), htons(rec.Front.Port)),
+			Endpoint: netip.AddrPortFrom(datapath.AddrFromWire(rec.Peer.Addr.W, rec.Peer.Family), datapath.WirePort(rec.Peer.Port)),
+			Frontend: netip.AddrPortFrom(datapath.AddrFromWire(rec.Front.Addr.W, rec.Front.Family), datapath.WirePort(rec.Front.Port)),
 		}
 		if rec.Err != 0 {
 			x.Err = syscall.Errno(-rec.Err)
@@ -224,7 +248,7 @@ func openIn(ns *os.File, it *link.Iter) (io.ReadCloser, error) {
 	return o.rc, o.err
 }
 
-// Namespaces returns the network namespaces a node's ReapUDP visits: the caller's own, then
+// Namespaces returns the network namespaces CloseLostUDP visits: the caller's own, then
 // every namespace pinned in dir (where the container runtime pins Pods', DefaultNetnsDir), in
 // name order. A dir that does not exist gives only the caller's.
 func Namespaces(dir string) ([]string, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -12,11 +13,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/xlb-dev/xlb/internal/netlab"
-	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -86,21 +89,24 @@ func (c *heldClient) again(t *testing.T) []report {
 	return c.next(t, reportTag)
 }
 
-func TestReapUDP(t *testing.T) {
+// TestCloseLostUDP: the connected UDP sockets whose endpoint left their frontend, or whose
+// frontend went, are closed in the namespaces pinned in a directory (each once, a dangling one
+// skipped); the others go on.
+func TestCloseLostUDP(t *testing.T) {
 	s := newSite(t)
 	if s.dp.reap == nil {
 		t.Fatalf("the UDP socket iterator did not load: %v", s.dp.reapErr)
 	}
 	fa, fb, fc := front("198.18.200.1", 53, datapath.UDP), front("198.18.200.2", 53, datapath.UDP), front("198.18.200.3", 53, datapath.UDP)
 	fd, fe := front("2001:db8:200::1", 53, datapath.UDP), front("198.18.200.5", 53, datapath.UDP)
-	plan := lb.ConnectPlan{
+	p := plan{
 		fa: eps(ep(b10, 5353)),
 		fb: eps(ep(b11, 5353)),
 		fc: eps(ep(b10, 5353)),
 		fd: eps(ep(b10s, 5353)),
 		fe: eps(ep(b10, 5353)),
 	}
-	if _, err := s.dp.Apply(plan); err != nil {
+	if _, err := apply(s.dp, p); err != nil {
 		t.Fatal(err)
 	}
 	// Seven connected sockets: to A, B, C, D and E's cluster IPs, one straight to b10 (not
@@ -114,36 +120,46 @@ func TestReapUDP(t *testing.T) {
 	}
 	netns := filepath.Join("/run/netns", s.ns.Name)
 
-	// Nothing changed: nothing is destroyed.
-	if got, err := s.dp.ReapUDP([]string{netns}); err != nil || len(got) != 0 {
-		t.Fatalf("ReapUDP with every endpoint serving: %+v, %v", got, err)
+	// A directory of pinned namespaces, as the container runtime keeps them: the site's under
+	// two names, and one whose namespace is gone.
+	dir := t.TempDir()
+	pod := filepath.Join(dir, "pod-a")
+	for name, target := range map[string]string{"pod-a": netns, "pod-b": netns, "pod-gone": netns + "-gone"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Nothing changed: nothing is closed.
+	if got, err := s.dp.CloseLostUDP(dir); err != nil || len(got) != 0 {
+		t.Fatalf("CloseLostUDP with every endpoint serving: %+v, %v", got, err)
 	}
 
 	// A's and D's endpoints move from b10 to b11, B is unchanged, C is deleted, E has no
 	// endpoint left.
-	plan[fa] = eps(ep(b11, 5353))
-	plan[fd] = eps(ep(b11s, 5353))
-	plan[fe] = eps()
-	delete(plan, fc)
-	if ch, err := s.dp.Apply(plan); err != nil || ch.UDPLost != 4 {
-		t.Fatalf("Apply: %+v, %v; want 4 UDP frontends that lost an endpoint", ch, err)
+	p[fa] = eps(ep(b11, 5353))
+	p[fd] = eps(ep(b11s, 5353))
+	p[fe] = eps()
+	delete(p, fc)
+	if _, err := apply(s.dp, p); err != nil {
+		t.Fatal(err)
 	}
-	// The namespace twice (under another name too) and one that is gone: visited once, skipped.
-	self := filepath.Join("/proc", "self", "ns", "net")
-	got, err := s.dp.ReapUDP([]string{netns, netns, filepath.Join("/run/netns", s.ns.Name+"-gone"), self})
+	// The agent's own namespace, then the site's (twice: visited once), then the gone one
+	// (skipped).
+	got, err := s.dp.CloseLostUDP(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Reaped{
-		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.1:53")},
-		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.1:53")},
-		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.3:53")},
-		{Netns: netns, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.5:53")},
-		{Netns: netns, Endpoint: ep(b10s, 5353), Frontend: netip.MustParseAddrPort("[2001:db8:200::1]:53")},
+	want := []datapath.ClosedSocket{
+		{Netns: pod, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.1:53")},
+		{Netns: pod, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.1:53")},
+		{Netns: pod, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.3:53")},
+		{Netns: pod, Endpoint: ep(b10, 5353), Frontend: netip.MustParseAddrPort("198.18.200.5:53")},
+		{Netns: pod, Endpoint: ep(b10s, 5353), Frontend: netip.MustParseAddrPort("[2001:db8:200::1]:53")},
 	}
-	slices.SortFunc(got, func(a, b Reaped) int { return a.Frontend.Compare(b.Frontend) })
-	if !slices.EqualFunc(got, want, func(a, b Reaped) bool { return a == b }) {
-		t.Errorf("ReapUDP destroyed %+v, want %+v", got, want)
+	slices.SortFunc(got, func(a, b datapath.ClosedSocket) int { return a.Frontend.Compare(b.Frontend) })
+	if !slices.EqualFunc(got, want, func(a, b datapath.ClosedSocket) bool { return a == b }) {
+		t.Errorf("CloseLostUDP closed %+v, want %+v", got, want)
 	}
 
 	after := cl.again(t)
@@ -167,15 +183,26 @@ func TestReapUDP(t *testing.T) {
 		t.Errorf("a new socket to A: %+v, want b11", r[0])
 	}
 	// Once destroyed, a socket is not found again.
-	if got, err := s.dp.ReapUDP([]string{netns}); err != nil || len(got) != 0 {
-		t.Errorf("second ReapUDP: %+v, %v, want nothing", got, err)
+	if got, err := s.dp.reapUDP([]string{netns}); err != nil || len(got) != 0 {
+		t.Errorf("second walk: %+v, %v, want nothing", got, err)
 	}
 }
 
-func TestReapUnsupported(t *testing.T) {
-	d := &Datapath{reapErr: ErrReapUnsupported}
-	if _, err := d.ReapUDP([]string{"/proc/self/ns/net"}); !errors.Is(err, ErrReapUnsupported) {
-		t.Errorf("ReapUDP without the iterator: %v, want ErrReapUnsupported", err)
+// TestCloseLostUDPUnsupported: without the UDP socket iterator CloseLostUDP closes nothing and
+// says so with datapath.ErrUnsupported, whatever kept the iterator from loading.
+func TestCloseLostUDPUnsupported(t *testing.T) {
+	for _, reapErr := range []error{
+		fmt.Errorf("socklb: load the UDP socket iterator: %w: %w", ErrReapUnsupported, ebpf.ErrNotSupported),
+		fmt.Errorf("socklb: load the UDP socket iterator: %w", syscall.EPERM),
+	} {
+		d := &Datapath{reapErr: reapErr}
+		got, err := d.CloseLostUDP(t.TempDir())
+		if len(got) != 0 || !errors.Is(err, datapath.ErrUnsupported) || !errors.Is(err, reapErr) {
+			t.Errorf("CloseLostUDP without the iterator (%v): %v, %v; want nothing closed, an error wrapping datapath.ErrUnsupported and why", reapErr, got, err)
+		}
+	}
+	if !errors.Is(ErrReapUnsupported, datapath.ErrUnsupported) {
+		t.Error("ErrReapUnsupported does not wrap datapath.ErrUnsupported")
 	}
 }
 

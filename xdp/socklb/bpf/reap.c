@@ -8,7 +8,7 @@
  * socket, which connect balances afresh.
  *
  * It is a socket iterator (iter/udp): Go opens it inside each network namespace it reaps and
- * reads it to the end (xdp/socklb, ReapUDP). It runs on the same maps as socklb.c and decides
+ * reads it to the end (xdp/socklb, CloseLostUDP). It runs on the same maps as socklb.c and decides
  * from them alone: a socket is destroyed when revnat_udp says the programs sent it to its
  * peer for a frontend, and that frontend's current slot set (services, members) no longer
  * holds the peer. Sockets the programs did not balance have no revnat_udp entry and are left

@@ -96,7 +96,7 @@ struct revnat_key {
 
 /* services: frontend -> its slot set. Written by Go: a changed frontend gets a new id whose
  * slots and members are written first, so a program sees the old set or the new one, never a
- * mix; the old set is deleted only at the next Apply, long after any program that read the
+ * mix; the old set is deleted only at the next reconcile pass, long after any program that read the
  * old id has finished. The three Go-written maps are not preallocated, so that their memory
  * follows the cluster's size rather than MAX_SLOTS (see struct slot_value for what that means
  * for a reader). */
