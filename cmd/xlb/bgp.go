@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 )
@@ -130,7 +131,7 @@ func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
 // session that is not up (a wrong MD5 password shows only as connection attempts timing out,
 // with no change of state), until ctx ends. The speaker has no callback, so it polls Peers
 // every second.
-func watchSessions(ctx context.Context, s *bgp.Speaker, log *slog.Logger) {
+func watchSessions(ctx context.Context, s *speaker.Speaker, log *slog.Logger) {
 	type seen struct{ state, lastError string }
 	last := map[netip.Addr]seen{}
 	tick := time.NewTicker(time.Second)

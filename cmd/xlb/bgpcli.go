@@ -16,7 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/lb/config"
 )
 
@@ -65,7 +65,7 @@ type bgpRouteStatus struct {
 }
 
 // bgpStatusOf reads the speaker's state (s nil: no speaker).
-func bgpStatusOf(s *bgp.Speaker) bgpStatus {
+func bgpStatusOf(s *speaker.Speaker) bgpStatus {
 	st := bgpStatus{Peers: []bgpPeerStatus{}, Routes: []bgpRouteStatus{}}
 	if s == nil {
 		return st

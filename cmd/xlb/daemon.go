@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
@@ -63,7 +64,7 @@ type daemon struct {
 	down map[datapath.Frontend]bool
 
 	// speaker announces the VIPs over BGP; nil when the config has no bgp section.
-	speaker *bgp.Speaker
+	speaker *speaker.Speaker
 	// running is set (under mu) once the start has succeeded, just before the main loop.
 	running bool
 	// bgpCfg is the bgp section the speaker serves (under mu): its peers and route attributes
@@ -532,7 +533,7 @@ func (d *daemon) registerMetrics(reg *prometheus.Registry) {
 		reg.MustRegister(kubeCollector{d})
 	}
 	if d.speaker != nil {
-		reg.MustRegister(bgp.NewCollector(d.speaker))
+		reg.MustRegister(speaker.NewCollector(d.speaker))
 	}
 	reg.MustRegister(d.coll, d.reconciles, d.reconcileTime, d.configReloads, d.servicesInvalid, d.serving,
 		&healthCollector{d: d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -584,14 +585,14 @@ func (d *daemon) serveHTTP(addr string, reg *prometheus.Registry) (*http.Server,
 // and no session: the first successful reconcile sets the VIPs that can be served, and only then
 // are the sessions opened (bgp.Config.WaitForRoutes), so that their first UPDATE carries them.
 func (d *daemon) startBGP(ctx context.Context, c *config.BGP) error {
-	sp, err := bgp.New(bgpConfig(c), d.log)
+	sp, err := speaker.New(bgpConfig(c), d.log)
 	if err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sp.Start(sctx); err != nil {
-		_ = sp.Stop(context.Background(), bgp.Withdraw)
+		_ = sp.Stop(context.Background(), speaker.Withdraw)
 		return err
 	}
 	d.speaker, d.bgpCfg, d.announced = sp, c, map[netip.Prefix]bool{}
@@ -608,9 +609,9 @@ func (d *daemon) stopBGP(cleanup bool) {
 	// sending to: its routes always go.
 	withdraw := cleanup || !d.dp.Persistent() || (d.bgpCfg.WithdrawOnExit && d.running)
 	d.mu.Unlock()
-	mode, what := bgp.KeepRoutes, "routes kept at the peers for graceful restart"
+	mode, what := speaker.KeepRoutes, "routes kept at the peers for graceful restart"
 	if withdraw {
-		mode, what = bgp.Withdraw, "routes withdrawn"
+		mode, what = speaker.Withdraw, "routes withdrawn"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
