@@ -24,18 +24,7 @@ func bgpConfig(c *config.BGP) bgp.Config {
 		port = -1 // dial out only
 	}
 	return bgp.Config{RouterID: c.RouterID, ASN: c.ASN, ListenPort: port, GracefulRestart: c.GracefulRestart,
-		Peers: bgpPeers(c), WaitForRoutes: true}
-}
-
-// bgpPeers converts the file's peers to the speaker's.
-func bgpPeers(c *config.BGP) []bgp.Peer {
-	out := make([]bgp.Peer, 0, len(c.Peers))
-	for _, p := range c.Peers {
-		out = append(out, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, PasswordFile: p.PasswordFile,
-			MultihopTTL: p.MultihopTTL, HoldTime: p.HoldTime, KeepaliveTime: p.KeepaliveTime,
-			ConnectRetry: p.ConnectRetry, Passive: p.Passive, LocalAddress: p.LocalAddress})
-	}
-	return out
+		Peers: c.Peers, WaitForRoutes: true}
 }
 
 // bgpRestartOnly reports whether a and b differ in settings the speaker takes only at start.
@@ -82,9 +71,7 @@ func vipRoutes(desired *lb.Desired, c *config.BGP) []bgp.Route {
 func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
 	var r bgp.Route
 	r.Communities = slices.Clone(c.Communities)
-	for _, lc := range c.LargeCommunities {
-		r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc.Global, Local1: lc.Local1, Local2: lc.Local2})
-	}
+	r.LargeCommunities = slices.Clone(c.LargeCommunities)
 	var localPref, med *uint32
 	for _, s := range svcs {
 		r.Communities = append(r.Communities, s.Communities...)

@@ -24,7 +24,7 @@ func TestVIPRoutes(t *testing.T) {
 	}}
 	med := uint32(7)
 	cfg := &config.BGP{MinHealthyBackends: 2, Communities: []uint32{65000<<16 | 100}, MED: &med,
-		LargeCommunities: []config.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
 	rs := vipRoutes(d, cfg)
 	if len(rs) != 2 || rs[0].Prefix != netip.PrefixFrom(a, 32) || rs[1].Prefix != netip.PrefixFrom(c, 128) {
 		t.Fatalf("routes %v, want %v/32 and %v/128", rs, a, c)
@@ -60,7 +60,7 @@ func TestVIPRoutesMerge(t *testing.T) {
 		{Addr: c, Port: 80, Proto: datapath.TCP}:  {Service: "medonly", Serving: 1, Route: lb.RouteAttributes{MED: u(50)}},
 	}}
 	cfg := &config.BGP{MinHealthyBackends: 1, Communities: []uint32{65000<<16 | 100}, LocalPref: u(100), MED: u(7),
-		LargeCommunities: []config.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
 	for run := range 20 { // map order varies: the result must not
 		rs := vipRoutes(d, cfg)
 		if len(rs) != 3 {

@@ -659,7 +659,7 @@ func (d *daemon) reloadBGP(c *config.BGP) *config.BGP {
 	if bgpRestartOnly(d.bgpCfg, c) {
 		d.log.Warn("bgp routerID, asn, listenPort or gracefulRestart changed; they take effect at the next restart")
 	}
-	if err := d.speaker.SetPeers(bgpPeers(c)); err != nil {
+	if err := d.speaker.SetPeers(c.Peers); err != nil {
 		d.log.Error("config reload: bgp peers unchanged", "error", err)
 	}
 	return c
