@@ -75,9 +75,7 @@ func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
 	var localPref, med *uint32
 	for _, s := range svcs {
 		r.Communities = append(r.Communities, s.Communities...)
-		for _, lc := range s.LargeCommunities {
-			r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc[0], Local1: lc[1], Local2: lc[2]})
-		}
+		r.LargeCommunities = append(r.LargeCommunities, s.LargeCommunities...)
 		if s.LocalPref != nil && (localPref == nil || *s.LocalPref > *localPref) {
 			localPref = s.LocalPref
 		}

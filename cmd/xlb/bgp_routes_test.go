@@ -50,9 +50,9 @@ func TestVIPRoutesMerge(t *testing.T) {
 	a, b, c := netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("198.18.100.2"), netip.MustParseAddr("198.18.100.3")
 	u := func(v uint32) *uint32 { return &v }
 	web := lb.RouteAttributes{Communities: []uint32{65000<<16 | 300, 65000<<16 | 100}, LocalPref: u(150), MED: u(20),
-		LargeCommunities: [][3]uint32{{65000, 9, 9}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 9, Local2: 9}}}
 	api := lb.RouteAttributes{Communities: []uint32{65000<<16 | 200, 65000<<16 | 300}, LocalPref: u(300), MED: u(5),
-		LargeCommunities: [][3]uint32{{65000, 1, 2}, {65000, 3, 4}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}, {Global: 65000, Local1: 3, Local2: 4}}}
 	d := &lb.Desired{Frontends: map[datapath.Frontend]*lb.FrontendPlan{
 		{Addr: a, Port: 80, Proto: datapath.TCP}:  {Service: "web", Serving: 1, Route: web},
 		{Addr: a, Port: 443, Proto: datapath.TCP}: {Service: "api", Serving: 0, Route: api}, // down: attributes still count

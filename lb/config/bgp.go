@@ -63,10 +63,7 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 		b.WithdrawOnExit, _ = d.boolean(v, o.at("withdrawOnExit"))
 	}
 	attrs := d.routeAttributes(o)
-	b.Communities, b.LocalPref, b.MED = attrs.Communities, attrs.LocalPref, attrs.MED
-	for _, lc := range attrs.LargeCommunities {
-		b.LargeCommunities = append(b.LargeCommunities, bgp.LargeCommunity{Global: lc[0], Local1: lc[1], Local2: lc[2]})
-	}
+	b.Communities, b.LargeCommunities, b.LocalPref, b.MED = attrs.Communities, attrs.LargeCommunities, attrs.LocalPref, attrs.MED
 	if v := d.required(o, "peers", "list at least one BGP neighbour"); v != nil {
 		b.Peers = d.bgpPeers(v, o.at("peers"), b.ListenPort)
 	}
@@ -102,7 +99,7 @@ func (d *decoder) routeAttributes(o object) lb.RouteAttributes {
 					if c, err := parseLargeCommunity(s); err != nil {
 						d.fail(item, index(o.at("largeCommunities"), i), err)
 					} else {
-						a.LargeCommunities = append(a.LargeCommunities, [3]uint32{c.Global, c.Local1, c.Local2})
+						a.LargeCommunities = append(a.LargeCommunities, c)
 					}
 				}
 			}

@@ -79,7 +79,7 @@ func TestExample(t *testing.T) {
 				TrafficPolicy: lb.TrafficCluster,
 				TableSize:     65537,
 				Route: lb.RouteAttributes{Communities: []uint32{65000<<16 | 200},
-					LargeCommunities: [][3]uint32{{65000, 2, 1}}, LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))},
+					LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 2, Local2: 1}}, LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))},
 			},
 			{
 				Name:            "dns",
