@@ -25,6 +25,8 @@ type Route struct {
 
 // LargeCommunity is an RFC 8092 large community, written "global:local1:local2".
 type LargeCommunity struct {
+	// Global is the global administrator (usually an AS number); Local1 and Local2 are the
+	// two local data parts.
 	Global, Local1, Local2 uint32
 }
 
