@@ -3,7 +3,7 @@
 GO      ?= go
 PKGS    ?= ./...
 # Packages Debian must provide: the BPF toolchain, and the tools the tests drive (bird2 and frr:
-# the real BGP routers bgp/'s tests peer with, each run inside a test namespace; nftables: the
+# the real BGP routers bgp/speaker's tests peer with, each run inside a test namespace; nftables: the
 # DNAT datapath bench/ compares xlb with).
 DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables
 # curl: the lab's pods reach cluster IPs with it (through the node agents); curl and ping are

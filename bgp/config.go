@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"strings"
 	"time"
 )
 
@@ -22,7 +20,7 @@ const (
 	DefaultPort = 179
 )
 
-// Config is the speaker's configuration.
+// Config is the speaker's configuration (speaker.New takes it).
 type Config struct {
 	// RouterID is the BGP identifier; it must be an IPv4 address, unique among the speakers
 	// (usually the gateway's upstream address).
@@ -38,16 +36,16 @@ type Config struct {
 	// (RFC 4724): how long peers keep this speaker's routes after its sessions drop without a
 	// NOTIFICATION. Whole seconds, at most 4095 s; 0 turns graceful restart off.
 	GracefulRestart time.Duration
-	// WaitForRoutes makes Start open no session: the peers are added by the first SetRoutes
-	// after Start, once the routes are in the RIB, so that the first UPDATE each peer gets
-	// carries them, before the End-of-RIB. Without it a restarted speaker whose routes come
-	// later (from a first reconcile that waits for its inputs) sends an empty table and an
-	// End-of-RIB, which a graceful restart helper takes as the withdrawal of every route it
-	// kept. Until then Peers reports every peer "idle" and SetPeers only records the peers;
-	// routes set before Start count (Start opens the sessions then). The helpers keep the routes
-	// only for their restart time: a speaker that gets no routes within it loses them anyway.
-	// Stop(Withdraw) before the first routes opens the sessions with an empty table so that
-	// they drop what they kept (see Speaker.Stop).
+	// WaitForRoutes makes the speaker's Start open no session: the peers are added by the
+	// first SetRoutes after Start, once the routes are in the RIB, so that the first UPDATE
+	// each peer gets carries them, before the End-of-RIB. Without it a restarted speaker whose
+	// routes come later (from a first reconcile that waits for its inputs) sends an empty table
+	// and an End-of-RIB, which a graceful restart helper takes as the withdrawal of every route
+	// it kept. Until then the speaker's Peers reports every peer "idle" and SetPeers only
+	// records the peers; routes set before Start count (Start opens the sessions then). The
+	// helpers keep the routes only for their restart time: a speaker that gets no routes within
+	// it loses them anyway. Stop(Withdraw) before the first routes opens the sessions with an
+	// empty table so that they drop what they kept (see speaker.Speaker.Stop).
 	WaitForRoutes bool
 }
 
@@ -61,8 +59,8 @@ type Peer struct {
 	// Port is the neighbour's TCP port; 0 means 179.
 	Port uint16
 	// PasswordFile names a file holding the TCP MD5 (RFC 2385) password; trailing newlines
-	// are ignored. Empty means no MD5. The file is read when the peer is added, and an
-	// unreadable or empty file is an error.
+	// are ignored, and the rest is 1 to 80 bytes. Empty means no MD5. The speaker reads the
+	// file when the peer is added, and an unreadable or empty file is an error.
 	PasswordFile string
 	// MultihopTTL, when non-zero, allows an eBGP neighbour that many hops away.
 	MultihopTTL uint8
@@ -137,8 +135,8 @@ func (p Peer) Validate() error {
 	if err := seconds("connectRetry", p.ConnectRetry, 0, 65535*time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	if hold, ka := p.timers(); ka >= hold {
-		errs = append(errs, fmt.Errorf("keepaliveTime %v: must be less than holdTime %v", ka, hold))
+	if d := p.WithDefaults(); d.KeepaliveTime >= d.HoldTime {
+		errs = append(errs, fmt.Errorf("keepaliveTime %v: must be less than holdTime %v", d.KeepaliveTime, d.HoldTime))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("peer %v: %w", p.Address, err)
@@ -146,51 +144,23 @@ func (p Peer) Validate() error {
 	return nil
 }
 
-// timers returns the hold time and keepalive interval with defaults applied.
-func (p Peer) timers() (hold, keepalive time.Duration) {
-	hold, keepalive = p.HoldTime, p.KeepaliveTime
-	if hold == 0 {
-		hold = DefaultHoldTime
-	}
-	if keepalive == 0 {
-		keepalive = DefaultKeepaliveTime
-	}
-	return hold, keepalive
-}
-
-// port returns the neighbour's port with the default applied.
-func (p Peer) port() uint16 {
+// WithDefaults returns p with the defaults applied to the fields left zero: Port
+// (DefaultPort), HoldTime (DefaultHoldTime), KeepaliveTime (DefaultKeepaliveTime) and
+// ConnectRetry (DefaultConnectRetry). These are the values the speaker runs the session with.
+func (p Peer) WithDefaults() Peer {
 	if p.Port == 0 {
-		return DefaultPort
+		p.Port = DefaultPort
 	}
-	return p.Port
-}
-
-// connectRetry returns the connect retry interval with the default applied.
-func (p Peer) connectRetry() time.Duration {
+	if p.HoldTime == 0 {
+		p.HoldTime = DefaultHoldTime
+	}
+	if p.KeepaliveTime == 0 {
+		p.KeepaliveTime = DefaultKeepaliveTime
+	}
 	if p.ConnectRetry == 0 {
-		return DefaultConnectRetry
+		p.ConnectRetry = DefaultConnectRetry
 	}
-	return p.ConnectRetry
-}
-
-// password reads the TCP MD5 password from PasswordFile ("" when there is none).
-func (p Peer) password() (string, error) {
-	if p.PasswordFile == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(p.PasswordFile)
-	if err != nil {
-		return "", fmt.Errorf("peer %v: passwordFile: %w", p.Address, err)
-	}
-	pw := strings.TrimRight(string(b), "\r\n")
-	if pw == "" {
-		return "", fmt.Errorf("peer %v: passwordFile %s: empty", p.Address, p.PasswordFile)
-	}
-	if len(pw) > 80 { // TCP_MD5SIG_MAXKEYLEN
-		return "", fmt.Errorf("peer %v: passwordFile %s: longer than 80 bytes", p.Address, p.PasswordFile)
-	}
-	return pw, nil
+	return p
 }
 
 // seconds checks that d is whole seconds within [lo, hi].

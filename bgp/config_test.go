@@ -2,13 +2,9 @@ package bgp
 
 import (
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestValidate(t *testing.T) {
@@ -50,76 +46,15 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestPasswordFile(t *testing.T) {
-	dir := t.TempDir()
-	p := Peer{Address: netip.MustParseAddr("198.18.1.1"), ASN: 65000, PasswordFile: filepath.Join(dir, "missing")}
-	_, err := New(Config{RouterID: netip.MustParseAddr("198.18.1.2"), ASN: 65001, Peers: []Peer{p}}, nil)
-	if err == nil || !strings.Contains(err.Error(), "peer 198.18.1.1: passwordFile") {
-		t.Fatalf("New with a missing password file = %v, want an error naming the peer and field", err)
+// TestWithDefaults: zero timers and port get the defaults, set ones are kept.
+func TestWithDefaults(t *testing.T) {
+	p := Peer{Address: netip.MustParseAddr("198.18.1.1"), ASN: 65000, KeepaliveTime: 5 * time.Second}
+	want := p
+	want.Port, want.HoldTime, want.ConnectRetry = DefaultPort, DefaultHoldTime, DefaultConnectRetry
+	if got := p.WithDefaults(); got != want {
+		t.Fatalf("WithDefaults() = %+v, want %+v", got, want)
 	}
-	p.PasswordFile = filepath.Join(dir, "pw")
-	if err := os.WriteFile(p.PasswordFile, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if pw, err := p.password(); err != nil || pw != "s3cret" {
-		t.Fatalf("password() = %q, %v; want s3cret", pw, err)
-	}
-}
-
-func TestRoutes(t *testing.T) {
-	c, err := ParseCommunity("65000:100")
-	if err != nil || c != 65000<<16|100 {
-		t.Fatalf("ParseCommunity = %#x, %v", c, err)
-	}
-	if _, err := ParseCommunity("70000:1"); err == nil {
-		t.Fatal("ParseCommunity(70000:1) accepted")
-	}
-	lc, err := ParseLargeCommunity("4200000000:1:2")
-	if err != nil || lc != (LargeCommunity{4200000000, 1, 2}) || lc.String() != "4200000000:1:2" {
-		t.Fatalf("ParseLargeCommunity = %v, %v", lc, err)
-	}
-	for _, bad := range []string{"198.18.100.0/24", "2001:db8::/64", "0.0.0.0/32"} {
-		r := Route{Prefix: netip.MustParsePrefix(bad)}
-		if err := r.Validate(); err == nil || !strings.Contains(err.Error(), bad) {
-			t.Errorf("Validate(%s) = %v, want an error naming it", bad, err)
-		}
-	}
-	s, err := New(Config{RouterID: netip.MustParseAddr("198.18.1.2"), ASN: 65001}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = s.SetRoutes([]Route{{Prefix: netip.MustParsePrefix("198.18.100.1/32")}, {Prefix: netip.MustParsePrefix("198.18.100.1/32")}})
-	if err == nil || !strings.Contains(err.Error(), "198.18.100.1/32: listed twice") {
-		t.Fatalf("SetRoutes with a duplicate = %v", err)
-	}
-	med := uint32(5)
-	r := Route{Prefix: netip.MustParsePrefix("2001:db8:100::1/128"), Communities: []uint32{c}, MED: &med}
-	if !r.equal(r.clone()) || r.equal(Route{Prefix: r.Prefix}) {
-		t.Fatal("Route.equal")
-	}
-	if _, err := r.apiPath(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestCollector(t *testing.T) {
-	s, err := New(Config{RouterID: netip.MustParseAddr("198.18.1.2"), ASN: 65001,
-		Peers: []Peer{{Address: netip.MustParseAddr("198.18.1.1"), ASN: 65000}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := NewCollector(s)
-	if probs, err := testutil.CollectAndLint(c); err != nil || len(probs) > 0 {
-		t.Fatalf("lint: %v %v", probs, err)
-	}
-	want := `# HELP xlb_bgp_session_up 1 if the BGP session to the peer is established.
-# TYPE xlb_bgp_session_up gauge
-xlb_bgp_session_up{peer="198.18.1.1"} 0
-# HELP xlb_bgp_announced_prefixes Prefixes the speaker announces.
-# TYPE xlb_bgp_announced_prefixes gauge
-xlb_bgp_announced_prefixes 0
-`
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "xlb_bgp_session_up", "xlb_bgp_announced_prefixes"); err != nil {
-		t.Fatal(err)
+	if p.HoldTime != 0 {
+		t.Fatal("WithDefaults changed its receiver")
 	}
 }

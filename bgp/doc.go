@@ -1,11 +1,13 @@
-// Package bgp is xlb's embedded BGP speaker: it announces the gateway's VIPs as host routes
-// (/32, /128) to the upstream routers, with next hop self, so that the routers spread traffic
-// over the gateways with ECMP.
+// Package bgp is the vocabulary of xlb's BGP speaker, in pure Go: its configuration ([Config],
+// [Peer], their Validate methods and the timer defaults), the routes it announces ([Route],
+// [LargeCommunity], [ParseCommunity], [ParseLargeCommunity]) and the state of a session
+// ([PeerStatus]). The speaker itself, which embeds GoBGP (and through it netlink and the
+// kernel's sockets), is package [github.com/xlb-dev/xlb/bgp/speaker]; this package imports
+// neither, so that the config file's parser (lb/config) and the lb model can use these types
+// without pulling the speaker in.
 //
-// It runs GoBGP v3 (github.com/osrg/gobgp/v3) inside the calling process; there is no gobgpd
-// and no gRPC port. The API is declarative: [Speaker.SetRoutes] takes the full set of routes
-// that should be announced now and sends only the difference (new or changed routes are
-// announced, missing ones withdrawn); [Speaker.SetPeers] does the same for the sessions.
+// The speaker announces the gateway's VIPs as host routes (/32, /128) to the upstream routers,
+// with next hop self, so that the routers spread traffic over the gateways with ECMP.
 //
 // # Address families
 //
@@ -14,27 +16,9 @@
 // session's own local address as next hop. IPv6 routes over an IPv4 session (a v4-mapped or
 // extended next hop) are not supported: configure an IPv6 peer for IPv6 VIPs.
 //
-// # Failure detection
+// # Timers
 //
-// GoBGP v3 has no BFD. A gateway that dies with its kernel (power, panic) is noticed by the
-// routers only when the hold timer expires, so the defaults are short: hold 9 s, keepalive 3 s,
-// connect retry 1 s. A speaker process that dies while the kernel lives is noticed at once:
-// the kernel closes its TCP connections.
-//
-// # Graceful restart
-//
-// With [Config.GracefulRestart] set, the speaker advertises the graceful restart capability
-// (RFC 4724) with that restart time. When a speaker's process dies, or [Speaker.Stop] is called
-// with [KeepRoutes], its sessions close without a NOTIFICATION and the peers that support
-// graceful restart keep its routes (marked stale) for the restart time; a new speaker that
-// comes back within it re-announces them and the peers drop what it did not re-announce.
-// This is what lets the appliance restart without moving traffic: the datapath keeps
-// forwarding meanwhile. [Speaker.Stop] with [Withdraw] withdraws everything first and closes
-// the sessions with a Cease NOTIFICATION, so the traffic leaves the gateway at once.
-//
-// # Network namespaces
-//
-// GoBGP opens its sockets from its own goroutines, on any OS thread, so the whole process must
-// be in the network namespace the sessions belong to (start it with
-// `nsenter --net=/run/netns/NAME`); entering a namespace on one locked thread is not enough.
+// GoBGP v3 has no BFD: a gateway that dies with its kernel is noticed by the routers only when
+// the hold timer expires, so the defaults are short ([DefaultHoldTime] 9 s, [DefaultKeepaliveTime]
+// 3 s, [DefaultConnectRetry] 1 s). [Peer.WithDefaults] fills them in.
 package bgp

@@ -6,10 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	api "github.com/osrg/gobgp/v3/api"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Route is one announced host route. Its next hop is always the session's local address.
@@ -29,6 +25,8 @@ type Route struct {
 
 // LargeCommunity is an RFC 8092 large community, written "global:local1:local2".
 type LargeCommunity struct {
+	// Global is the global administrator (usually an AS number); Local1 and Local2 are the
+	// two local data parts.
 	Global, Local1, Local2 uint32
 }
 
@@ -84,13 +82,15 @@ func (r Route) Validate() error {
 	return nil
 }
 
-// equal reports whether r and o announce the same thing.
-func (r Route) equal(o Route) bool {
+// Equal reports whether r and o announce the same thing: the same prefix with the same
+// attributes, in the same order.
+func (r Route) Equal(o Route) bool {
 	return r.Prefix == o.Prefix && slices.Equal(r.Communities, o.Communities) &&
 		slices.Equal(r.LargeCommunities, o.LargeCommunities) &&
 		optEqual(r.LocalPref, o.LocalPref) && optEqual(r.MED, o.MED)
 }
 
+// optEqual reports whether two optional attributes are both unset or hold the same value.
 func optEqual(a, b *uint32) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -98,8 +98,8 @@ func optEqual(a, b *uint32) bool {
 	return *a == *b
 }
 
-// clone returns a deep copy, so the caller's slices and pointers are never shared.
-func (r Route) clone() Route {
+// Clone returns a deep copy of r: it shares no slice or pointer with r.
+func (r Route) Clone() Route {
 	r.Communities = slices.Clone(r.Communities)
 	r.LargeCommunities = slices.Clone(r.LargeCommunities)
 	if r.LocalPref != nil {
@@ -111,59 +111,4 @@ func (r Route) clone() Route {
 		r.MED = &v
 	}
 	return r
-}
-
-// family returns the GoBGP address family of the route (and of a session to addr).
-func family(addr netip.Addr) *api.Family {
-	if addr.Is4() {
-		return &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
-	}
-	return &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
-}
-
-// apiPath builds the GoBGP path for r. The next hop is the unspecified address, which GoBGP
-// replaces with the session's local address for every peer (next hop self).
-func (r Route) apiPath() (*api.Path, error) {
-	fam := family(r.Prefix.Addr())
-	nlri, err := anypb.New(&api.IPAddressPrefix{
-		Prefix: r.Prefix.Addr().String(), PrefixLen: uint32(r.Prefix.Bits()),
-	})
-	if err != nil {
-		return nil, err
-	}
-	attrs := []proto.Message{&api.OriginAttribute{Origin: 0}} // IGP
-	if r.Prefix.Addr().Is4() {
-		attrs = append(attrs, &api.NextHopAttribute{NextHop: "0.0.0.0"})
-	} else {
-		attrs = append(attrs, &api.MpReachNLRIAttribute{
-			Family: fam, NextHops: []string{"::"}, Nlris: []*anypb.Any{nlri},
-		})
-	}
-	if len(r.Communities) > 0 {
-		attrs = append(attrs, &api.CommunitiesAttribute{Communities: slices.Clone(r.Communities)})
-	}
-	if len(r.LargeCommunities) > 0 {
-		lc := &api.LargeCommunitiesAttribute{}
-		for _, c := range r.LargeCommunities {
-			lc.Communities = append(lc.Communities, &api.LargeCommunity{
-				GlobalAdmin: c.Global, LocalData1: c.Local1, LocalData2: c.Local2,
-			})
-		}
-		attrs = append(attrs, lc)
-	}
-	if r.LocalPref != nil {
-		attrs = append(attrs, &api.LocalPrefAttribute{LocalPref: *r.LocalPref})
-	}
-	if r.MED != nil {
-		attrs = append(attrs, &api.MultiExitDiscAttribute{Med: *r.MED})
-	}
-	p := &api.Path{Family: fam, Nlri: nlri}
-	for _, a := range attrs {
-		x, err := anypb.New(a)
-		if err != nil {
-			return nil, err
-		}
-		p.Pattrs = append(p.Pattrs, x)
-	}
-	return p, nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -81,8 +82,8 @@ type Service struct {
 type RouteAttributes struct {
 	// Communities are RFC 1997 communities, each stored as ASN<<16 | value.
 	Communities []uint32
-	// LargeCommunities are RFC 8092 large communities: global, local1, local2.
-	LargeCommunities [][3]uint32
+	// LargeCommunities are RFC 8092 large communities.
+	LargeCommunities []bgp.LargeCommunity
 	// LocalPref is the LOCAL_PREF (iBGP only); nil sends the speaker-wide value, if any.
 	LocalPref *uint32
 	// MED is the MULTI_EXIT_DISC; nil sends the speaker-wide value, if any.

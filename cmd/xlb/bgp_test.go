@@ -113,7 +113,7 @@ func (l *lab) startRouter(t *testing.T) *netlab.NS {
 }
 
 // startBIRD runs BIRD 2 in ns as a router (AS 65000) that installs what it learns into the
-// kernel, equal paths merged (as bgp/bird_test.go's birdConf); protocols are its `protocol bgp
+// kernel, equal paths merged (as bgp/speaker/lab_test.go's birdConf); protocols are its `protocol bgp
 // NAME from lb {...}` lines (passive, the timers of the bgp tests). It is killed when t ends.
 // It returns the path of BIRD's control socket (for birdc).
 func startBIRD(t *testing.T, ns *netlab.NS, routerID, protocols string) string {

@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 )
 
@@ -62,10 +63,7 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 		b.WithdrawOnExit, _ = d.boolean(v, o.at("withdrawOnExit"))
 	}
 	attrs := d.routeAttributes(o)
-	b.Communities, b.LocalPref, b.MED = attrs.Communities, attrs.LocalPref, attrs.MED
-	for _, lc := range attrs.LargeCommunities {
-		b.LargeCommunities = append(b.LargeCommunities, LargeCommunity{lc[0], lc[1], lc[2]})
-	}
+	b.Communities, b.LargeCommunities, b.LocalPref, b.MED = attrs.Communities, attrs.LargeCommunities, attrs.LocalPref, attrs.MED
 	if v := d.required(o, "peers", "list at least one BGP neighbour"); v != nil {
 		b.Peers = d.bgpPeers(v, o.at("peers"), b.ListenPort)
 	}
@@ -101,7 +99,7 @@ func (d *decoder) routeAttributes(o object) lb.RouteAttributes {
 					if c, err := parseLargeCommunity(s); err != nil {
 						d.fail(item, index(o.at("largeCommunities"), i), err)
 					} else {
-						a.LargeCommunities = append(a.LargeCommunities, [3]uint32{c.Global, c.Local1, c.Local2})
+						a.LargeCommunities = append(a.LargeCommunities, c)
 					}
 				}
 			}
@@ -120,7 +118,7 @@ func (d *decoder) routeAttributes(o object) lb.RouteAttributes {
 	return a
 }
 
-func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []BGPPeer {
+func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []bgp.Peer {
 	items, ok := d.list(n, path)
 	if !ok {
 		return nil
@@ -128,14 +126,14 @@ func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []BGPPe
 	if len(items) == 0 {
 		d.failf(n, path, "empty (list at least one BGP neighbour)")
 	}
-	var out []BGPPeer
+	var out []bgp.Peer
 	seen := map[netip.Addr]place{}
 	for i, item := range items {
 		o, ok := d.object(item, index(path, i), bgpPeerFields)
 		if !ok {
 			continue
 		}
-		p := BGPPeer{}
+		p := bgp.Peer{}
 		if v := d.required(o, "address", "required"); v != nil {
 			if a, ok := d.addr(v, o.at("address")); ok {
 				if first, dup := seen[a]; dup {
@@ -176,13 +174,13 @@ func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []BGPPe
 			p.KeepaliveTime = ka
 			hold, dflt := p.HoldTime, ""
 			if hold == 0 {
-				hold, dflt = 9*time.Second, ", the default"
+				hold, dflt = bgp.DefaultHoldTime, ", the default"
 			}
 			if ok && holdOK && ka >= hold {
 				d.failf(v, o.at("keepaliveTime"), "%s is not shorter than the hold time (%s%s)", ka, hold, dflt)
 			}
-		} else if holdOK && p.HoldTime != 0 && p.HoldTime <= 3*time.Second {
-			d.failf(o.get("holdTime"), o.at("holdTime"), "%s is not longer than the keepalive time (3s, the default)", p.HoldTime)
+		} else if holdOK && p.HoldTime != 0 && p.HoldTime <= bgp.DefaultKeepaliveTime {
+			d.failf(o.get("holdTime"), o.at("holdTime"), "%s is not longer than the keepalive time (%s, the default)", p.HoldTime, bgp.DefaultKeepaliveTime)
 		}
 		if v := o.get("connectRetry"); v != nil {
 			p.ConnectRetry, _ = d.wholeSeconds(v, o.at("connectRetry"), time.Second, maxBGPTimer)
@@ -278,15 +276,15 @@ func parseCommunity(s string) (uint32, error) {
 }
 
 // parseLargeCommunity reads an RFC 8092 large community written "global:local1:local2".
-func parseLargeCommunity(s string) (LargeCommunity, error) {
+func parseLargeCommunity(s string) (bgp.LargeCommunity, error) {
 	f := strings.Split(s, ":")
 	var v [3]uint32
 	for i, x := range f {
 		n, err := strconv.ParseUint(x, 10, 32)
 		if err != nil || len(f) != 3 {
-			return LargeCommunity{}, fmt.Errorf("%q is not a large community (want global:local1:local2, each 0 to 4294967295, such as 65000:1:2)", s)
+			return bgp.LargeCommunity{}, fmt.Errorf("%q is not a large community (want global:local1:local2, each 0 to 4294967295, such as 65000:1:2)", s)
 		}
 		v[i] = uint32(n)
 	}
-	return LargeCommunity{v[0], v[1], v[2]}, nil
+	return bgp.LargeCommunity{Global: v[0], Local1: v[1], Local2: v[2]}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
@@ -83,10 +84,12 @@ const (
 	MaxGracefulRestart = 4095 * time.Second
 )
 
-// BGP configures the embedded BGP speaker (key bgp). The daemon converts it to bgp.Config (this
-// package does not import the speaker). Every VIP address with at least MinHealthyBackends
-// backends taking new flows on at least one of its frontends is announced as a /32 or /128 host
-// route, next hop self, with the attributes below.
+// BGP configures the embedded BGP speaker (key bgp). Its peers and large communities are the
+// pure bgp package's types, which the speaker takes as they are; the daemon builds the
+// speaker's bgp.Config from the rest (this package does not import the speaker, bgp/speaker).
+// Every VIP address with at least MinHealthyBackends backends taking new flows on at least one
+// of its frontends is announced as a /32 or /128 host route, next hop self, with the attributes
+// below.
 type BGP struct {
 	// RouterID (key routerID; required) is the BGP identifier: an IPv4 address, not 0.0.0.0,
 	// unique among the speakers (usually the gateway's upstream address).
@@ -116,56 +119,40 @@ type BGP struct {
 	Communities []uint32
 	// LargeCommunities (key largeCommunities) are RFC 8092 large communities added to every
 	// route, written "global:local1:local2" (each 0 to 4294967295).
-	LargeCommunities []LargeCommunity
+	LargeCommunities []bgp.LargeCommunity
 	// LocalPref (key localPref) is the LOCAL_PREF of every route, 0 to 4294967295, sent to iBGP
 	// peers only; nil (absent) sends none.
 	LocalPref *uint32
 	// MED (key med) is the MULTI_EXIT_DISC of every route, 0 to 4294967295; nil (absent) sends
 	// none.
 	MED *uint32
-	// Peers (key peers; required, at least one) are the BGP neighbours, each address once.
-	Peers []BGPPeer
-}
-
-// LargeCommunity is an RFC 8092 large community (an item of bgp.largeCommunities).
-type LargeCommunity struct {
-	// Global, Local1 and Local2 are its three parts, written "global:local1:local2".
-	Global, Local1, Local2 uint32
-}
-
-// BGPPeer is one BGP neighbour (an item of bgp.peers).
-type BGPPeer struct {
-	// Address (key address; required) is the neighbour's unicast IPv4 or IPv6 address; its
-	// family is the session's, and the session carries the VIPs of that family only.
-	Address netip.Addr
-	// ASN (key asn; required) is the neighbour's AS number, 1 to 4294967295: bgp.asn for iBGP.
-	ASN uint32
-	// Port (key port) is the neighbour's TCP port, 1 to 65535; default 179.
-	Port uint16
-	// PasswordFile (key passwordFile) is the file holding the TCP MD5 password (trailing
-	// newlines ignored, 1 to 80 bytes); a relative path is taken from the config file's
-	// directory (and stored joined to it). It is read when the config is parsed (an unreadable
-	// or empty file is an error) and again by the speaker at start and at each reload; absent
-	// means no MD5.
-	PasswordFile string
-	// MultihopTTL (key multihopTTL) allows an eBGP neighbour that many hops away, 1 to 255;
-	// absent or 0 means directly connected.
-	MultihopTTL uint8
-	// HoldTime (key holdTime) is the hold time proposed in OPEN: whole seconds, at least 3s;
-	// default 9s (there is no BFD: this bounds the detection of a silent failure).
-	HoldTime time.Duration
-	// KeepaliveTime (key keepaliveTime) is the keepalive interval: whole seconds, less than the
-	// hold time; default 3s.
-	KeepaliveTime time.Duration
-	// ConnectRetry (key connectRetry) is the wait between connection attempts: whole seconds;
-	// default 1s.
-	ConnectRetry time.Duration
-	// Passive (key passive) makes the speaker wait for the neighbour to connect; it needs
-	// bgp.listenPort. Default false.
-	Passive bool
-	// LocalAddress (key localAddress) is the session's source address, and so the next hop
-	// announced to the neighbour: of the address's family. Absent: the kernel picks it.
-	LocalAddress netip.Addr
+	// Peers (key peers; required, at least one) are the BGP neighbours, each address once, as
+	// the speaker takes them. The keys of an item:
+	//   - Address (key address; required) is the neighbour's unicast IPv4 or IPv6 address; its
+	//     family is the session's, and the session carries the VIPs of that family only.
+	//   - ASN (key asn; required) is the neighbour's AS number, 1 to 4294967295: bgp.asn for
+	//     iBGP.
+	//   - Port (key port) is the neighbour's TCP port, 1 to 65535; default 179.
+	//   - PasswordFile (key passwordFile) is the file holding the TCP MD5 password (trailing
+	//     newlines ignored, 1 to 80 bytes); a relative path is taken from the config file's
+	//     directory (and stored joined to it). It is read when the config is parsed (an
+	//     unreadable or empty file is an error) and again by the speaker at start and at each
+	//     reload; absent means no MD5.
+	//   - MultihopTTL (key multihopTTL) allows an eBGP neighbour that many hops away, 1 to 255;
+	//     absent or 0 means directly connected.
+	//   - HoldTime (key holdTime) is the hold time proposed in OPEN: whole seconds, at least 3s;
+	//     default 9s (there is no BFD: this bounds the detection of a silent failure).
+	//   - KeepaliveTime (key keepaliveTime) is the keepalive interval: whole seconds, less than
+	//     the hold time; default 3s.
+	//   - ConnectRetry (key connectRetry) is the wait between connection attempts: whole
+	//     seconds; default 1s.
+	//   - Passive (key passive) makes the speaker wait for the neighbour to connect; it needs
+	//     bgp.listenPort. Default false.
+	//   - LocalAddress (key localAddress) is the session's source address, and so the next hop
+	//     announced to the neighbour: of the address's family. Absent: the kernel picks it.
+	//
+	// A default is left zero in the bgp.Peer (bgp.Peer.WithDefaults fills it in).
+	Peers []bgp.Peer
 }
 
 // Interface is an interface the datapath attaches to (an item of interfaces).

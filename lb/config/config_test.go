@@ -18,6 +18,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
@@ -78,7 +79,7 @@ func TestExample(t *testing.T) {
 				TrafficPolicy: lb.TrafficCluster,
 				TableSize:     65537,
 				Route: lb.RouteAttributes{Communities: []uint32{65000<<16 | 200},
-					LargeCommunities: [][3]uint32{{65000, 2, 1}}, LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))},
+					LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 2, Local2: 1}}, LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))},
 			},
 			{
 				Name:            "dns",
@@ -105,9 +106,9 @@ func TestExample(t *testing.T) {
 		BGP: &BGP{
 			RouterID: netip.MustParseAddr("198.18.0.1"), ASN: 65001, GracefulRestart: 120 * time.Second,
 			MinHealthyBackends: 1, WithdrawOnExit: true,
-			Communities: []uint32{65000<<16 | 100}, LargeCommunities: []LargeCommunity{{65000, 1, 2}},
+			Communities: []uint32{65000<<16 | 100}, LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}},
 			LocalPref: ptr(uint32(100)), MED: ptr(uint32(0)),
-			Peers: []BGPPeer{
+			Peers: []bgp.Peer{
 				{Address: netip.MustParseAddr("198.18.0.254"), ASN: 65000, Port: 179,
 					PasswordFile: "../../deploy/bgp-upstream.pw", HoldTime: 9 * time.Second,
 					KeepaliveTime: 3 * time.Second, ConnectRetry: time.Second, LocalAddress: netip.MustParseAddr("198.18.0.1")},
@@ -330,7 +331,7 @@ func walkKeys(n *yaml.Node, path string, seen map[string]bool) {
 // documentation.
 func TestFieldDocs(t *testing.T) {
 	fset := token.NewFileSet()
-	docs := map[string]string{} // struct name → its field comments
+	docs := map[string]string{} // struct name → its field comments; struct.Field → that field's
 	for _, file := range []string{"config.go", "pools.go", "kubernetes.go"} {
 		f, err := parser.ParseFile(fset, file, nil, parser.ParseComments)
 		if err != nil {
@@ -351,6 +352,9 @@ func TestFieldDocs(t *testing.T) {
 					t.Errorf("%s.%s has no doc comment", ts.Name, field.Names[0])
 				}
 				b.WriteString(field.Doc.Text())
+				for _, name := range field.Names {
+					docs[ts.Name.Name+"."+name.Name] = strings.Join(strings.Fields(field.Doc.Text()), " ")
+				}
 			}
 			docs[ts.Name.Name] = strings.Join(strings.Fields(b.String()), " ")
 			return false
@@ -361,7 +365,8 @@ func TestFieldDocs(t *testing.T) {
 		fields []string
 	}{
 		{"Config", topFields}, {"Interface", interfaceFields}, {"Datapath", datapathFields},
-		{"Log", logFields}, {"HealthCheck", healthCheckFields}, {"BGP", bgpFields}, {"BGPPeer", bgpPeerFields},
+		{"Log", logFields}, {"HealthCheck", healthCheckFields}, {"BGP", bgpFields},
+		{"BGP.Peers", bgpPeerFields}, // an item of peers is a bgp.Peer: its keys are listed on the field
 		{"Pool", poolFields}, {"Kubernetes", kubernetesFields}, {"LeaderElection", leaderElectionFields},
 	} {
 		for _, k := range c.fields {

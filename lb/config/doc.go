@@ -24,16 +24,18 @@
 //	services[].bgp                     lb.Service.Route: communities, largeCommunities, localPref, med
 //	                                   added to the bgp section's on the routes of the service's VIPs
 //
-// The optional bgp section ([BGP], [BGPPeer]) configures the embedded BGP speaker: routerID,
-// asn, listenPort, gracefulRestart, minHealthyBackends (default 1), withdrawOnExit (default
-// true: a clean stop withdraws the routes; false keeps them at the routers for
-// gracefulRestart), communities, largeCommunities, localPref, med (applied to every VIP
-// route), and peers[] (address, asn, port, passwordFile, multihopTTL, holdTime, keepaliveTime,
-// connectRetry, passive, localAddress). It is parsed into plain types that the daemon converts
-// to the bgp package's (this package does not import it). Parse checks what the speaker would
-// refuse (an IPv6 routerID, AS 0, timers that are not whole seconds or a keepalive not below
-// the hold time, a passive peer without listenPort, a duplicate peer) and reads each password
-// file, so an unreadable or empty one is an error with the file's line.
+// The optional bgp section ([BGP]) configures the embedded BGP speaker: routerID, asn,
+// listenPort, gracefulRestart, minHealthyBackends (default 1), withdrawOnExit (default true: a
+// clean stop withdraws the routes; false keeps them at the routers for gracefulRestart),
+// communities, largeCommunities, localPref, med (applied to every VIP route), and peers[]
+// (address, asn, port, passwordFile, multihopTTL, holdTime, keepaliveTime, connectRetry,
+// passive, localAddress). The peers and the large communities are parsed into the pure bgp
+// package's types (bgp.Peer, bgp.LargeCommunity), which the speaker takes as they are; this
+// package does not import the speaker (bgp/speaker) and so nothing of GoBGP or the kernel.
+// Parse checks what the speaker would refuse (an IPv6 routerID, AS 0, timers that are not
+// whole seconds or a keepalive not below the hold time, a passive peer without listenPort, a
+// duplicate peer) and reads each password file, so an unreadable or empty one is an error with
+// the file's line.
 //
 // # Strictness
 //

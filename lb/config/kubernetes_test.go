@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/ipam"
 )
@@ -26,7 +27,7 @@ func TestKubernetesExample(t *testing.T) {
 	wantPools := []Pool{
 		{Name: "edge", Addresses: []ipam.Range{rng("198.18.100.0", "198.18.100.255"), rng("198.18.101.10", "198.18.101.20"),
 			rng("2001:db8:100::", "2001:db8:100::ff")}, AutoAssign: true,
-			Route: lb.RouteAttributes{Communities: []uint32{65000<<16 | 200}, LargeCommunities: [][3]uint32{{65000, 2, 1}},
+			Route: lb.RouteAttributes{Communities: []uint32{65000<<16 | 200}, LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 2, Local2: 1}},
 				LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))}},
 		{Name: "internal", Addresses: []ipam.Range{rng("198.18.102.0", "198.18.102.255")}, AvoidBuggyIPs: true,
 			Namespaces: []string{"prod", "staging"}, ServiceSelector: map[string]string{"xlb.dev/exposure": "internal", "tier": "1"}},

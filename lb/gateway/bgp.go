@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 )
@@ -24,18 +25,7 @@ func bgpConfig(c *config.BGP) bgp.Config {
 		port = -1 // dial out only
 	}
 	return bgp.Config{RouterID: c.RouterID, ASN: c.ASN, ListenPort: port, GracefulRestart: c.GracefulRestart,
-		Peers: bgpPeers(c), WaitForRoutes: true}
-}
-
-// bgpPeers converts the file's peers to the speaker's.
-func bgpPeers(c *config.BGP) []bgp.Peer {
-	out := make([]bgp.Peer, 0, len(c.Peers))
-	for _, p := range c.Peers {
-		out = append(out, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, PasswordFile: p.PasswordFile,
-			MultihopTTL: p.MultihopTTL, HoldTime: p.HoldTime, KeepaliveTime: p.KeepaliveTime,
-			ConnectRetry: p.ConnectRetry, Passive: p.Passive, LocalAddress: p.LocalAddress})
-	}
-	return out
+		Peers: c.Peers, WaitForRoutes: true}
 }
 
 // bgpRestartOnly reports whether a and b differ in settings the speaker takes only at start.
@@ -82,15 +72,11 @@ func vipRoutes(desired *lb.Desired, c *config.BGP) []bgp.Route {
 func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
 	var r bgp.Route
 	r.Communities = slices.Clone(c.Communities)
-	for _, lc := range c.LargeCommunities {
-		r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc.Global, Local1: lc.Local1, Local2: lc.Local2})
-	}
+	r.LargeCommunities = slices.Clone(c.LargeCommunities)
 	var localPref, med *uint32
 	for _, s := range svcs {
 		r.Communities = append(r.Communities, s.Communities...)
-		for _, lc := range s.LargeCommunities {
-			r.LargeCommunities = append(r.LargeCommunities, bgp.LargeCommunity{Global: lc[0], Local1: lc[1], Local2: lc[2]})
-		}
+		r.LargeCommunities = append(r.LargeCommunities, s.LargeCommunities...)
 		if s.LocalPref != nil && (localPref == nil || *s.LocalPref > *localPref) {
 			localPref = s.LocalPref
 		}
@@ -131,7 +117,7 @@ func routeAttributes(c *config.BGP, svcs []lb.RouteAttributes) bgp.Route {
 // session that is not up (a wrong MD5 password shows only as connection attempts timing out,
 // with no change of state), until ctx ends. The speaker has no callback, so it polls Peers
 // every second.
-func watchSessions(ctx context.Context, s *bgp.Speaker, log *slog.Logger) {
+func watchSessions(ctx context.Context, s *speaker.Speaker, log *slog.Logger) {
 	type seen struct{ state, lastError string }
 	last := map[netip.Addr]seen{}
 	tick := time.NewTicker(time.Second)
@@ -181,14 +167,14 @@ func watchSessions(ctx context.Context, s *bgp.Speaker, log *slog.Logger) {
 // and no session: the first successful reconcile sets the VIPs that can be served, and only then
 // are the sessions opened (bgp.Config.WaitForRoutes), so that their first UPDATE carries them.
 func (g *Gateway) startBGP(ctx context.Context, c *config.BGP) error {
-	sp, err := bgp.New(bgpConfig(c), g.log)
+	sp, err := speaker.New(bgpConfig(c), g.log)
 	if err != nil {
 		return err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sp.Start(sctx); err != nil {
-		_ = sp.Stop(context.Background(), bgp.Withdraw)
+		_ = sp.Stop(context.Background(), speaker.Withdraw)
 		return err
 	}
 	g.speaker, g.bgpCfg, g.announced = sp, c, map[netip.Prefix]bool{}
@@ -205,9 +191,9 @@ func (g *Gateway) stopBGP(cleanup bool) {
 	// sending to: its routes always go.
 	withdraw := cleanup || !g.dp.Persistent() || (g.bgpCfg.WithdrawOnExit && g.running)
 	g.mu.Unlock()
-	mode, what := bgp.KeepRoutes, "routes kept at the peers for graceful restart"
+	mode, what := speaker.KeepRoutes, "routes kept at the peers for graceful restart"
 	if withdraw {
-		mode, what = bgp.Withdraw, "routes withdrawn"
+		mode, what = speaker.Withdraw, "routes withdrawn"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -255,7 +241,7 @@ func (g *Gateway) reloadBGP(c *config.BGP) *config.BGP {
 	if bgpRestartOnly(g.bgpCfg, c) {
 		g.log.Warn("bgp routerID, asn, listenPort or gracefulRestart changed; they take effect at the next restart")
 	}
-	if err := g.speaker.SetPeers(bgpPeers(c)); err != nil {
+	if err := g.speaker.SetPeers(c.Peers); err != nil {
 		g.log.Error("config reload: bgp peers unchanged", "error", err)
 	}
 	return c

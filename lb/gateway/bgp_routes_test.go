@@ -24,7 +24,7 @@ func TestVIPRoutes(t *testing.T) {
 	}}
 	med := uint32(7)
 	cfg := &config.BGP{MinHealthyBackends: 2, Communities: []uint32{65000<<16 | 100}, MED: &med,
-		LargeCommunities: []config.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
 	rs := vipRoutes(d, cfg)
 	if len(rs) != 2 || rs[0].Prefix != netip.PrefixFrom(a, 32) || rs[1].Prefix != netip.PrefixFrom(c, 128) {
 		t.Fatalf("routes %v, want %v/32 and %v/128", rs, a, c)
@@ -50,9 +50,9 @@ func TestVIPRoutesMerge(t *testing.T) {
 	a, b, c := netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("198.18.100.2"), netip.MustParseAddr("198.18.100.3")
 	u := func(v uint32) *uint32 { return &v }
 	web := lb.RouteAttributes{Communities: []uint32{65000<<16 | 300, 65000<<16 | 100}, LocalPref: u(150), MED: u(20),
-		LargeCommunities: [][3]uint32{{65000, 9, 9}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 9, Local2: 9}}}
 	api := lb.RouteAttributes{Communities: []uint32{65000<<16 | 200, 65000<<16 | 300}, LocalPref: u(300), MED: u(5),
-		LargeCommunities: [][3]uint32{{65000, 1, 2}, {65000, 3, 4}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}, {Global: 65000, Local1: 3, Local2: 4}}}
 	d := &lb.Desired{Frontends: map[datapath.Frontend]*lb.FrontendPlan{
 		{Addr: a, Port: 80, Proto: datapath.TCP}:  {Service: "web", Serving: 1, Route: web},
 		{Addr: a, Port: 443, Proto: datapath.TCP}: {Service: "api", Serving: 0, Route: api}, // down: attributes still count
@@ -60,7 +60,7 @@ func TestVIPRoutesMerge(t *testing.T) {
 		{Addr: c, Port: 80, Proto: datapath.TCP}:  {Service: "medonly", Serving: 1, Route: lb.RouteAttributes{MED: u(50)}},
 	}}
 	cfg := &config.BGP{MinHealthyBackends: 1, Communities: []uint32{65000<<16 | 100}, LocalPref: u(100), MED: u(7),
-		LargeCommunities: []config.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
+		LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}}
 	for run := range 20 { // map order varies: the result must not
 		rs := vipRoutes(d, cfg)
 		if len(rs) != 3 {

@@ -15,7 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 )
 
 // bgpTimeout bounds FetchBGPStatus's request to the daemon.
@@ -63,7 +63,7 @@ type BGPRouteStatus struct {
 }
 
 // bgpStatusOf reads the speaker's state (s nil: no speaker).
-func bgpStatusOf(s *bgp.Speaker) BGPStatus {
+func bgpStatusOf(s *speaker.Speaker) BGPStatus {
 	st := BGPStatus{Peers: []BGPPeerStatus{}, Routes: []BGPRouteStatus{}}
 	if s == nil {
 		return st

@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
@@ -169,7 +169,7 @@ type Gateway struct {
 	down map[datapath.Frontend]bool
 
 	// speaker announces the VIPs over BGP; nil when the config has no bgp section.
-	speaker *bgp.Speaker
+	speaker *speaker.Speaker
 	// running is set (under mu) once the start has succeeded, just before the main loop.
 	running bool
 	// bgpCfg is the bgp section the speaker serves (under mu): its peers and route attributes

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -131,6 +131,6 @@ func (g *Gateway) registerStarted() {
 		g.reg.MustRegister(kubeCollector{g})
 	}
 	if g.speaker != nil {
-		g.reg.MustRegister(bgp.NewCollector(g.speaker))
+		g.reg.MustRegister(speaker.NewCollector(g.speaker))
 	}
 }

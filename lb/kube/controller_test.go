@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 )
 
@@ -557,7 +558,7 @@ func TestPoolRouteAttributes(t *testing.T) {
 	e := newEnv(t)
 	p := pool(t, "edge", "198.18.103.0/30")
 	med := uint32(7)
-	p.Route = lb.RouteAttributes{Communities: []uint32{65000<<16 | 300}, LargeCommunities: [][3]uint32{{65000, 3, 1}}, MED: &med}
+	p.Route = lb.RouteAttributes{Communities: []uint32{65000<<16 | 300}, LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 3, Local2: 1}}, MED: &med}
 	c := e.controller("gw-1", Options{Pools: []Pool{p}})
 	e.create(e.service("web"))
 	e.ingress("web", 1)

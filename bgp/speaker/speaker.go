@@ -1,4 +1,4 @@
-package bgp
+package speaker
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	api "github.com/osrg/gobgp/v3/api"
 	"github.com/osrg/gobgp/v3/pkg/server"
+
+	"github.com/xlb-dev/xlb/bgp"
 )
 
 // StopMode says what Stop does with the announced routes.
@@ -23,14 +25,14 @@ const (
 	// traffic leaves this gateway at once.
 	Withdraw StopMode = iota
 	// KeepRoutes closes the sessions without a NOTIFICATION, as a crash would: peers with
-	// graceful restart keep the routes for Config.GracefulRestart, waiting for a new speaker
+	// graceful restart keep the routes for bgp.Config.GracefulRestart, waiting for a new speaker
 	// (peers without it drop them at once).
 	KeepRoutes
 )
 
 // Speaker is an embedded BGP speaker. Its methods are safe for concurrent use.
 type Speaker struct {
-	cfg Config
+	cfg bgp.Config
 	log *slog.Logger
 	la  *logAdapter
 	srv *server.BgpServer
@@ -39,7 +41,7 @@ type Speaker struct {
 	started bool
 	stopped bool
 	// peering is set once the peers have been given to GoBGP: at Start, or with
-	// Config.WaitForRoutes at the first SetRoutes (Start, if SetRoutes came first).
+	// bgp.Config.WaitForRoutes at the first SetRoutes (Start, if SetRoutes came first).
 	peering bool
 	// routesSet is set by the first SetRoutes.
 	routesSet bool
@@ -48,19 +50,19 @@ type Speaker struct {
 	// peers maps a neighbour address → its configuration, as given to GoBGP.
 	peers map[netip.Addr]peerEntry
 	// want maps a prefix → the route SetRoutes asked for.
-	want map[netip.Prefix]Route
+	want map[netip.Prefix]bgp.Route
 	// have maps a prefix → the route in GoBGP's RIB (announced to the peers).
-	have map[netip.Prefix]Route
+	have map[netip.Prefix]bgp.Route
 }
 
 // peerEntry is a configured peer with its password as read when it was added.
 type peerEntry struct {
-	Peer
+	bgp.Peer
 	password string
 }
 
 // New checks cfg and reads the peers' password files; the speaker does nothing until Start.
-func New(cfg Config, log *slog.Logger) (*Speaker, error) {
+func New(cfg bgp.Config, log *slog.Logger) (*Speaker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("bgp config: %w", err)
 	}
@@ -73,11 +75,11 @@ func New(cfg Config, log *slog.Logger) (*Speaker, error) {
 		log:   log,
 		la:    newLogAdapter(log),
 		peers: make(map[netip.Addr]peerEntry),
-		want:  make(map[netip.Prefix]Route),
-		have:  make(map[netip.Prefix]Route),
+		want:  make(map[netip.Prefix]bgp.Route),
+		have:  make(map[netip.Prefix]bgp.Route),
 	}
 	for _, p := range cfg.Peers {
-		pw, err := p.password()
+		pw, err := password(p)
 		if err != nil {
 			return nil, err
 		}
@@ -88,7 +90,7 @@ func New(cfg Config, log *slog.Logger) (*Speaker, error) {
 }
 
 // Start starts the BGP server in the calling process's network namespace, puts the routes
-// already set in its RIB and then (unless Config.WaitForRoutes) adds the peers: a session that
+// already set in its RIB and then (unless bgp.Config.WaitForRoutes) adds the peers: a session that
 // comes up gets the routes before its End-of-RIB. ctx bounds the start only.
 func (s *Speaker) Start(ctx context.Context) error {
 	s.mu.Lock()
@@ -139,7 +141,7 @@ func (s *Speaker) startPeering(ctx context.Context) error {
 
 // Stop closes every session and stops the server; mode says whether the routes are withdrawn
 // first or left at the peers for graceful restart. The speaker cannot be started again.
-// Withdraw before the sessions were opened (Config.WaitForRoutes) with graceful restart on opens
+// Withdraw before the sessions were opened (bgp.Config.WaitForRoutes) with graceful restart on opens
 // them with no route, for up to 4 s, so that the peers drop the routes a previous speaker left
 // them.
 func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
@@ -161,7 +163,7 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 			break
 		}
 		before := s.withdrawWatch(ctx)
-		s.want = map[netip.Prefix]Route{}
+		s.want = map[netip.Prefix]bgp.Route{}
 		if err := s.syncRoutes(ctx); err != nil {
 			s.log.Warn("bgp: withdraw before stop", "err", err)
 		}
@@ -181,12 +183,12 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 	return nil
 }
 
-// flushStale is Stop(Withdraw) before the sessions were opened (Config.WaitForRoutes, no
+// flushStale is Stop(Withdraw) before the sessions were opened (bgp.Config.WaitForRoutes, no
 // routes yet): the peers may still hold the routes of a previous speaker under graceful
 // restart, and only a session can take them away. It opens the sessions with an empty RIB and
 // waits for their End-of-RIB (waitEndOfRIB). Called with s.mu held.
 func (s *Speaker) flushStale(ctx context.Context) {
-	s.want = map[netip.Prefix]Route{}
+	s.want = map[netip.Prefix]bgp.Route{}
 	err := errors.Join(s.syncRoutes(ctx), s.startPeering(ctx))
 	if err != nil {
 		s.log.Warn("bgp: open sessions to withdraw stale routes", "err", err)
@@ -293,11 +295,11 @@ func (s *Speaker) waitWithdrawn(ctx context.Context, before map[netip.Addr]uint6
 
 // SetRoutes makes routes the complete set of announced routes: new and changed routes are
 // announced, routes no longer listed are withdrawn, unchanged ones are left alone. Before
-// Start it only records them; with Config.WaitForRoutes the first call after Start also opens
-// the sessions. Each route must be a host route (see Route.Validate); an invalid list changes
+// Start it only records them; with bgp.Config.WaitForRoutes the first call after Start also opens
+// the sessions. Each route must be a host route (see bgp.Route.Validate); an invalid list changes
 // nothing.
-func (s *Speaker) SetRoutes(routes []Route) error {
-	want := make(map[netip.Prefix]Route, len(routes))
+func (s *Speaker) SetRoutes(routes []bgp.Route) error {
+	want := make(map[netip.Prefix]bgp.Route, len(routes))
 	var errs []error
 	for _, r := range routes {
 		if err := r.Validate(); err != nil {
@@ -308,7 +310,7 @@ func (s *Speaker) SetRoutes(routes []Route) error {
 			errs = append(errs, fmt.Errorf("route %v: listed twice", r.Prefix))
 			continue
 		}
-		want[r.Prefix] = r.clone()
+		want[r.Prefix] = r.Clone()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("bgp: set routes: %w", err)
@@ -339,7 +341,7 @@ func (s *Speaker) syncRoutes(ctx context.Context) error {
 		if _, ok := s.want[pfx]; ok {
 			continue
 		}
-		path, err := old.apiPath()
+		path, err := apiPath(old)
 		if err == nil {
 			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{
 				TableType: api.TableType_GLOBAL, Family: path.Family, Path: path,
@@ -354,11 +356,11 @@ func (s *Speaker) syncRoutes(ctx context.Context) error {
 	}
 	for _, pfx := range slices.SortedFunc(maps.Keys(s.want), netip.Prefix.Compare) {
 		r := s.want[pfx]
-		if old, ok := s.have[pfx]; ok && old.equal(r) {
+		if old, ok := s.have[pfx]; ok && old.Equal(r) {
 			continue
 		}
 		// A changed route replaces the old one: same prefix, same (local) source.
-		path, err := r.apiPath()
+		path, err := apiPath(r)
 		if err == nil {
 			_, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
 		}
@@ -376,12 +378,12 @@ func (s *Speaker) syncRoutes(ctx context.Context) error {
 }
 
 // Routes returns the routes announced now (in GoBGP's RIB), sorted by prefix.
-func (s *Speaker) Routes() []Route {
+func (s *Speaker) Routes() []bgp.Route {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Route, 0, len(s.have))
+	out := make([]bgp.Route, 0, len(s.have))
 	for _, pfx := range slices.SortedFunc(maps.Keys(s.have), netip.Prefix.Compare) {
-		out = append(out, s.have[pfx].clone())
+		out = append(out, s.have[pfx].Clone())
 	}
 	return out
 }
@@ -390,8 +392,8 @@ func (s *Speaker) Routes() []Route {
 // removed (their sessions closed with a Cease), changed ones (any field, or the content of
 // the password file) re-added. Unchanged sessions are not touched. An invalid list or an
 // unreadable password file changes nothing. Before the sessions are opened (Start, or the
-// first SetRoutes with Config.WaitForRoutes) it only records the peers.
-func (s *Speaker) SetPeers(peers []Peer) error {
+// first SetRoutes with bgp.Config.WaitForRoutes) it only records the peers.
+func (s *Speaker) SetPeers(peers []bgp.Peer) error {
 	next := make(map[netip.Addr]peerEntry, len(peers))
 	var errs []error
 	for _, p := range peers {
@@ -407,7 +409,7 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 			errs = append(errs, fmt.Errorf("peer %v: passive needs listenPort", p.Address))
 			continue
 		}
-		pw, err := p.password()
+		pw, err := password(p)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -457,8 +459,8 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 }
 
 // peerList returns the configured peers. Called with s.mu held.
-func (s *Speaker) peerList() []Peer {
-	out := make([]Peer, 0, len(s.peers))
+func (s *Speaker) peerList() []bgp.Peer {
+	out := make([]bgp.Peer, 0, len(s.peers))
 	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
 		out = append(out, s.peers[addr].Peer)
 	}
@@ -467,9 +469,8 @@ func (s *Speaker) peerList() []Peer {
 
 // apiPeer is the GoBGP configuration of one peer.
 func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
-	p := e.Peer
-	hold, ka := p.timers()
-	retry := uint64(p.connectRetry() / time.Second)
+	p := e.WithDefaults()
+	retry := uint64(p.ConnectRetry / time.Second)
 	afi := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: family(p.Address), Enabled: true}}
 	ap := &api.Peer{
 		Conf: &api.PeerConf{
@@ -479,12 +480,12 @@ func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
 		},
 		Timers: &api.Timers{Config: &api.TimersConfig{
 			ConnectRetry:           retry,
-			HoldTime:               uint64(hold / time.Second),
-			KeepaliveInterval:      uint64(ka / time.Second),
+			HoldTime:               uint64(p.HoldTime / time.Second),
+			KeepaliveInterval:      uint64(p.KeepaliveTime / time.Second),
 			IdleHoldTimeAfterReset: retry,
 		}},
 		Transport: &api.Transport{
-			RemotePort:  uint32(p.port()),
+			RemotePort:  uint32(p.Port),
 			PassiveMode: p.Passive,
 		},
 		AfiSafis: []*api.AfiSafi{afi},

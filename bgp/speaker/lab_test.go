@@ -1,4 +1,4 @@
-package bgp
+package speaker
 
 // The lab for the tests against real routers: namespaces (internal/netlab), BIRD and FRR
 // processes in them, and speakers in child processes.
@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
@@ -40,16 +41,16 @@ func TestMain(m *testing.M) {
 
 // command is what the parent sends to a child speaker; reply is the answer.
 type command struct {
-	Op     string  // "routes", "peers", "stop-withdraw", "stop-keep"
-	Routes []Route // for "routes"
+	Op     string      // "routes", "peers", "stop-withdraw", "stop-keep"
+	Routes []bgp.Route // for "routes"
 }
 
 type reply struct {
 	Err   string
-	Peers []PeerStatus
+	Peers []bgp.PeerStatus
 }
 
-// childMain runs a speaker with the JSON Config in path until stdin closes.
+// childMain runs a speaker with the JSON bgp.Config in path until stdin closes.
 func childMain(path string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	b, err := os.ReadFile(path)
@@ -57,7 +58,7 @@ func childMain(path string) int {
 		log.Error("read config", "err", err)
 		return 1
 	}
-	var cfg Config
+	var cfg bgp.Config
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		log.Error("parse config", "err", err)
 		return 1
@@ -213,7 +214,7 @@ type speaker struct {
 }
 
 // startSpeaker starts a speaker with cfg in namespace ns; it is killed when the test ends.
-func startSpeaker(t *testing.T, ns *netlab.NS, name string, cfg Config) *speaker {
+func startSpeaker(t *testing.T, ns *netlab.NS, name string, cfg bgp.Config) *speaker {
 	t.Helper()
 	dir := t.TempDir()
 	b, err := json.Marshal(cfg)
@@ -289,16 +290,16 @@ func (s *speaker) do(c command) reply {
 // announce makes prefixes the speaker's routes.
 func (s *speaker) announce(prefixes ...string) {
 	s.t.Helper()
-	var rs []Route
+	var rs []bgp.Route
 	for _, p := range prefixes {
-		rs = append(rs, Route{Prefix: netip.MustParsePrefix(p)})
+		rs = append(rs, bgp.Route{Prefix: netip.MustParsePrefix(p)})
 	}
 	if r := s.do(command{Op: "routes", Routes: rs}); r.Err != "" {
 		s.t.Fatalf("SetRoutes(%v): %s", prefixes, r.Err)
 	}
 }
 
-func (s *speaker) peers() []PeerStatus {
+func (s *speaker) peers() []bgp.PeerStatus {
 	s.t.Helper()
 	r := s.do(command{Op: "peers"})
 	if r.Err != "" {

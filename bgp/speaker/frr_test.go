@@ -1,4 +1,4 @@
-package bgp
+package speaker
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
@@ -22,8 +23,8 @@ const vip4b = "198.18.100.2"
 // TestFRR: announce and withdraw a /32 to FRR (zebra + bgpd, run as user frr).
 func TestFRR(t *testing.T) {
 	r, g, rt, gw := frrSite(t)
-	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001,
-		Peers: []Peer{{Address: rt[0], ASN: 65000}}})
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}})
 	t.Logf("FRR session up in %v", s.waitUp(30*time.Second))
 	s.announce(vip4 + "/32")
 	t.Logf("announce → kernel route in %v", routeVia(t, r, vip4, 5*time.Second, gw[0]))
@@ -111,8 +112,8 @@ func writeFile(t *testing.T, path, s string) {
 // takes it away at once.
 func TestFRRGracefulRestart(t *testing.T) {
 	r, g, rt, gw := frrSite(t)
-	cfg := Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
-		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+	cfg := bgp.Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}}
 
 	s := startSpeaker(t, g, "gw1-a", cfg)
 	s.waitUp(30 * time.Second)

@@ -1,4 +1,4 @@
-package bgp
+package speaker
 
 import (
 	"net/netip"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xlb-dev/xlb/bgp"
 )
 
 // abortSessions shuts down this process's TCP connections to the peers (FIN, no BGP
@@ -15,10 +17,10 @@ import (
 // NOTIFICATION, so the sockets are found among the process's own descriptors: a stream
 // socket whose remote end is a peer's address and port, or whose local port is listenPort
 // (a session the peer opened). It returns how many it shut down.
-func abortSessions(peers []Peer, listenPort int32) int {
+func abortSessions(peers []bgp.Peer, listenPort int32) int {
 	want := make(map[netip.Addr]uint16, len(peers))
 	for _, p := range peers {
-		want[p.Address] = p.port()
+		want[p.Address] = p.WithDefaults().Port
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {

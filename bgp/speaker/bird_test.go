@@ -1,10 +1,11 @@
-package bgp
+package speaker
 
 import (
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
@@ -23,8 +24,8 @@ func TestBIRD(t *testing.T) {
 		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }",
 		"protocol bgp gw2 from lb { neighbor 198.18.2.2 as 65002; }"))
 
-	s1 := startSpeaker(t, g1, "gw1", Config{RouterID: gw1[0], ASN: 65001,
-		Peers: []Peer{{Address: r1[0], ASN: 65000}}})
+	s1 := startSpeaker(t, g1, "gw1", bgp.Config{RouterID: gw1[0], ASN: 65001,
+		Peers: []bgp.Peer{{Address: r1[0], ASN: 65000}}})
 	t.Logf("gw1 session up in %v", s1.waitUp(20*time.Second))
 	s1.announce(vip4 + "/32")
 	t.Logf("announce → kernel route in %v", routeVia(t, r, vip4, 5*time.Second, gw1[0]))
@@ -37,8 +38,8 @@ func TestBIRD(t *testing.T) {
 		t.Errorf("peer status after announce, withdraw, announce: %v (updates sent %d)", ps[0], ps[0].UpdatesSent)
 	}
 
-	s2 := startSpeaker(t, g2, "gw2", Config{RouterID: gw2[0], ASN: 65002,
-		Peers: []Peer{{Address: r2[0], ASN: 65000}}})
+	s2 := startSpeaker(t, g2, "gw2", bgp.Config{RouterID: gw2[0], ASN: 65002,
+		Peers: []bgp.Peer{{Address: r2[0], ASN: 65000}}})
 	s2.waitUp(20 * time.Second)
 	s2.announce(vip4 + "/32")
 	routeVia(t, r, vip4, 5*time.Second, gw1[0], gw2[0])
@@ -59,8 +60,8 @@ func TestBIRDIPv6(t *testing.T) {
 	rt, gw := link(t, pfx, r, g, 1)
 	bird(t, r, birdConf("198.18.1.1", false,
 		"protocol bgp gw1 from lb { neighbor 2001:db8:1::2 as 65001; }"))
-	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001,
-		Peers: []Peer{{Address: rt[1], ASN: 65000}}})
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
+		Peers: []bgp.Peer{{Address: rt[1], ASN: 65000}}})
 	t.Logf("v6 session up in %v", s.waitUp(20*time.Second))
 	// A v4 route is not sent over a v6 session; the /128 is.
 	s.announce(vip6+"/128", vip4+"/32")
@@ -130,7 +131,7 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 	// route at its End-of-RIB; with it, 3 s after the start (the session waits). It returns the
 	// new speaker, up, and how many 10 ms polls of BIRD's FIB found no route, from the kill
 	// until 2 s after the new session came up (End-of-RIB processed), and the most in a row.
-	restart := func(s *speaker, name string, cfg Config) (*speaker, int, int, int) {
+	restart := func(s *speaker, name string, cfg bgp.Config) (*speaker, int, int, int) {
 		watch := r.WatchRoute(t, vip4)
 		s.kill()
 		s = startSpeaker(t, g, name, cfg)
@@ -200,15 +201,15 @@ func TestBIRDGracefulRestartWaitForRoutes(t *testing.T) {
 
 // grSite is a router running BIRD (graceful restart on as a helper) linked to a gateway
 // namespace, and the config of a speaker there with graceful restart (30 s) peering with it.
-func grSite(t *testing.T) (r, g *netlab.NS, gw [2]netip.Addr, cfg Config) {
+func grSite(t *testing.T) (r, g *netlab.NS, gw [2]netip.Addr, cfg bgp.Config) {
 	requireLab(t, "bird")
 	pfx := netlab.Prefix()
 	r, g = netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
 	rt, gw := link(t, pfx, r, g, 1)
 	bird(t, r, birdConf("198.18.1.1", true,
 		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
-	cfg = Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
-		Peers: []Peer{{Address: rt[0], ASN: 65000}}}
+	cfg = bgp.Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}}
 	return r, g, gw, cfg
 }
 
@@ -228,13 +229,13 @@ func TestBIRDPassword(t *testing.T) {
 	wrong, right := dir+"/a", dir+"/b"
 	writeFile(t, wrong, "wrong\n")
 	writeFile(t, right, "right-b\n")
-	s := startSpeaker(t, g, "gw1", Config{RouterID: gw[0], ASN: 65001, Peers: []Peer{
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001, Peers: []bgp.Peer{
 		{Address: rta[0], ASN: 65000, PasswordFile: wrong},
 		{Address: rtb[0], ASN: 65000, PasswordFile: right},
 	}})
 	s.announce(vip4 + "/32")
 	routeVia(t, rb, vip4, 20*time.Second, netip.MustParseAddr("198.18.2.2"))
-	var bad PeerStatus
+	var bad bgp.PeerStatus
 	waitFor(t, 10*time.Second, "an error for the peer with the wrong password", func() (bool, string) {
 		bad = s.peers()[0]
 		return bad.LastError != "", bad.String()

@@ -1,0 +1,42 @@
+// Package speaker is xlb's embedded BGP speaker: it announces the gateway's VIPs as host routes
+// (/32, /128) to the upstream routers, with next hop self, so that the routers spread traffic
+// over the gateways with ECMP. Its configuration and routes are package bgp's types
+// ([bgp.Config], [bgp.Route]); this package holds what runs them.
+//
+// It runs GoBGP v3 (github.com/osrg/gobgp/v3) inside the calling process; there is no gobgpd
+// and no gRPC port. The API is declarative: [Speaker.SetRoutes] takes the full set of routes
+// that should be announced now and sends only the difference (new or changed routes are
+// announced, missing ones withdrawn); [Speaker.SetPeers] does the same for the sessions.
+// [Speaker.Peers] reports the sessions ([bgp.PeerStatus]) and [NewCollector] exports them to
+// Prometheus.
+//
+// # Address families
+//
+// Each peer's session carries the routes of its address's family only (see package bgp): an
+// IPv4 peer gets the IPv4 routes and an IPv6 peer the IPv6 ones, with the session's own local
+// address as next hop.
+//
+// # Failure detection
+//
+// GoBGP v3 has no BFD. A gateway that dies with its kernel (power, panic) is noticed by the
+// routers only when the hold timer expires, so the defaults are short (bgp.DefaultHoldTime and
+// the others: hold 9 s, keepalive 3 s, connect retry 1 s). A speaker process that dies while
+// the kernel lives is noticed at once: the kernel closes its TCP connections.
+//
+// # Graceful restart
+//
+// With [bgp.Config.GracefulRestart] set, the speaker advertises the graceful restart capability
+// (RFC 4724) with that restart time. When a speaker's process dies, or [Speaker.Stop] is called
+// with [KeepRoutes], its sessions close without a NOTIFICATION and the peers that support
+// graceful restart keep its routes (marked stale) for the restart time; a new speaker that
+// comes back within it re-announces them and the peers drop what it did not re-announce.
+// This is what lets the appliance restart without moving traffic: the datapath keeps
+// forwarding meanwhile. [Speaker.Stop] with [Withdraw] withdraws everything first and closes
+// the sessions with a Cease NOTIFICATION, so the traffic leaves the gateway at once.
+//
+// # Network namespaces
+//
+// GoBGP opens its sockets from its own goroutines, on any OS thread, so the whole process must
+// be in the network namespace the sessions belong to (start it with
+// `nsenter --net=/run/netns/NAME`); entering a namespace on one locked thread is not enough.
+package speaker

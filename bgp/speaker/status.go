@@ -1,0 +1,81 @@
+package speaker
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	api "github.com/osrg/gobgp/v3/api"
+
+	"github.com/xlb-dev/xlb/bgp"
+)
+
+// Peers returns the status of every configured peer, sorted by address. Before Start (or
+// after Stop), and with bgp.Config.WaitForRoutes until the first routes are set, every peer is
+// reported in state "idle".
+func (s *Speaker) Peers() []bgp.PeerStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]bgp.PeerStatus, 0, len(s.peers))
+	byAddr := make(map[netip.Addr]*api.Peer)
+	if s.started && !s.stopped {
+		_ = s.srv.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: true},
+			func(p *api.Peer) {
+				if a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress()); err == nil {
+					byAddr[a.Unmap()] = p
+				}
+			})
+	}
+	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
+		st := bgp.PeerStatus{Address: addr, ASN: s.peers[addr].ASN, State: "idle",
+			LastError: s.la.lastError(addr)}
+		if p, ok := byAddr[addr]; ok {
+			fillStatus(&st, p, s.cfg.GracefulRestart > 0)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// fillStatus copies GoBGP's view of peer p into st; gr says whether this speaker has graceful
+// restart on.
+func fillStatus(st *bgp.PeerStatus, p *api.Peer, gr bool) {
+	state := p.GetState().GetSessionState()
+	st.State = strings.ToLower(state.String())
+	st.Up = state == api.PeerState_ESTABLISHED
+	if up := p.GetTimers().GetState().GetUptime(); st.Up && up != nil && up.GetSeconds() > 0 {
+		st.Since = up.AsTime()
+		st.Uptime = time.Since(st.Since).Truncate(time.Second)
+	}
+	// GoBGP adds an End-of-RIB per family to its advertised count when graceful restart is
+	// negotiated: on here and in the peer's OPEN.
+	eor := uint64(0)
+	if gr && remoteGR(p) {
+		eor = 1
+	}
+	for _, af := range p.GetAfiSafis() {
+		st.Received += af.GetState().GetReceived()
+		st.Accepted += af.GetState().GetAccepted()
+		st.Advertised += af.GetState().GetAdvertised() - min(eor, af.GetState().GetAdvertised())
+	}
+	st.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
+}
+
+// remoteGR reports whether peer p's OPEN offered graceful restart.
+func remoteGR(p *api.Peer) bool {
+	for _, c := range p.GetState().GetRemoteCap() {
+		if c.MessageIs(&api.GracefulRestartCapability{}) {
+			return true
+		}
+	}
+	return false
+}
+
+// RouterID returns the BGP identifier the speaker runs with.
+func (s *Speaker) RouterID() netip.Addr { return s.cfg.RouterID }
+
+// ASN returns the local AS number the speaker runs with.
+func (s *Speaker) ASN() uint32 { return s.cfg.ASN }
