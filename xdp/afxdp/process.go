@@ -39,12 +39,23 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 	if d.Action == forward.NotOurs {
 		d = e.bal.Reply(&fp, now)
 	}
-	d.Events(e.count)
+	if d.Reselected {
+		e.reasons[forward.ReasonCTReselect]++
+	}
+	if d.RateLimited {
+		e.reasons[forward.ReasonCTRateLimited]++
+	}
+	if d.HSRateLimited {
+		e.reasons[forward.ReasonHandshakeLimited]++
+	}
+	if d.HandshakeHit {
+		e.reasons[forward.ReasonHandshakeHit]++
+	}
 	switch d.Action {
 	case forward.Drop:
 		return e.drop(d.Reason)
 	case forward.ToBackend:
-		e.count(forward.ReasonNATForward)
+		e.reasons[forward.ReasonNATForward]++
 		rewrite(frame, &p, false, d.Addr, d.Port)
 		return e.send(frame, &p, ingress)
 	case forward.ToClient:
@@ -53,17 +64,15 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 		if kind == HopLocal {
 			return e.drop(forward.ReasonDropLocal)
 		}
-		e.count(forward.ReasonNATReverse)
+		e.reasons[forward.ReasonNATReverse]++
 		if d.ReverseByHash {
-			e.count(forward.ReasonNATReverseMaglev)
+			e.reasons[forward.ReasonNATReverseMaglev]++
 		}
 		rewrite(frame, &p, true, d.Addr, d.Port)
 		return e.sendHop(frame, &p, ingress, hop, kind)
 	}
 	return e.drop(forward.ReasonDropNotOurs)
 }
-
-func (e *Engine) count(r forward.Reason) { e.reasons[r]++ }
 
 func (e *Engine) drop(r forward.Reason) Verdict {
 	e.reasons[r]++

@@ -48,7 +48,9 @@ type Balancer struct {
 
 // vip is one frontend's state.
 type vip struct {
-	fe    datapath.Frontend
+	fe datapath.Frontend
+	// key is fe as a map key, kept to compare packets with (ct_vip).
+	key   feKey
 	cfg   datapath.VIPConfig
 	table []datapath.BackendID
 }
@@ -143,7 +145,7 @@ func (b *Balancer) UpsertVIP(f datapath.Frontend, cfg datapath.VIPConfig) error 
 	k := frontendKey(f.Addr, f.Port, f.Proto)
 	v := b.vips[k]
 	if v == nil {
-		v = &vip{fe: f}
+		v = &vip{fe: f, key: k}
 		b.vips[k] = v
 	}
 	if v.cfg.ID != 0 && v.cfg.ID != cfg.ID {

@@ -78,19 +78,6 @@ type Decision struct {
 	SourceRejected bool // the client is outside the VIP's source ranges
 }
 
-// Events calls count with the reason of every event that led to d (not d.Reason itself).
-func (d *Decision) Events(count func(Reason)) {
-	for _, e := range [...]struct {
-		on bool
-		r  Reason
-	}{{d.Reselected, ReasonCTReselect}, {d.RateLimited, ReasonCTRateLimited}, {d.HSRateLimited, ReasonHandshakeLimited},
-		{d.HandshakeHit, ReasonHandshakeHit}} {
-		if e.on {
-			count(e.r)
-		}
-	}
-}
-
 func drop(d Decision, r Reason) Decision {
 	d.Action, d.Reason = Drop, r
 	return d
@@ -124,7 +111,7 @@ func (b *Balancer) ctVIP(p *Packet, id datapath.VIPID) *vip {
 	if v == nil {
 		return nil
 	}
-	k := frontendKey(v.fe.Addr, v.fe.Port, v.fe.Proto)
+	k := &v.key
 	if k.v6 != p.V6 || k.proto != uint8(p.Proto) || (k.port != 0 && k.port != p.DstPort) || k.addr != p.Dst {
 		return nil
 	}
