@@ -51,6 +51,27 @@
 /* The TTL (hop limit) of an echo reply a program sends for a VIP address. */
 #define ECHO_REPLY_TTL 64
 
+/* Direct server return's carrier: how a gateway tells a backend's node which VIP frontend a
+ * packet it DNATed to the backend was sent to (datapath.Carrier*; docs/dsr.md). The gateway adds
+ * it to the packets of a flow it has no conntrack entry for (a SYN, a first datagram, a flow
+ * ECMP moved to it) when it fits the egress MTU; the node's program reads it, checks it against
+ * the frontends whose endpoints run on the node, records the flow, removes the carrier before
+ * the Pod sees the packet, and rewrites the Pod's replies to come from the VIP.
+ *
+ * IPv4: one option, the first after the 20-byte header (IHL 7):
+ *   type DSR_OPT4_TYPE, length DSR_OPT4_LEN, the VIP's port (network order), the VIP (4 bytes).
+ *   0x9e is RFC 4727's experimental option 30 with the copy bit set (every fragment carries it).
+ * IPv6: a Destination Options header right after the fixed header (next header 60), 24 bytes:
+ *   next header, length 2 (3 x 8 bytes), option type DSR_OPT6_TYPE (RFC 4727 experimental:
+ *   skip if unknown, not changed en route), option length 18, the VIP's port, the VIP (16 bytes),
+ *   then a PadN of 0 bytes (type 1, length 0). */
+#define DSR_OPT4_TYPE   0x9e
+#define DSR_OPT4_LEN    8
+#define DSR_OPT6_TYPE   0x1e
+#define DSR_OPT6_DATA   18 /* port + address */
+#define DSR_OPT6_HDRLEN 24 /* the whole Destination Options header */
+#define PROTO_DSTOPTS_HDR 60 /* IPv6 next header value of a Destination Options header */
+
 /* An IPv4 or IPv6 address. IPv4 uses w[0] (network order) and leaves w[1..3] zero. */
 struct addr {
 	__u32 w[4];
