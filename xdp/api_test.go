@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +48,7 @@ func TestConstantsMatchBPF(t *testing.T) {
 		xlbMapConntrack:    datapath.DefaultConntrackSize,
 		xlbMapHandshakes:   datapath.DefaultHandshakeSize,
 		xlbMapMaglevSlots:  DefaultMaglevSlots,
-		xlbMapProgs:        progFull + 1,
+		xlbMapProgs:        progDSR + 1,
 	} {
 		if got := spec.Maps[name].MaxEntries; got != want {
 			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)
@@ -300,5 +302,30 @@ func TestLoadRejectsShortTimeouts(t *testing.T) {
 	_, err := Load(Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096, UDPTimeout: 100 * time.Millisecond}})
 	if err == nil || !strings.Contains(err.Error(), "UDPTimeout") {
 		t.Fatalf("Load with a 100 ms UDP timeout: %v", err)
+	}
+}
+
+// TestFlagsMatchBPF checks the Go mirrors of bpf/consts.h's flag bits, which leave no trace in
+// the compiled object, against the header's text.
+func TestFlagsMatchBPF(t *testing.T) {
+	src, err := os.ReadFile("bpf/consts.h")
+	must(t, err)
+	defs := map[string]uint64{}
+	for _, m := range regexp.MustCompile(`(?m)^#define\s+(\w+)\s+\((\d+)u? << (\d+)\)`).FindAllStringSubmatch(string(src), -1) {
+		base, err1 := strconv.ParseUint(m[2], 0, 64)
+		shift, err2 := strconv.ParseUint(m[3], 0, 64)
+		if err1 == nil && err2 == nil {
+			defs[m[1]] = base << shift
+		}
+	}
+	for name, want := range map[string]uint64{
+		"VIP_F_AFFINITY_CLIENTIP": vipFlagAffinityClientIP, "VIP_F_SRC_RANGES": vipFlagSrcRanges,
+		"VIP_F_MARKER": vipFlagMarker, "BACKEND_F_DOWN": backendFlagDown,
+		"BACKEND_F_REVERSE_CT": backendFlagReverseCT, "BACKEND_F_DSR": backendFlagDSR,
+		"REV_F_AMBIGUOUS": revFlagAmbiguous, "CT_F_CLOSING": ctFlagClosing, "CT_F_REVERSE": ctFlagReverse,
+	} {
+		if got, ok := defs[name]; !ok || got != want {
+			t.Errorf("bpf/consts.h %s = %d (defined: %v), Go says %d", name, got, ok, want)
+		}
 	}
 }

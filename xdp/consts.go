@@ -5,6 +5,7 @@ package xdp
 const (
 	progICMP        = 0
 	progFull        = 1
+	progDSR         = 2
 	addrFilterLog2  = 16
 	addrFilterBits  = 1 << addrFilterLog2
 	addrFilterWords = addrFilterBits / 64
@@ -16,6 +17,7 @@ const (
 
 	backendFlagDown      = 1 << 0
 	backendFlagReverseCT = 1 << 1
+	backendFlagDSR       = 1 << 2
 
 	revFlagAmbiguous = 1 << 0
 
@@ -63,6 +65,13 @@ const (
 	// ReasonPassTailCall: a tail call found no program (the loader installs them before it
 	// attaches, so this stays 0).
 	ReasonPassTailCall = Reason(xlbReasonREASON_PASS_TAIL_CALL)
+	// ReasonDSRCarried counts, among ReasonNATForward, the packets sent with the carrier of
+	// direct server return; ReasonDSRNoRoom those sent without, as it would not fit.
+	ReasonDSRCarried = Reason(xlbReasonREASON_DSR_CARRIED)
+	ReasonDSRNoRoom  = Reason(xlbReasonREASON_DSR_NO_ROOM)
+	// ReasonDSRTooBig: a UDP datagram the carrier would not fit on, answered with an ICMP
+	// "too big" for the path's MTU less the carrier.
+	ReasonDSRTooBig = Reason(xlbReasonREASON_DSR_TOO_BIG)
 	numReasons         = int(xlbReasonREASON_MAX)
 )
 
@@ -73,6 +82,7 @@ var reasonNames = [...]string{
 	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
 	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev", "pass_tail_call",
+	"dsr_carried", "dsr_no_room", "dsr_too_big",
 }
 
 // String returns the counter's name, as used in metrics.

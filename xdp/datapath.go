@@ -213,6 +213,9 @@ func (d *Datapath) start() error {
 	if err := d.objs.Progs.Put(uint32(progFull), d.objs.XlbFull); err != nil {
 		return fmt.Errorf("install full-path program in tail-call table: %w", err)
 	}
+	if err := d.objs.Progs.Put(uint32(progDSR), d.objs.XlbDsr); err != nil {
+		return fmt.Errorf("install the direct server return program in tail-call table: %w", err)
+	}
 	if err := d.filter.rebuild(&d.objs); err != nil {
 		return fmt.Errorf("rebuild address filter from maps: %w", err)
 	}

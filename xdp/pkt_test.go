@@ -26,6 +26,7 @@ type pk struct {
 	Ext6Types      []layers.IPProtocol
 	UDPZeroCsum    bool
 	Seq            uint32
+	DF             bool // IPv4: don't fragment
 }
 
 func (p pk) ttl() uint8 {
@@ -40,8 +41,12 @@ func (p pk) is4() bool { return p.Src.Addr().Is4() }
 // netLayer is the IP header without payload, used for pseudo-header checksums.
 func (p pk) netLayer() gopacket.NetworkLayer {
 	if p.is4() {
-		return &layers.IPv4{Version: 4, IHL: 5, TTL: p.ttl(), Protocol: p.Proto, Id: p.IPID,
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: p.ttl(), Protocol: p.Proto, Id: p.IPID,
 			SrcIP: p.Src.Addr().AsSlice(), DstIP: p.Dst.Addr().AsSlice(), Options: p.IPv4Options}
+		if p.DF {
+			ip.Flags = layers.IPv4DontFragment
+		}
+		return ip
 	}
 	return &layers.IPv6{Version: 6, HopLimit: p.ttl(), NextHeader: p.Proto,
 		SrcIP: p.Src.Addr().AsSlice(), DstIP: p.Dst.Addr().AsSlice()}

@@ -275,6 +275,9 @@ func (d *Datapath) UpsertBackend(id datapath.BackendID, b datapath.Backend) erro
 	if b.Down {
 		v.Flags |= backendFlagDown
 	}
+	if b.DSR {
+		v.Flags |= backendFlagDSR
+	}
 	if d.endpoints.needsReverseCT(b.Addr, b.Port) {
 		v.Flags |= backendFlagReverseCT
 	}
@@ -336,7 +339,7 @@ func (d *Datapath) Backends() (map[datapath.BackendID]datapath.Backend, error) {
 				continue
 			}
 			out[datapath.BackendID(keys[i])] = datapath.Backend{Addr: fromWire(v.Addr, v.Family), Port: ntohs(v.Port),
-				Down: v.Flags&backendFlagDown != 0}
+				Down: v.Flags&backendFlagDown != 0, DSR: v.Flags&backendFlagDSR != 0}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return out, nil

@@ -51,6 +51,17 @@ type xlbCtEntry struct {
 	Pad       [5]uint8
 }
 
+type xlbDsrMeta struct {
+	_   structs.HostLayout
+	Vip struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
+	Vport  uint16
+	Family uint8
+	Pad    uint8
+}
+
 type xlbFlowCacheEntry struct {
 	_         structs.HostLayout
 	Key       xlbFlowKey
@@ -185,7 +196,10 @@ const (
 	xlbReasonREASON_HS_RATE_LIMITED    xlbReason = 28
 	xlbReasonREASON_NAT_REVERSE_MAGLEV xlbReason = 29
 	xlbReasonREASON_PASS_TAIL_CALL     xlbReason = 30
-	xlbReasonREASON_MAX                xlbReason = 31
+	xlbReasonREASON_DSR_CARRIED        xlbReason = 31
+	xlbReasonREASON_DSR_NO_ROOM        xlbReason = 32
+	xlbReasonREASON_DSR_TOO_BIG        xlbReason = 33
+	xlbReasonREASON_MAX                xlbReason = 34
 )
 
 type xlbRevValue struct {
@@ -259,6 +273,7 @@ const (
 	xlbMapClock               = "clock"
 	xlbMapConntrack           = "conntrack"
 	xlbMapCpuState            = "cpu_state"
+	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
 	xlbMapFrags               = "frags"
 	xlbMapHandshakes          = "handshakes"
@@ -274,6 +289,7 @@ const (
 	xlbMapVipById             = "vip_by_id"
 	xlbMapVipStats            = "vip_stats"
 	xlbMapVips                = "vips"
+	xlbProgXlbDsr             = "xlb_dsr"
 	xlbProgXlbFull            = "xlb_full"
 	xlbProgXlbIcmp            = "xlb_icmp"
 	xlbProgXlbXdp             = "xlb_xdp"
@@ -327,6 +343,7 @@ type xlbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbProgramSpecs struct {
+	XlbDsr  *ebpf.ProgramSpec `ebpf:"xlb_dsr"`
 	XlbFull *ebpf.ProgramSpec `ebpf:"xlb_full"`
 	XlbIcmp *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
 	XlbXdp  *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
@@ -342,6 +359,7 @@ type xlbMapSpecs struct {
 	Clock        *ebpf.MapSpec `ebpf:"clock"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
+	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
@@ -397,6 +415,7 @@ type xlbMaps struct {
 	Clock        *ebpf.Map `ebpf:"clock"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
+	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	Handshakes   *ebpf.Map `ebpf:"handshakes"`
@@ -422,6 +441,7 @@ func (m *xlbMaps) Close() error {
 		m.Clock,
 		m.Conntrack,
 		m.CpuState,
+		m.DsrScratch,
 		m.FlowCache,
 		m.Frags,
 		m.Handshakes,
@@ -456,6 +476,7 @@ type xlbVariables struct {
 //
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbPrograms struct {
+	XlbDsr  *ebpf.Program `ebpf:"xlb_dsr"`
 	XlbFull *ebpf.Program `ebpf:"xlb_full"`
 	XlbIcmp *ebpf.Program `ebpf:"xlb_icmp"`
 	XlbXdp  *ebpf.Program `ebpf:"xlb_xdp"`
@@ -463,6 +484,7 @@ type xlbPrograms struct {
 
 func (p *xlbPrograms) Close() error {
 	return _XlbClose(
+		p.XlbDsr,
 		p.XlbFull,
 		p.XlbIcmp,
 		p.XlbXdp,

@@ -62,6 +62,8 @@ var (
 	pVIPAll  = netip.MustParseAddr("198.18.100.2")
 	pVIPAmb  = netip.MustParseAddr("198.18.100.3")
 	pVIP6    = netip.MustParseAddr("2001:db8:100::1")
+	pVIPDSR  = netip.MustParseAddr("198.18.100.4")
+	pVIP6DSR = netip.MustParseAddr("2001:db8:100::4")
 	pBE      = []netip.Addr{netip.MustParseAddr("198.18.1.10"), netip.MustParseAddr("198.18.1.11"), netip.MustParseAddr("198.18.1.12")}
 	pBE6     = netip.MustParseAddr("2001:db8:1::10")
 	pClients = netip.MustParsePrefix("198.18.128.0/17")
@@ -190,6 +192,18 @@ func configureParity(t *testing.T, c configurer) {
 	fill(4, 8)
 	fill(5, 9, 10)
 	fill(6, 9, 10)
+	// Direct server return: VIP 7 pVIPDSR:80/TCP over pBE[0] and pBE[1]:7070, VIP 8
+	// pVIPDSR:53/UDP to pBE[2]:7053, VIP 9 [pVIP6DSR]:53/UDP to pBE6:7053.
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIPDSR, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 7}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIPDSR, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{ID: 8}))
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIP6DSR, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{ID: 9}))
+	must(c.UpsertBackend(11, datapath.Backend{Addr: pBE[0], Port: 7070, DSR: true}))
+	must(c.UpsertBackend(12, datapath.Backend{Addr: pBE[1], Port: 7070, DSR: true}))
+	must(c.UpsertBackend(13, datapath.Backend{Addr: pBE[2], Port: 7053, DSR: true}))
+	must(c.UpsertBackend(14, datapath.Backend{Addr: pBE6, Port: 7053, DSR: true}))
+	fill(7, 11, 12)
+	fill(8, 13)
+	fill(9, 14)
 }
 
 // check runs frame through both datapaths, arriving on ifindex: both must send it, byte for
@@ -206,15 +220,17 @@ func (px *parity) check(t *testing.T, name string, frame []byte, ifindex int) bo
 		t.Fatalf("%s: test run: %v", name, err)
 	}
 	px.now += time.Millisecond
-	got := append([]byte(nil), frame...)
+	// Room to grow, as a UMEM frame has (the carrier of direct server return).
+	got := make([]byte, len(frame), len(frame)+64)
+	copy(got, frame)
 	v := px.eng.Process(got, ifindex, px.now)
 	sent := res.Verdict == xdpTX || res.Verdict == xdpRedirect
 	if sent != v.Send {
 		t.Errorf("%s: XDP verdict %d, engine send=%v (reasons %v)", name, res.Verdict, v.Send, px.eng.ReasonCounts())
 		return false
 	}
-	if sent && !bytes.Equal(res.Data, got) {
-		t.Errorf("%s: outputs differ\nxdp    %x\nengine %x", name, res.Data, got)
+	if sent && !bytes.Equal(res.Data, v.Frame) {
+		t.Errorf("%s: outputs differ\nxdp    %x\nengine %x", name, res.Data, v.Frame)
 	}
 	if sent && (res.Verdict == xdpTX) != (v.Ifindex == ifindex) {
 		t.Errorf("%s: XDP verdict %d, engine egress %d (ingress %d)", name, res.Verdict, v.Ifindex, ifindex)
@@ -231,6 +247,7 @@ type frameSpec struct {
 	ttl      uint8
 	payload  []byte
 	noCsum   bool // a UDP checksum of 0
+	df       bool // IPv4: don't fragment
 }
 
 func (f frameSpec) bytes() []byte {
@@ -280,6 +297,9 @@ func (f frameSpec) bytes() []byte {
 		ip[0] = 0x45
 		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4MinLen+len(l4)))
 		ip[8], ip[9] = ttl, f.proto
+		if f.df {
+			ip[6] = 0x40
+		}
 		copy(ip[12:], f.src.Addr().AsSlice())
 		copy(ip[16:], f.dst.Addr().AsSlice())
 		binary.BigEndian.PutUint16(ip[10:], onesSum(ip))
@@ -374,6 +394,29 @@ func TestParityWithXDP(t *testing.T) {
 		ok(fmt.Sprintf("IPv6 reply %d", i), frameSpec{src: netip.AddrPortFrom(pBE6, 8443), dst: c6, proto: protoTCP,
 			flags: tcpACK, payload: payload()}, px.int)
 	}
+	// Direct server return: the packets that open a flow carry the frontend, established ones
+	// do not; a datagram the carrier would not fit on is answered "too big" (DF, IPv6) or goes
+	// without it.
+	dsr := netip.AddrPortFrom(pVIPDSR, 80)
+	for i := range 50 {
+		c := randClient(r)
+		seq := r.Uint32()
+		ok(fmt.Sprintf("DSR SYN %d", i), frameSpec{src: c, dst: dsr, proto: protoTCP, flags: tcpSYN, seq: seq}, px.ext)
+		ok(fmt.Sprintf("DSR ACK %d", i), frameSpec{src: c, dst: dsr, proto: protoTCP, flags: tcpACK, seq: seq + 1}, px.ext)
+		ok(fmt.Sprintf("DSR data %d", i), frameSpec{src: c, dst: dsr, proto: protoTCP, flags: tcpACK, seq: seq + 1,
+			payload: payload()}, px.ext)
+		u := netip.AddrPortFrom(pVIPDSR, 53)
+		ok(fmt.Sprintf("DSR UDP %d", i), frameSpec{src: c, dst: u, proto: protoUDP, payload: payload()}, px.ext)
+		big := make([]byte, 1500-ipv4MinLen-udpLen-r.IntN(8))
+		ok(fmt.Sprintf("DSR big DF UDP %d", i), frameSpec{src: randClient(r), dst: u, proto: protoUDP, payload: big, df: true}, px.ext)
+		ok(fmt.Sprintf("DSR big UDP %d", i), frameSpec{src: randClient(r), dst: u, proto: protoUDP, payload: big}, px.ext)
+		c6 := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("2001:db8:80::%x", 1+r.IntN(0xfffe))), c.Port())
+		u6 := netip.AddrPortFrom(pVIP6DSR, 53)
+		ok(fmt.Sprintf("DSR IPv6 UDP %d", i), frameSpec{src: c6, dst: u6, proto: protoUDP, payload: payload()}, px.ext)
+		ok(fmt.Sprintf("DSR big IPv6 UDP %d", i), frameSpec{src: c6, dst: u6, proto: protoUDP,
+			payload: make([]byte, 1500-ipv6Len-udpLen-r.IntN(24))}, px.ext)
+	}
+
 	// Neither sends: an expiring TTL, a VIP port nothing serves.
 	c := randClient(r)
 	ok("TTL 1", frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, ttl: 1}, px.ext)
@@ -386,7 +429,8 @@ func TestParityWithXDP(t *testing.T) {
 	}
 	rs := px.eng.ReasonCounts()
 	for _, r := range []forward.Reason{forward.ReasonNATForward, forward.ReasonNATReverse, forward.ReasonNATReverseMaglev,
-		forward.ReasonFwdRedirect, forward.ReasonHandshakeHit, forward.ReasonDropReverseNoCT, forward.ReasonDropTTL} {
+		forward.ReasonFwdRedirect, forward.ReasonHandshakeHit, forward.ReasonDropReverseNoCT, forward.ReasonDropTTL,
+		forward.ReasonDSRCarried, forward.ReasonDSRNoRoom, forward.ReasonDSRTooBig} {
 		if rs[r] == 0 {
 			t.Errorf("no %s among the engine's verdicts %v: a path the comparison did not cover", r, rs)
 		}

@@ -10,10 +10,13 @@ import (
 
 // Verdict is what Process decided for a frame.
 type Verdict struct {
-	// Send is true when the frame, rewritten in place, must be sent out of Ifindex; false when
-	// it is dropped (the reason is counted).
+	// Send is true when Frame must be sent out of Ifindex; false when the frame is dropped (the
+	// reason is counted).
 	Send    bool
 	Ifindex int
+	// Frame is the frame to send: the one given to Process, rewritten in place, and grown (the
+	// carrier of direct server return) or cut (an ICMP answer) within its capacity.
+	Frame []byte
 }
 
 // Process applies the datapath's rules to frame, which arrived on interface ingress, at time
@@ -57,6 +60,9 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 	case forward.ToBackend:
 		e.reasons[forward.ReasonNATForward]++
 		rewrite(frame, &p, false, d.Addr, d.Port)
+		if d.Carry {
+			return e.carry(frame, &p, ingress, &d)
+		}
 		return e.send(frame, &p, ingress)
 	case forward.ToClient:
 		// Route first: a backend's packet to this host is not ours (steer.c passes those).
@@ -107,7 +113,7 @@ func (e *Engine) sendHop(frame []byte, p *packet, ingress int, hop Hop, kind Hop
 	} else {
 		e.reasons[forward.ReasonFwdRedirect]++
 	}
-	return Verdict{Send: true, Ifindex: hop.Ifindex}
+	return Verdict{Send: true, Ifindex: hop.Ifindex, Frame: frame}
 }
 
 // Holding frames for an unresolved neighbour, as the kernel's neighbour queue does: the XDP

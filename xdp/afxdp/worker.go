@@ -90,7 +90,7 @@ func (w *worker) run(ctx context.Context) {
 			for _, desc := range descs {
 				f := s.frame(desc)
 				if vd := e.Process(f, s.ifindex, now); vd.Send {
-					out[vd.Ifindex] = append(out[vd.Ifindex], f)
+					out[vd.Ifindex] = append(out[vd.Ifindex], vd.Frame)
 				}
 			}
 			// Frames are copied into the egress socket's UMEM before the received ones are

@@ -43,9 +43,11 @@
 #define SVC_CACHE_VIPS    1
 #define SVC_CACHE_REVERSE 2
 
-/* Indexes in the progs tail-call table: the ICMP program, the full path. */
+/* Indexes in the progs tail-call table: the ICMP program, the full path, the carrier of direct
+ * server return. */
 #define PROG_ICMP 0
 #define PROG_FULL 1
+#define PROG_DSR  2
 
 /* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
  * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array
@@ -63,6 +65,8 @@
 #define BACKEND_F_DOWN       (1u << 0) /* unusable: even established flows are moved off it */
 #define BACKEND_F_REVERSE_CT (1u << 1) /* its endpoint's reverse NAT is ambiguous: new flows also
 					* write a reverse conntrack entry (set by Go) */
+#define BACKEND_F_DSR        (1u << 2) /* direct server return: a flow's packets without conntrack
+					* entry carry the frontend to the backend's node (xlb_dsr) */
 
 /* rev_value.flags */
 #define REV_F_AMBIGUOUS (1u << 0) /* endpoint serves several VIP:ports: find the VIP in conntrack,
@@ -171,6 +175,12 @@ enum reason {
 				      * entry, its VIP re-derived from the candidates' Maglev tables */
 	REASON_PASS_TAIL_CALL,       /* a tail call failed (its program missing from progs: never
 				      * once loaded) */
+	REASON_DSR_CARRIED,          /* of nat_forward: sent with the carrier (direct server return) */
+	REASON_DSR_NO_ROOM,          /* of nat_forward: sent without the carrier, which would not fit
+				      * (a TCP segment, or a UDP datagram that may be fragmented: the
+				      * node knows the flow from an earlier packet, or not) */
+	REASON_DSR_TOO_BIG,          /* a UDP datagram the carrier would not fit on, answered with an
+				      * ICMP "too big" for the MTU less the carrier */
 	REASON_MAX,
 };
 

@@ -224,14 +224,24 @@ struct {
 	__uint(max_entries, 1);
 } v6_scratch SEC(".maps");
 
-/* progs: tail-call table; PROG_FULL -> xlb_full, PROG_ICMP -> xlb_icmp. Written by Go at load.
+/* dsr_scratch: per-CPU, what forward() hands xlb_dsr with its tail call: the frontend the
+ * packet was sent to, before it was DNATed to its backend. Written and read by the datapath. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct dsr_meta);
+	__uint(max_entries, 1);
+} dsr_scratch SEC(".maps");
+
+/* progs: tail-call table; PROG_FULL -> xlb_full, PROG_ICMP -> xlb_icmp, PROG_DSR -> xlb_dsr.
+ * Written by Go at load.
  * Each program generation has its own, which Go pins under progs/<id of its xlb_xdp> while a
  * pinned link runs it (the kernel empties a program array with no user reference left). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 } progs SEC(".maps");
 
 #endif

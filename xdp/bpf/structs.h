@@ -184,6 +184,14 @@ struct ipv6_ext {
 	__u8 result;    /* enum parse_result */
 };
 
+/* Value of dsr_scratch: the frontend of a packet forward() DNATed, for xlb_dsr's carrier. */
+struct dsr_meta {
+	struct addr vip;
+	__be16 vport;
+	__u8 family;
+	__u8 pad;
+};
+
 /* ICMP and ICMPv6 share this header layout. */
 struct icmp_hdr {
 	__u8 type;

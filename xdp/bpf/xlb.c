@@ -20,6 +20,7 @@
 #include "nat.h"
 #include "fib.h"
 #include "icmp.h"
+#include "dsr.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -118,11 +119,13 @@ static __always_inline void record_hop(struct flow_cache_entry *rec, struct pack
 
 /* forward DNATs a packet of VIP vip_id to backend bid and sends it on its way. rec, when not
  * NULL, is the flow's flow_cache entry (an established flow): when XDP sends the packet, what
- * was done to it is recorded there for the flow's next packets (flow_replay). */
+ * was done to it is recorded there for the flow's next packets (flow_replay). carry says the
+ * packet opens the flow here (no conntrack entry): to a backend of direct server return it
+ * carries its frontend (xlb_dsr, by tail call). */
 static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *data_end,
 				   __u32 vip_id, __u32 bid, struct backend *be, int new_flow,
 				   __u64 now, __u32 gen, struct flow_cache_entry *rec,
-				   __u32 vip_flags)
+				   __u32 vip_flags, const int carry)
 {
 	struct addr vip = p->dst;
 	__be16 vport = p->dport;
@@ -133,6 +136,17 @@ static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *d
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
 	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
+	if (carry && (be->flags & BACKEND_F_DSR)) {
+		struct dsr_meta *m = dsr_meta_get();
+
+		if (m) {
+			m->vip = vip;
+			m->vport = vport;
+			m->family = p->family;
+			bpf_tail_call(ctx, &progs, PROG_DSR);
+		}
+		count_reason(REASON_DSR_NO_ROOM); /* no xlb_dsr: without the carrier */
+	}
 	hop = next_hop(ctx, p, data_end, now, gen, &h);
 	if (rec && hop == HOP_SEND && h.expires && p->l4 && !p->is_frag) {
 		rec->vip_flags = vip_flags;
@@ -295,14 +309,14 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		ct = NULL;
 	}
 	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now,
-		       gen, NULL, 0);
+		       gen, NULL, 0, 1);
 
 established:
 	if ((ref->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
 		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
 	if (ttl_expiring(p, data_end))
 		return verdict(REASON_PASS_TTL, XDP_PASS);
-	return forward(ctx, p, data_end, vip_id, bid, be, 0, now, gen, rec, ref->flags);
+	return forward(ctx, p, data_end, vip_id, bid, be, 0, now, gen, rec, ref->flags, 0);
 }
 
 /* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
@@ -574,4 +588,78 @@ int xlb_icmp(struct xdp_md *ctx)
 	}
 	p.family = FAMILY_V6;
 	return handle_icmp(ctx, &p, data_end);
+}
+
+/* xlb_dsr is the carrier of direct server return (dsr.h), reached by tail call from forward()
+ * with a packet DNATed to a backend of direct server return that opens its flow here, and its
+ * frontend in dsr_scratch. */
+SEC("xdp")
+int xlb_dsr(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	void *data = (void *)(long)ctx->data;
+	struct dsr_meta *m = dsr_meta_get();
+	struct packet p = {};
+	struct cpu_state *cs;
+	struct hop h = {};
+	int hop, l2, clen, fits, rc;
+	__u64 now;
+	__u32 gen;
+
+	if (parse_l3(data, data_end, &p) != PARSE_OK || !m || m->family != p.family)
+		return verdict(REASON_PASS_TAIL_CALL, XDP_PASS);
+	if (p.l4 && parse_ports(data_end, &p))
+		return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
+	cs = cpu_state_get();
+	now = now_gen(cs, &gen);
+	hop = next_hop(ctx, &p, data_end, now, gen, &h);
+	if (hop == HOP_DROP)
+		return send_hop(ctx, &p, data_end, hop, &h);
+	l2 = p.vlan ? sizeof(struct ethhdr) + 4 : sizeof(struct ethhdr);
+	if ((void *)p.eth + l2 != p.l3)
+		return send_hop(ctx, &p, data_end, hop, &h);
+	if (p.family == FAMILY_V4) {
+		struct iphdr *iph = p.l3;
+
+		clen = DSR_OPT4_LEN;
+		/* Options already there: the node expects the carrier to be the only one. */
+		if ((void *)(iph + 1) > data_end || iph->ihl != 5) {
+			count_reason(REASON_DSR_NO_ROOM);
+			return send_hop(ctx, &p, data_end, hop, &h);
+		}
+	} else {
+		clen = DSR_OPT6_HDRLEN;
+	}
+	/* Handed to the kernel, the packet's MTU is unknown here: only the least IPv6 allows. */
+	fits = ip_len(&p) + clen <= (hop == HOP_SEND ? h.mtu : 1280);
+	if (!fits) {
+		if (hop == HOP_SEND && p.proto == PROTO_UDP && !p.is_frag && h.mtu > clen) {
+			rc = -1;
+			if (p.family == FAMILY_V4 && (((struct iphdr *)p.l3)->frag_off & IP_DF_BE))
+				rc = dsr_too_big4(ctx, m, l2, h.mtu - clen);
+			else if (p.family == FAMILY_V6 && p.l4 == p.l3 + sizeof(struct ipv6hdr))
+				rc = dsr_too_big6(ctx, m, l2, h.mtu - clen);
+			if (rc >= 0)
+				return rc;
+		}
+		count_reason(REASON_DSR_NO_ROOM);
+		return send_hop(ctx, &p, data_end, hop, &h);
+	}
+	if (p.family == FAMILY_V4)
+		rc = l2 == sizeof(struct ethhdr) ? dsr_insert4(ctx, m, sizeof(struct ethhdr)) :
+						   dsr_insert4(ctx, m, sizeof(struct ethhdr) + 4);
+	else
+		rc = l2 == sizeof(struct ethhdr) ? dsr_insert6(ctx, m, sizeof(struct ethhdr)) :
+						   dsr_insert6(ctx, m, sizeof(struct ethhdr) + 4);
+	/* The frame moved (or may have): its pointers are taken again. send_hop needs the MACs and,
+	 * to give the kernel the TTL back, the IP header. */
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (rc == -2 || data + l2 + (p.family == FAMILY_V4 ? sizeof(struct iphdr) :
+						   sizeof(struct ipv6hdr)) > data_end)
+		return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
+	p.eth = data;
+	p.l3 = data + l2;
+	count_reason(rc ? REASON_DSR_NO_ROOM : REASON_DSR_CARRIED);
+	return send_hop(ctx, &p, data_end, hop, &h);
 }

@@ -123,6 +123,10 @@ type Backend struct {
 	// Down moves even established flows off the backend (it is dead). A draining backend is
 	// not Down: it just leaves the Maglev tables and keeps its established flows.
 	Down bool
+	// DSR says the backend's node serves direct server return (Forwarding DSR): the packets of
+	// a flow the datapath has no conntrack entry for carry the frontend to it (the carrier),
+	// and its replies do not come back through the gateways.
+	DSR bool
 }
 
 // ReverseNAT says which VIP a backend endpoint's replies must come from.

@@ -61,6 +61,11 @@ type Decision struct {
 	Port uint16
 	// NewFlow: a TCP SYN, or the first datagram of a UDP flow (traffic's new flows).
 	NewFlow bool
+	// Carry: the backend is of direct server return and the packet opens its flow here (no
+	// conntrack entry): it carries its frontend to the backend's node, Frontend.Addr and
+	// CarryPort (the port the client sent to) in the carrier (datapath.Carrier*).
+	Carry     bool
+	CarryPort uint16
 
 	// Conntrack is what became of the flow's conntrack entry.
 	Conntrack CTState
@@ -274,6 +279,7 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		}
 	}
 	newFlow := syn || (p.Proto != datapath.TCP && !ctFound)
+	d.Carry, d.CarryPort = be.DSR, p.DstPort
 	return b.established(p, v, bid, be, newFlow, d)
 }
 

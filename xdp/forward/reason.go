@@ -34,6 +34,9 @@ const (
 	ReasonDropNoPort                     // the egress interface has no socket of this datapath
 	ReasonDropMTU                        // longer than the egress MTU
 	ReasonDropTxFull                     // the egress socket's ring or frames were full
+	ReasonDSRCarried                     // of nat_forward: sent with the carrier (direct server return)
+	ReasonDSRNoRoom                      // of nat_forward: sent without the carrier, which would not fit
+	ReasonDSRTooBig                      // a UDP datagram the carrier would not fit on, answered with an ICMP "too big"
 	NumReasons
 )
 
@@ -42,7 +45,7 @@ var reasonNames = [NumReasons]string{
 	"ct_rate_limited", "ct_reselect", "handshake_hit", "handshake_rate_limited",
 	"drop_malformed", "drop_not_ours", "drop_src_range", "drop_no_backend", "drop_udp6_zero_csum",
 	"drop_ttl", "drop_reverse_no_ct", "drop_local", "held_no_neigh", "drop_no_neigh", "drop_unreachable",
-	"drop_no_port", "drop_mtu", "drop_tx_full",
+	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
 }
 
 // String returns the counter's name.
