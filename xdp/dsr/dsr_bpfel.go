@@ -112,6 +112,7 @@ type dsrFragValue struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	dsrMapEpFilter    = "ep_filter"
 	dsrMapFlows       = "flows"
 	dsrMapFrags       = "frags"
 	dsrMapServices    = "services"
@@ -172,6 +173,7 @@ type dsrProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dsrMapSpecs struct {
+	EpFilter *ebpf.MapSpec `ebpf:"ep_filter"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
 	Frags    *ebpf.MapSpec `ebpf:"frags"`
 	Services *ebpf.MapSpec `ebpf:"services"`
@@ -206,6 +208,7 @@ func (o *dsrObjects) Close() error {
 //
 // It can be passed to loadDsrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dsrMaps struct {
+	EpFilter *ebpf.Map `ebpf:"ep_filter"`
 	Flows    *ebpf.Map `ebpf:"flows"`
 	Frags    *ebpf.Map `ebpf:"frags"`
 	Services *ebpf.Map `ebpf:"services"`
@@ -214,6 +217,7 @@ type dsrMaps struct {
 
 func (m *dsrMaps) Close() error {
 	return _DsrClose(
+		m.EpFilter,
 		m.Flows,
 		m.Frags,
 		m.Services,

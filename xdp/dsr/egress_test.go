@@ -2,6 +2,7 @@ package dsr
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestGoldenFragmentedReply: a Pod's UDP reply fragmented on its way out gets the VIP on every
@@ -128,9 +131,67 @@ func TestHeaderMatchesGo(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^#define\s+(\w+)\s+(\w+)`).FindAllStringSubmatch(string(src), -1) {
 		defs[m[1]] = m[2]
 	}
-	for name, want := range map[string]int{"MAX_DSR_SERVICES": MaxServices, "DEFAULT_FLOWS": DefaultFlows} {
+	for name, want := range map[string]int{"MAX_DSR_SERVICES": MaxServices, "DEFAULT_FLOWS": DefaultFlows, "EP_FILTER_LOG2": epFilterLog2} {
 		if defs[name] != strconv.Itoa(want) {
 			t.Errorf("bpf/maps.h: %s = %q, Go says %d", name, defs[name], want)
 		}
 	}
+}
+
+// TestEndpointFilter: a flow whose Pod address has no bit in the endpoint filter is not looked
+// up (its replies pass untouched); adding a pair with that endpoint sets the bit the program
+// reads (Go's epBit and the program's ep_bit agree), and Load rebuilds the filter from the
+// flows, so a flow whose pair went keeps its replies rewritten across a restart.
+func TestEndpointFilter(t *testing.T) {
+	pin := pinDir(t)
+	d, err := Load(Options{PinPath: pin, Flows: MinFlows})
+	must(t, err)
+	t.Cleanup(func() { d.Close() })
+	for _, fam := range families {
+		vip, pod, cl := ap(fam.vip, 80), ap(fam.pod, 8080), ap(fam.client, 40000)
+		k := flowKey(pod, cl, layers.IPProtocolTCP)
+		now, err := coarseNow()
+		must(t, err)
+		var v dsrFlowValue
+		v.Vip.W, _ = datapath.WireAddr(vip.Addr())
+		v.VipPort, v.SeenNs = datapath.WirePort(vip.Port()), now
+		must(t, d.objs.Flows.Put(&k, &v))
+		reply := pk{Src: pod, Dst: cl, Proto: layers.IPProtocolTCP, Flags: "A"}
+		want := reply
+		want.Src = vip
+		expect(t, d, Egress, fam.name+" reply, no bit", reply.bytes(t), actOK, nil)
+		allow(t, d, vip, datapath.TCP, pod)
+		expect(t, d, Egress, fam.name+" reply, bit set", reply.bytes(t), actOK, want.bytes(t))
+		must(t, d.DeleteDSRService(datapath.DSRService{Frontend: datapath.Frontend{Addr: vip.Addr(), Port: 80, Proto: datapath.TCP}, Endpoint: pod}))
+	}
+	must(t, d.Close())
+	d, err = Load(Options{PinPath: pin, Flows: MinFlows})
+	must(t, err)
+	t.Cleanup(func() { d.Close() })
+	for _, fam := range families {
+		reply := pk{Src: ap(fam.pod, 8080), Dst: ap(fam.client, 40000), Proto: layers.IPProtocolTCP, Flags: "A"}
+		want := reply
+		want.Src = ap(fam.vip, 80)
+		expect(t, d, Egress, fam.name+" reply after the restart, pair gone", reply.bytes(t), actOK, want.bytes(t))
+	}
+	// A filter word with no bit left is cleared by the rebuild.
+	must(t, d.objs.Flows.Delete(ptr(flowKey(ap(pod4, 8080), ap(client4, 40000), layers.IPProtocolTCP))))
+	must(t, d.rebuildFilter())
+	var w uint64
+	must(t, d.objs.EpFilter.Lookup(epBit(pod4)/64, &w))
+	if w&(1<<(epBit(pod4)%64)) != 0 {
+		t.Error("the bit of a Pod with no pair and no flow survived the rebuild")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// flowKey is the flows key of the replies from pod to client.
+func flowKey(pod, client netip.AddrPort, proto layers.IPProtocol) dsrFlowKey {
+	var k dsrFlowKey
+	k.Pod.W, k.Family = datapath.WireAddr(pod.Addr())
+	k.Client.W, _ = datapath.WireAddr(client.Addr())
+	k.PodPort, k.ClientPort = datapath.WirePort(pod.Port()), datapath.WirePort(client.Port())
+	k.Proto = uint8(protoOf(proto))
+	return k
 }

@@ -16,12 +16,12 @@ import (
 const mapPrefix = "map_"
 
 // mapNames are the maps that are pinned.
-var mapNames = []string{"services", "flows", "frags", "stats"}
+var mapNames = []string{"services", "flows", "frags", "stats", "ep_filter"}
 
 // pinnedMap returns d's map of that name.
 func (d *Datapath) pinnedMap(name string) *ebpf.Map {
 	m := &d.objs.dsrMaps
-	return map[string]*ebpf.Map{"services": m.Services, "flows": m.Flows, "frags": m.Frags, "stats": m.Stats}[name]
+	return map[string]*ebpf.Map{"services": m.Services, "flows": m.Flows, "frags": m.Frags, "stats": m.Stats, "ep_filter": m.EpFilter}[name]
 }
 
 // lock creates the pin directory and takes its lock, so that two agents on one node (a rolling
@@ -96,6 +96,9 @@ func (d *Datapath) loadPinned(spec *ebpf.CollectionSpec) error {
 		if err := d.pinnedMap(name).Pin(path); err != nil {
 			return fmt.Errorf("dsr: pin map %s: %w", name, err)
 		}
+	}
+	if err := d.rebuildFilter(); err != nil {
+		return err
 	}
 	notes = append(notes, d.adoptLinks()...)
 	d.replaced = errors.Join(notes...)

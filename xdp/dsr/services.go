@@ -36,6 +36,11 @@ func (d *Datapath) AddDSRService(s datapath.DSRService) error {
 	if err != nil {
 		return err
 	}
+	// The filter first: the moment the pair is in services, a carrier records a flow whose
+	// replies must find their bit.
+	if err := d.setFilterBit(s.Endpoint.Addr()); err != nil {
+		return err
+	}
 	one := uint8(1)
 	if err := d.objs.Services.Put(&k, &one); err != nil {
 		if errors.Is(err, unix.E2BIG) {

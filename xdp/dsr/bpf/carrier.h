@@ -153,22 +153,22 @@ static __always_inline int shrink(struct __sk_buff *skb, __u32 len)
  * removes. opt is the option's 8 bytes. */
 static __always_inline int strip4(struct __sk_buff *skb, const struct iphdr *ip0, const __u8 *opt)
 {
-	union { struct { __u8 vihl; __u8 tos; __be16 tot; } f; __u32 w; } w0, w1;
+	/* The header's first 12 bytes, up to and with the checksum, written in one store. */
+	union { struct { __u8 vihl; __u8 tos; __be16 tot; __u32 w1; __u16 w2; __u16 check; } f;
+		__u32 w[3]; } old, new;
 	__u32 o0, o1, d;
-	__u16 check = ip0->check;
 
-	__builtin_memcpy(&w0, ip0, sizeof(w0));
+	__builtin_memcpy(&old, ip0, sizeof(old));
 	__builtin_memcpy(&o0, opt, 4);
 	__builtin_memcpy(&o1, opt + 4, 4);
-	w1 = w0;
-	w1.f.vihl = 0x45;
-	w1.f.tot = bpf_htons(bpf_ntohs(w0.f.tot) - DSR_OPT4_LEN);
-	d = diff32(0, w0.w, w1.w);
+	new = old;
+	new.f.vihl = 0x45;
+	new.f.tot = bpf_htons(bpf_ntohs(old.f.tot) - DSR_OPT4_LEN);
+	d = diff32(0, old.w[0], new.w[0]);
 	d = diff32(d, o0, 0);
 	d = diff32(d, o1, 0);
-	check = csum_apply(check, d);
-	if (bpf_skb_store_bytes(skb, ETH_HLEN, &w1, sizeof(w1), BPF_F_RECOMPUTE_CSUM) < 0 ||
-	    bpf_skb_store_bytes(skb, ETH_HLEN + 10, &check, sizeof(check), BPF_F_RECOMPUTE_CSUM) < 0)
+	new.f.check = csum_apply(old.f.check, d);
+	if (bpf_skb_store_bytes(skb, ETH_HLEN, &new, sizeof(new), BPF_F_RECOMPUTE_CSUM) < 0)
 		return -1;
 	return shrink(skb, DSR_OPT4_LEN);
 }

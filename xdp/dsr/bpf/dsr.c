@@ -52,6 +52,7 @@ static __always_inline int parse4(struct __sk_buff *skb, struct pkt *p, __u16 *f
 	*frag_off = bpf_ntohs(ip->frag_off);
 	p->is_frag = (*frag_off & (IP_MF | IP_OFFSET)) != 0;
 	p->frag_id = ip->id;
+	p->ip_check = ip->check;
 	return 0;
 }
 

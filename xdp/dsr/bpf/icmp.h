@@ -152,7 +152,7 @@ static __always_inline int icmp_error(struct __sk_buff *skb, const struct pkt *p
 	}
 	/* The outer source and the ICMP checksum. */
 	if (p->family == FAMILY_V4) {
-		if (set_src4(skb, p->src.w[0], vip.w[0], 0, 0) < 0 ||
+		if (set_src4(skb, p, vip.w[0], 0, 0) < 0 ||
 		    bpf_l4_csum_replace(skb, p->l4 + 2, 0, idiff, 0) < 0)
 			return verdict(STAT_DROP_REWRITE_FAILED, TC_ACT_SHOT);
 	} else if (set_src6(skb, &p->src, &vip, p->l4 + 2, 0) < 0 ||

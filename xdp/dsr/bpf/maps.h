@@ -18,6 +18,10 @@
 #define DEFAULT_FLOWS    1048576
 #define MAX_FRAGS        16384
 
+/* The endpoint filter (filter.h): 2^EP_FILTER_LOG2 bits in EP_FILTER_WORDS words. */
+#define EP_FILTER_LOG2  16
+#define EP_FILTER_WORDS (1u << (EP_FILTER_LOG2 - 6))
+
 /* Idle timeouts, set by the loader (Options.TCPTimeout, Options.UDPTimeout): a flows entry not
  * refreshed for this long no longer rewrites replies (its flow's next carried packet records it
  * again). The defaults are the gateway's conntrack ones (datapath.DefaultTCPEstablishedTimeout,
@@ -111,5 +115,17 @@ struct {
 	__type(value, struct frag_value);
 	__uint(max_entries, MAX_FRAGS);
 } frags SEC(".maps");
+
+/* ep_filter: word i -> bits 64i..64i+63 of the endpoint filter (filter.h). Written by Go: a
+ * bit is set when a pair with an endpoint of that address is added, and never cleared while
+ * the agent runs (the flows of a pair removed still have their replies rewritten); Load
+ * rebuilds the whole filter from services and flows. Read by egress. An array: its lookup is
+ * inlined, no kernel call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, EP_FILTER_WORDS);
+} ep_filter SEC(".maps");
 
 #endif

@@ -20,6 +20,7 @@
 #include "skb.h"
 #include "csum.h"
 #include "stats.h"
+#include "filter.h"
 
 /* live reports whether flow entry v is within its idle timeout at now. A time a little ahead of
  * now (another CPU refreshed it since now was read) is live. */
@@ -30,17 +31,20 @@ static __always_inline int live(const struct flow_value *v, __u8 proto, __u64 no
 	return now <= v->seen_ns || now - v->seen_ns <= timeout;
 }
 
-/* set_src4 writes IPv4 source address to (a reply's or a fragment's, at l3 = ETH_HLEN) and
- * updates the header checksum and, when csum_off is not 0, the L4 checksum at csum_off (its
- * pseudo-header part) with l4flags. */
-static __always_inline int set_src4(struct __sk_buff *skb, __be32 from, __be32 to, __u32 csum_off,
-				    __u64 l4flags)
+/* set_src4 writes IPv4 source address to into p's packet (a reply's or a fragment's, at l3 =
+ * ETH_HLEN) with the header checksum, in one store (the checksum and the source are adjacent;
+ * an IPv4 header checksum is always complete, never left to the NIC), and updates the L4
+ * checksum at csum_off, when not 0, for the pseudo-header's change with l4flags. */
+static __always_inline int set_src4(struct __sk_buff *skb, const struct pkt *p, __be32 to,
+				    __u32 csum_off, __u64 l4flags)
 {
-	if (bpf_skb_store_bytes(skb, ETH_HLEN + 12, &to, sizeof(to), 0) < 0 ||
-	    bpf_l3_csum_replace(skb, ETH_HLEN + 10, from, to, sizeof(to)) < 0)
+	struct { __u16 check; __be32 saddr; } __attribute__((packed)) w = {
+		.check = csum_apply(p->ip_check, diff32(0, p->src.w[0], to)), .saddr = to };
+
+	if (bpf_skb_store_bytes(skb, ETH_HLEN + 10, &w, sizeof(w), 0) < 0)
 		return -1;
-	if (csum_off &&
-	    bpf_l4_csum_replace(skb, csum_off, from, to, l4flags | BPF_F_PSEUDO_HDR | sizeof(to)) < 0)
+	if (csum_off && bpf_l4_csum_replace(skb, csum_off, p->src.w[0], to,
+					    l4flags | BPF_F_PSEUDO_HDR | sizeof(to)) < 0)
 		return -1;
 	return 0;
 }
@@ -79,6 +83,8 @@ static __always_inline int reply(struct __sk_buff *skb, const struct pkt *p)
 	__be16 vport, csum;
 	__u64 now;
 
+	if (!maybe_endpoint(&p->src, p->family))
+		return TC_ACT_OK;
 	{
 		__be16 *ports = hdr(skb, p->l4, 4);
 		__be16 *c;
@@ -109,7 +115,7 @@ static __always_inline int reply(struct __sk_buff *skb, const struct pkt *p)
 		remember_frag(p, &vip, now);
 
 	if (p->family == FAMILY_V4) {
-		if (set_src4(skb, p->src.w[0], vip.w[0], csum_off, l4flags) < 0)
+		if (set_src4(skb, p, vip.w[0], csum_off, l4flags) < 0)
 			return verdict(STAT_DROP_REWRITE_FAILED, TC_ACT_SHOT);
 	} else if (set_src6(skb, &p->src, &vip, csum_off, l4flags) < 0) {
 		return verdict(STAT_DROP_REWRITE_FAILED, TC_ACT_SHOT);
@@ -127,10 +133,13 @@ static __always_inline int later_frag(struct __sk_buff *skb, const struct pkt *p
 {
 	struct frag_key k = { .src = p->src, .dst = p->dst, .id = p->frag_id, .proto = p->proto,
 			      .family = p->family };
-	struct frag_value *v = bpf_map_lookup_elem(&frags, &k);
+	struct frag_value *v;
 	struct addr vip;
 	__u64 now;
 
+	if (!maybe_endpoint(&p->src, p->family))
+		return TC_ACT_OK;
+	v = bpf_map_lookup_elem(&frags, &k);
 	if (!v)
 		return TC_ACT_OK;
 	now = bpf_ktime_get_coarse_ns();
@@ -138,7 +147,7 @@ static __always_inline int later_frag(struct __sk_buff *skb, const struct pkt *p
 		return TC_ACT_OK;
 	vip = v->vip;
 	if (p->family == FAMILY_V4) {
-		if (set_src4(skb, p->src.w[0], vip.w[0], 0, 0) < 0)
+		if (set_src4(skb, p, vip.w[0], 0, 0) < 0)
 			return verdict(STAT_DROP_REWRITE_FAILED, TC_ACT_SHOT);
 	} else if (set_src6(skb, &p->src, &vip, 0, 0) < 0) {
 		return verdict(STAT_DROP_REWRITE_FAILED, TC_ACT_SHOT);

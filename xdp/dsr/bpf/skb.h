@@ -75,10 +75,11 @@ struct pkt {
 	struct addr dst;
 	__u32 l4;          /* offset of the L4 header */
 	__u32 frag_id;     /* is_frag: the datagram's id */
+	__u16 ip_check;    /* IPv4: the header checksum */
 	__u8 family;
 	__u8 proto;
 	__u8 is_frag;      /* a fragment (first or later) */
-	__u8 pad;
+	__u8 pad[3];
 };
 
 #endif
