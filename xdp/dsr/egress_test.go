@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/gopacket/layers"
 
+	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -143,6 +144,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 // reads (Go's epBit and the program's ep_bit agree), and Load rebuilds the filter from the
 // flows, so a flow whose pair went keeps its replies rewritten across a restart.
 func TestEndpointFilter(t *testing.T) {
+	netlab.RequireRoot(t, "it loads BPF programs and pins them")
 	pin := pinDir(t)
 	d, err := Load(Options{PinPath: pin, Flows: MinFlows})
 	must(t, err)
