@@ -40,7 +40,8 @@ check-generated: generate
 		bench/gen/gen_bpfel.go bench/gen/gen_bpfel.o bench/sink/sink_bpfel.go bench/sink/sink_bpfel.o \
 		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o \
 		xdp/afxdp/steer_bpfel.go xdp/afxdp/steer_bpfel.o \
-		xdp/socklb/socklb_bpfel.go xdp/socklb/socklb_bpfel.o xdp/socklb/reap_bpfel.go xdp/socklb/reap_bpfel.o || \
+		xdp/socklb/socklb_bpfel.go xdp/socklb/socklb_bpfel.o xdp/socklb/reap_bpfel.go xdp/socklb/reap_bpfel.o \
+		xdp/dsr/dsr_bpfel.go xdp/dsr/dsr_bpfel.o || \
 		{ echo "the committed bpf2go output is stale: run 'make generate' and commit it" >&2; exit 1; }
 
 ## kube-bins: build kube-apiserver and etcd from the Go module proxy into a version-keyed cache

@@ -91,3 +91,26 @@ func XDP(prog *ebpf.Program, pkt []byte, ifindex int, repeat uint32) (Result, er
 	}
 	return Result{Verdict: a.retval, Data: out[:a.dataSizeOut], Duration: time.Duration(a.duration)}, nil
 }
+
+// SKB runs prog, a TC (SCHED_CLS) program, on a copy of pkt (an Ethernet frame), repeat times
+// (0 means 1), with the kernel's default skb context, and returns its return value (TC_ACT_*),
+// the packet as the program left it (resized if the program resized it) and the run's
+// duration.
+func SKB(prog *ebpf.Program, pkt []byte, repeat uint32) (Result, error) {
+	out := make([]byte, len(pkt)+256)
+	a := attr{
+		progFD:      uint32(prog.FD()),
+		dataSizeIn:  uint32(len(pkt)),
+		dataSizeOut: uint32(len(out)),
+		dataIn:      uint64(uintptr(unsafe.Pointer(&pkt[0]))),
+		dataOut:     uint64(uintptr(unsafe.Pointer(&out[0]))),
+		repeat:      repeat,
+	}
+	_, _, errno := unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(&a)), unsafe.Sizeof(a))
+	_ = pkt[0]
+	_ = out[0]
+	if errno != 0 {
+		return Result{}, fmt.Errorf("BPF_PROG_TEST_RUN of %d bytes: %w", len(pkt), errno)
+	}
+	return Result{Verdict: a.retval, Data: out[:a.dataSizeOut], Duration: time.Duration(a.duration)}, nil
+}

@@ -1,0 +1,161 @@
+package dsr
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Direction says which of an interface's directions a program is attached to.
+type Direction uint8
+
+// The directions; Both is Ingress|Egress.
+const (
+	// Ingress runs the carrier's reader on the packets the interface receives: attach it where
+	// the gateways' packets arrive.
+	Ingress Direction = 1 << iota
+	// Egress runs the reply rewriter on the packets the interface sends: attach it where the
+	// Pods' replies leave the node.
+	Egress
+	Both = Ingress | Egress
+)
+
+// String returns "ingress", "egress", "both" or "none".
+func (d Direction) String() string {
+	switch d {
+	case Ingress:
+		return "ingress"
+	case Egress:
+		return "egress"
+	case Both:
+		return "both"
+	}
+	return "none"
+}
+
+// each returns the single directions d holds.
+func (d Direction) each() []Direction {
+	var out []Direction
+	for _, one := range []Direction{Ingress, Egress} {
+		if d&one != 0 {
+			out = append(out, one)
+		}
+	}
+	return out
+}
+
+// attachType is the TCX attach type of a single direction.
+func (d Direction) attachType() ebpf.AttachType {
+	if d == Egress {
+		return ebpf.AttachTCXEgress
+	}
+	return ebpf.AttachTCXIngress
+}
+
+// attachment is one program on one interface.
+type attachment struct {
+	ifname string
+	dir    Direction // Ingress or Egress
+}
+
+// String returns "ifname/direction".
+func (a attachment) String() string { return a.ifname + "/" + a.dir.String() }
+
+// pinName is the attachment's pin in the pin directory: "link_" + direction + "_" + interface.
+func (a attachment) pinName() string { return linkPrefix + a.dir.String() + "_" + a.ifname }
+
+const linkPrefix = "link_"
+
+// parseLinkPin is the inverse of pinName.
+func parseLinkPin(name string) (attachment, bool) {
+	rest, ok := strings.CutPrefix(name, linkPrefix)
+	if !ok {
+		return attachment{}, false
+	}
+	for _, dir := range []Direction{Ingress, Egress} {
+		if ifname, ok := strings.CutPrefix(rest, dir.String()+"_"); ok && ifname != "" {
+			return attachment{ifname: ifname, dir: dir}, true
+		}
+	}
+	return attachment{}, false
+}
+
+// Attach attaches the program of each direction in dir to interface ifname (in the calling
+// thread's network namespace), with a TCX link (pinned, with a pin directory). Ingress runs
+// first among the interface's TCX programs (the carrier goes before anything else reads the
+// packet), egress last (replies are rewritten after everything else has seen them). A direction
+// already attached is no change. ifname must be an Ethernet interface.
+func (d *Datapath) Attach(ifname string, dir Direction) error {
+	if dir&^Both != 0 || dir == 0 {
+		return fmt.Errorf("dsr: attach to %s: direction %d is none of ingress, egress, both", ifname, dir)
+	}
+	iface, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return fmt.Errorf("dsr: attach to %s: %w", ifname, err)
+	}
+	if len(iface.HardwareAddr) != 6 {
+		return fmt.Errorf("dsr: attach to %s: not an Ethernet interface (the programs read an Ethernet header)", ifname)
+	}
+	for _, one := range dir.each() {
+		a := attachment{ifname: ifname, dir: one}
+		if _, ok := d.links[a]; ok {
+			continue
+		}
+		var anchor link.Anchor = link.Tail()
+		if one == Ingress {
+			anchor = link.Head()
+		}
+		l, err := link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: d.Program(one), Attach: one.attachType(), Anchor: anchor})
+		if err != nil {
+			return fmt.Errorf("dsr: attach %s: %w", a, err)
+		}
+		if d.pin != "" {
+			if err := l.Pin(filepath.Join(d.pin, a.pinName())); err != nil {
+				l.Close()
+				return fmt.Errorf("dsr: pin link %s: %w", a, err)
+			}
+		}
+		d.links[a] = l
+	}
+	return nil
+}
+
+// Detach detaches the programs of each direction in dir from interface ifname, and removes
+// their pins. A direction not attached is no error.
+func (d *Datapath) Detach(ifname string, dir Direction) error {
+	var errs []error
+	for _, one := range dir.each() {
+		a := attachment{ifname: ifname, dir: one}
+		l, ok := d.links[a]
+		if !ok {
+			continue
+		}
+		if d.pin != "" {
+			if err := os.Remove(filepath.Join(d.pin, a.pinName())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("dsr: unpin link %s: %w", a, err))
+				continue
+			}
+		}
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("dsr: detach %s: %w", a, err))
+		}
+		delete(d.links, a)
+	}
+	return errors.Join(errs...)
+}
+
+// Interfaces returns the interfaces the programs are attached to, with the directions.
+func (d *Datapath) Interfaces() map[string]Direction {
+	out := map[string]Direction{}
+	for a := range maps.Keys(d.links) {
+		out[a.ifname] |= a.dir
+	}
+	return out
+}

@@ -1,0 +1,187 @@
+// Package dsr is the node side of direct server return: two TC programs the node agent attaches
+// with TCX links to the node's interfaces. On ingress, a packet a gateway DNATed to a Pod on
+// this node carries the VIP frontend it was sent to (the carrier, datapath.h's DSR_OPT*): the
+// program checks the {frontend, endpoint} pair against the pairs the agent allows (the
+// datapath.DSRNode methods), records the flow, and removes the carrier before the Pod sees the
+// packet. On egress, the Pod's replies of a recorded flow, and the ICMP errors about it, get the
+// VIP and service port as their source, and leave by the node's own routing straight to the
+// client.
+//
+// Load loads the programs; Attach attaches them to an interface. With a pin directory the maps
+// and links are pinned: they outlive the agent (replies keep being rewritten while it
+// restarts), and the next Load adopts them, replacing the programs in the pinned links and
+// keeping the maps, so a restarted agent loses no flow. See docs/dsr.md.
+package dsr
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
+
+// DefaultPinPath is where the node agent pins the maps and links of direct server return.
+const DefaultPinPath = "/sys/fs/bpf/xlb-dsr"
+
+// MaxServices is how many {frontend, local endpoint} pairs the node accepts carriers for
+// (MAX_DSR_SERVICES in bpf/maps.h).
+const MaxServices = 65536
+
+// DefaultFlows is the flows LRU's size unless Options.Flows says otherwise: as many flows as a
+// gateway's conntrack holds (datapath.DefaultConntrackSize). LRU maps are preallocated: about
+// 136 bytes per entry, 136 MiB of kernel memory at this size (docs/dsr.md).
+const DefaultFlows = datapath.DefaultConntrackSize
+
+// MinFlows and MaxFlows bound Options.Flows. The floor keeps clear of the kernel's per-CPU LRU
+// free lists (up to 128 entries held by each CPU), which on a many-CPU node would evict live
+// entries from a small map long before it is full.
+const (
+	MinFlows = 16384
+	MaxFlows = 1 << 24
+)
+
+// Options configure Load.
+type Options struct {
+	// PinPath is a bpffs directory for the maps and links. With one, attached programs stay
+	// attached and the maps keep their entries after Close, and the next Load adopts them,
+	// until Remove; "" pins nothing and Close detaches. One Datapath at a time holds a pin
+	// directory.
+	PinPath string
+	// Flows sizes the flows LRU: how many flows' replies can be rewritten at once, the least
+	// recently used dropping out. 0 means DefaultFlows; MinFlows to MaxFlows. Pinned flows of
+	// another size are copied into a map of the new size.
+	Flows int
+	// TCPTimeout and UDPTimeout are the flows' idle timeouts: a flow whose replies and carried
+	// packets stopped for longer is no longer rewritten (until a carried packet records it
+	// again). 0 means the gateway's conntrack defaults (datapath.DefaultTCPEstablishedTimeout,
+	// datapath.DefaultUDPTimeout); at least datapath.MinTimeout (entries are refreshed once a
+	// second).
+	TCPTimeout, UDPTimeout time.Duration
+}
+
+// withDefaults returns o with its zero fields set, or says what is wrong with it.
+func (o Options) withDefaults() (Options, error) {
+	if o.Flows == 0 {
+		o.Flows = DefaultFlows
+	}
+	if o.Flows < MinFlows || o.Flows > MaxFlows {
+		return o, fmt.Errorf("dsr: %d flows: the flows LRU holds %d to %d: %w", o.Flows, MinFlows, MaxFlows, datapath.ErrOutOfRange)
+	}
+	if o.TCPTimeout == 0 {
+		o.TCPTimeout = datapath.DefaultTCPEstablishedTimeout
+	}
+	if o.UDPTimeout == 0 {
+		o.UDPTimeout = datapath.DefaultUDPTimeout
+	}
+	for _, t := range []struct {
+		name string
+		v    time.Duration
+	}{{"TCP", o.TCPTimeout}, {"UDP", o.UDPTimeout}} {
+		if t.v < datapath.MinTimeout {
+			return o, fmt.Errorf("dsr: %s timeout %s is below %s: %w", t.name, t.v, datapath.MinTimeout, datapath.ErrOutOfRange)
+		}
+	}
+	return o, nil
+}
+
+// Datapath is the loaded node side of direct server return. Not safe for concurrent use: one
+// agent owns it.
+type Datapath struct {
+	objs     dsrObjects
+	pin      string
+	links    map[attachment]link.Link
+	lockf    *os.File // the pin directory, flock'ed while d holds it
+	replaced error    // what Load could not adopt (Replaced)
+}
+
+var _ datapath.DSRNode = (*Datapath)(nil)
+
+// Load loads the programs and their maps; Attach attaches them. With Options.PinPath, maps and
+// links pinned there by an earlier Load are adopted: the new programs replace the old in the
+// pinned links (each interface keeps being served without a gap), on the pinned maps (services
+// and flows are kept). A pinned map that cannot be adopted (another build's layout) is
+// replaced by an empty one, pinned flows of another size are copied into the new size, and a
+// pinned link whose interface is gone is removed; Replaced says what happened.
+func Load(opts Options) (*Datapath, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := loadDsr()
+	if err != nil {
+		return nil, fmt.Errorf("dsr: %w", err)
+	}
+	spec.Maps["flows"].MaxEntries = uint32(opts.Flows)
+	for name, v := range map[string]uint64{"cfg_tcp_ns": uint64(opts.TCPTimeout), "cfg_udp_ns": uint64(opts.UDPTimeout)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("dsr: set %s: %w", name, err)
+		}
+	}
+	d := &Datapath{pin: opts.PinPath, links: map[attachment]link.Link{}}
+	if d.pin == "" {
+		if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
+			return nil, fmt.Errorf("dsr: load programs: %w", err)
+		}
+		return d, nil
+	}
+	if err := d.lock(); err != nil {
+		return nil, err
+	}
+	if err := d.loadPinned(spec); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Replaced returns what Load found pinned and could not adopt (nil: it adopted everything, or
+// found nothing).
+func (d *Datapath) Replaced() error { return d.replaced }
+
+// Persistent reports whether the programs outlive d (they are pinned).
+func (d *Datapath) Persistent() bool { return d.pin != "" }
+
+// Close releases the programs, maps and links and the pin directory's lock. What is pinned
+// stays attached and keeps rewriting replies (Remove detaches it); without pins the programs
+// are detached.
+func (d *Datapath) Close() error {
+	var errs []error
+	for a, l := range d.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("dsr: close link %s: %w", a, err))
+		}
+	}
+	d.links = map[attachment]link.Link{}
+	if err := d.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("dsr: close objects: %w", err))
+	}
+	d.objs = dsrObjects{}
+	if d.lockf != nil {
+		d.lockf.Close()
+		d.lockf = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Remove detaches the programs from every interface, deletes the pins and closes d: replies are
+// no longer rewritten and carriers no longer removed.
+func (d *Datapath) Remove() error {
+	var err error
+	if d.pin != "" {
+		err = removePins(d.pin)
+	}
+	return errors.Join(err, d.Close())
+}
+
+// Program returns the ingress or the egress program (for benchmarks and tests).
+func (d *Datapath) Program(dir Direction) *ebpf.Program {
+	if dir == Egress {
+		return d.objs.DsrEgress
+	}
+	return d.objs.DsrIngress
+}
