@@ -119,6 +119,10 @@ type Backend struct {
 	State BackendState
 	// Node is where the backend runs (informational, and for TrafficLocal).
 	Node string
+	// DSR says the backend's node can serve direct server return: its node agent runs the
+	// node side (xdp/dsr), strips the carrier and rewrites the backend's replies to come from
+	// the VIP. Whether the gateways use it is the site's Forwarding.
+	DSR bool
 }
 
 // TargetPort returns the backend's port for service port p: its own target port for p's name

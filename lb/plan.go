@@ -18,6 +18,12 @@ type PlannedBackend struct {
 	Weight uint32
 	// State is the model's state.
 	State BackendState
+	// DSR says packets opening a flow to it carry the frontend to its node (Forwarding.Direct):
+	// its replies leave by the node, translated there, and need no reverse NAT entry.
+	DSR bool
+	// Excluded says it gets no new flows (Weight 0) only because the site is in the DSR mode
+	// and its node cannot serve it (Forwarding.Excluded).
+	Excluded bool
 }
 
 // FrontendPlan is what the datapath needs for one frontend.
@@ -75,6 +81,9 @@ type PlanOptions struct {
 	// TableSize is the Maglev table size of services that do not set their own; 0 means
 	// DefaultTableSize. A prime (see maglev.CheckSize).
 	TableSize int
+	// Forwarding is the site's forwarding mode: which backends are served by direct server
+	// return, and which are excluded.
+	Forwarding Forwarding
 }
 
 // Plan computes the desired datapath state of services. A service that is invalid, or claims a
@@ -83,6 +92,10 @@ type PlanOptions struct {
 func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
 	if opts.TableSize == 0 {
 		opts.TableSize = DefaultTableSize
+	}
+	if err := opts.Forwarding.Validate(); err != nil {
+		return &Desired{Frontends: map[datapath.Frontend]*FrontendPlan{}, Reverse: map[datapath.Endpoint]ReversePlan{}},
+			[]error{fmt.Errorf("plan: %w", err)}
 	}
 	d = &Desired{Frontends: map[datapath.Frontend]*FrontendPlan{}, Reverse: map[datapath.Endpoint]ReversePlan{}}
 	valid, errs := validByName(services)
@@ -166,10 +179,12 @@ func planService(s *Service, opts PlanOptions) (map[datapath.Frontend]*FrontendP
 					tp = 0
 				}
 				w := b.Weight
-				if b.State != Active {
+				excluded := opts.Forwarding.Excluded(b)
+				if b.State != Active || excluded {
 					w = 0
 				}
-				p.Backends = append(p.Backends, PlannedBackend{Key: netip.AddrPortFrom(a, tp), Weight: w, State: b.State})
+				p.Backends = append(p.Backends, PlannedBackend{Key: netip.AddrPortFrom(a, tp), Weight: w, State: b.State,
+					DSR: opts.Forwarding.Direct(b), Excluded: excluded})
 				if w > 0 {
 					p.Serving++
 				}
@@ -200,11 +215,16 @@ func buildTable(bes []PlannedBackend, m int, seed uint32) ([]int, error) {
 	return maglev.Build(mb, m, seed)
 }
 
-// planReverse derives the reverse NAT entries from the frontends.
+// planReverse derives the reverse NAT entries from the frontends. Backends served by direct
+// server return get none: their node translates their replies, and a gateway must not rewrite
+// what merely carries their address.
 func (d *Desired) planReverse() {
 	serves := map[datapath.Endpoint][]datapath.Frontend{}
 	for f, p := range d.Frontends {
 		for _, b := range p.Backends {
+			if b.DSR {
+				continue
+			}
 			ep := datapath.Endpoint{Addr: b.Key.Addr(), Port: b.Key.Port(), Proto: f.Proto}
 			if !slices.Contains(serves[ep], f) {
 				serves[ep] = append(serves[ep], f)

@@ -212,6 +212,16 @@ type Datapath struct {
 	// the replies would leave un-NATed. A new service's first backends, and backends that were
 	// already listed (not ready, unhealthy) and come back, do not wait. A reload applies it.
 	BackendWarmup time.Duration
+	// Forwarding is how packets reach backends and replies reach clients (docs/dsr.md):
+	//   - Mode (key forwarding): datapath.ReturnPath ("returnPath", the default: replies must
+	//     come back through a gateway) or datapath.DSR ("dsr": direct server return through
+	//     the node agents; the backends' replies leave by their nodes).
+	//   - Fallback (key dsrFallback, only with forwarding: dsr): what becomes of a backend
+	//     whose node cannot serve DSR (services[].backends[].dsr: false here; in Kubernetes
+	//     mode, a node whose agent does not publish the capability): "exclude" (the default:
+	//     no new flows) or "returnPath" (served through the gateways).
+	// A reload applies it.
+	Forwarding lb.Forwarding
 }
 
 // DatapathKind is which datapath forwards (key datapath.kind).
@@ -307,5 +317,5 @@ func (t CheckType) isHTTP() bool { return t == CheckHTTP || t == CheckHTTPS }
 
 // PlanOptions returns the settings lb.Plan needs from the file.
 func (c *Config) PlanOptions() lb.PlanOptions {
-	return lb.PlanOptions{Seed: c.Datapath.Seed, TableSize: c.Datapath.MaglevTableSize}
+	return lb.PlanOptions{Seed: c.Datapath.Seed, TableSize: c.Datapath.MaglevTableSize, Forwarding: c.Datapath.Forwarding}
 }

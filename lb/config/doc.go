@@ -14,7 +14,9 @@
 //	services[].ports[]                 lb.Service.Ports (required, at least one)
 //	    name, port, protocol, targetPort   lb.Port (port required, 0 = every port; protocol TCP or UDP, default TCP)
 //	services[].backends[]              lb.Service.Backends (may be empty)
-//	    address, weight, state, node, targetPorts   lb.Backend (weight default 1; state active or draining)
+//	    address, weight, state, node, targetPorts, dsr   lb.Backend (weight default 1; state active or
+//	                                   draining; dsr default true: its host serves the node side of
+//	                                   direct server return, used with datapath.forwarding: dsr)
 //	services[].sessionAffinity         lb.Service.Affinity: None (default) or ClientIP
 //	services[].sessionAffinityTimeout  lb.Service.AffinityTimeout: ClientIP only, default 3h, at most 24h
 //	services[].sourceRanges            lb.Service.SourceRanges: prefixes without host bits

@@ -28,12 +28,12 @@ var (
 	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
 	interfaceFields = []string{"name", "mode"}
 	datapathFields  = []string{"kind", "pinPath", "conntrackSize", "handshakeSize", "maglevSlots", "maglevTableSize", "seed",
-		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup"}
+		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup", "forwarding", "dsrFallback"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
 		"sourceRanges", "externalTrafficPolicy", "maglevTableSize", "healthCheck", "bgp"}
 	portFields        = []string{"name", "port", "protocol", "targetPort"}
-	backendFields     = []string{"address", "weight", "state", "node", "targetPorts"}
+	backendFields     = []string{"address", "weight", "state", "node", "targetPorts", "dsr"}
 	healthCheckFields = []string{"type", "port", "path", "expectStatus", "payload", "expect", "interval",
 		"timeout", "rise", "fall"}
 	bgpFields = []string{"routerID", "asn", "listenPort", "gracefulRestart", "minHealthyBackends", "withdrawOnExit",
@@ -254,6 +254,19 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 				d.failf(v, o.at("backendWarmup"), "%s is over the 1m maximum (a scale-up would wait that long)", t)
 			default:
 				dp.BackendWarmup = t
+			}
+		}
+	}
+	if v := o.get("forwarding"); v != nil {
+		if s, ok := d.enum(v, o.at("forwarding"), "forwarding", string(datapath.ReturnPath), string(datapath.DSR)); ok {
+			dp.Forwarding.Mode = datapath.Forwarding(s)
+		}
+	}
+	if v := o.get("dsrFallback"); v != nil {
+		if s, ok := d.enum(v, o.at("dsrFallback"), "dsrFallback", lb.FallbackExclude.String(), lb.FallbackReturnPath.String()); ok {
+			dp.Forwarding.Fallback, _ = lb.ParseFallback(s)
+			if dp.Forwarding.Mode != datapath.DSR {
+				d.failf(v, o.at("dsrFallback"), "only applies with forwarding: dsr")
 			}
 		}
 	}

@@ -227,7 +227,7 @@ func (d *decoder) backends(n *yaml.Node, path string, vips []netip.Addr, vipsOK 
 		if !ok {
 			continue
 		}
-		b := lb.Backend{Weight: DefaultWeight, State: lb.Active}
+		b := lb.Backend{Weight: DefaultWeight, State: lb.Active, DSR: true}
 		if v := d.required(o, "address", "required"); v != nil {
 			if a, ok := d.addr(v, o.at("address")); ok {
 				if first, dup := seen[a]; dup {
@@ -260,6 +260,9 @@ func (d *decoder) backends(n *yaml.Node, path string, vips []netip.Addr, vipsOK 
 		}
 		if v := o.get("targetPorts"); v != nil {
 			b.TargetPorts = d.targetPorts(v, o.at("targetPorts"), ports, portsOK)
+		}
+		if v := o.get("dsr"); v != nil {
+			b.DSR, _ = d.boolean(v, o.at("dsr"))
 		}
 		out = append(out, b)
 	}

@@ -29,7 +29,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := &pass{r: r, d: d, wanted: map[datapath.BackendID]bool{}, broken: map[netip.AddrPort]bool{},
-		down: downBackends(d), ids: map[datapath.Frontend]datapath.VIPID{}}
+		down: downBackends(d), dsr: dsrBackends(d), ids: map[datapath.Frontend]datapath.VIPID{}}
 	a.writeBackends()
 	a.markAmbiguous()
 	a.writeFrontends()
@@ -57,6 +57,9 @@ type pass struct {
 	// frontend using it (then even its established flows move: a dead Pod would black-hole a
 	// UDP flow that never goes idle; a draining one keeps them).
 	down map[netip.AddrPort]bool
+	// dsr: the endpoints served by direct server return (the plan's DSR flag, the same in
+	// every frontend: it is the backend's node's).
+	dsr map[netip.AddrPort]bool
 	// ids: each frontend's VIP id, once it has one in the datapath.
 	ids map[datapath.Frontend]datapath.VIPID
 }
@@ -76,6 +79,19 @@ func downBackends(d *lb.Desired) map[netip.AddrPort]bool {
 	return down
 }
 
+// dsrBackends returns the endpoints d serves by direct server return.
+func dsrBackends(d *lb.Desired) map[netip.AddrPort]bool {
+	dsr := map[netip.AddrPort]bool{}
+	for _, p := range d.Frontends {
+		for _, b := range p.Backends {
+			if b.DSR {
+				dsr[b.Key] = true
+			}
+		}
+	}
+	return dsr
+}
+
 // writeBackends is phase 1. A backend is written Down only if it already is: going down waits
 // for phase 4.
 func (a *pass) writeBackends() {
@@ -90,7 +106,7 @@ func (a *pass) writeBackends() {
 		}
 		a.wanted[id] = true
 		cur, ok := r.backends[id]
-		v := datapath.Backend{Addr: key.Addr(), Port: key.Port(), Down: a.down[key] && ok && cur.Down}
+		v := datapath.Backend{Addr: key.Addr(), Port: key.Port(), Down: a.down[key] && ok && cur.Down, DSR: a.dsr[key]}
 		if ok && cur == v {
 			continue
 		}

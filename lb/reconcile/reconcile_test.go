@@ -65,6 +65,72 @@ func TestPlannedTrafficFlows(t *testing.T) {
 	}
 }
 
+// TestPlannedDSR: in the DSR mode a capable backend is written DSR, so a flow's first packet
+// carries the frontend and the next ones do not; it has no reverse NAT entry, so the gateway
+// leaves a packet from it alone (its node translated it), while the excluded backend keeps
+// its entry and gets no new flows. Switching the site back to the return-path mode clears the
+// flag and writes the entries.
+//
+// (The handshake's ACK is carried too: the flow opens in conntrack with it.)
+func TestPlannedDSR(t *testing.T) {
+	b := balancer(t, datapath.Settings{Seed: 7})
+	r, err := reconcile.New(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := conformance.Web("198.18.1.10", "198.18.1.11")
+	s.Backends[0].DSR = true
+	plan := func(fw lb.Forwarding) *lb.Desired {
+		d, errs := lb.Plan([]lb.Service{s}, lb.PlanOptions{Seed: 7, TableSize: 251, Forwarding: fw})
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		if _, err := r.Apply(d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	plan(lb.Forwarding{Mode: datapath.DSR})
+	vip := netip.AddrPortFrom(netip.MustParseAddr("198.18.100.1"), 80)
+	client := netip.MustParseAddr("198.18.0.10")
+	for port := uint16(40000); port < 40020; port++ {
+		p := forward.PacketOf(netip.AddrPortFrom(client, port), vip, datapath.TCP)
+		p.TCPFlags = forward.TCPSYN
+		dec := b.Forward(&p, time.Second)
+		if got := forward.AddrOf(dec.Addr, false); dec.Action != forward.ToBackend || got != netip.MustParseAddr("198.18.1.10") ||
+			!dec.Carry || dec.CarryPort != 80 {
+			t.Fatalf("first packet of port %d: %+v, want carried to the DSR backend", port, dec)
+		}
+		p.TCPFlags = forward.TCPACK // completes the handshake: the flow opens in conntrack
+		if dec := b.Forward(&p, time.Second); dec.Action != forward.ToBackend || !dec.Carry || !dec.HandshakeHit {
+			t.Fatalf("handshake ACK of port %d: %+v, want carried", port, dec)
+		}
+		if dec := b.Forward(&p, time.Second); dec.Action != forward.ToBackend || dec.Carry {
+			t.Fatalf("established packet of port %d: %+v, want plain DNAT", port, dec)
+		}
+	}
+	reply := func(from string) forward.Decision {
+		p := forward.PacketOf(netip.MustParseAddrPort(from), netip.AddrPortFrom(client, 40000), datapath.TCP)
+		p.TCPFlags = forward.TCPACK
+		return b.Reply(&p, time.Second)
+	}
+	if d := reply("198.18.1.10:8080"); d.Action != forward.NotOurs {
+		t.Errorf("packet from the DSR backend: %+v, want it left alone", d)
+	}
+	if d := reply("198.18.1.11:8080"); d.Action != forward.ToClient {
+		t.Errorf("reply of the excluded backend: %+v, want translated", d)
+	}
+	plan(lb.Forwarding{})
+	p := forward.PacketOf(netip.AddrPortFrom(client, 41000), vip, datapath.TCP)
+	p.TCPFlags = forward.TCPSYN
+	if dec := b.Forward(&p, time.Second); dec.Action != forward.ToBackend || dec.Carry {
+		t.Errorf("return-path mode: %+v, want no carrier", dec)
+	}
+	if d := reply("198.18.1.10:8080"); d.Action != forward.ToClient {
+		t.Errorf("return-path mode, reply of the former DSR backend: %+v, want translated", d)
+	}
+}
+
 // BenchmarkReconcile10kServices plans and applies 10,000 services with 10 backends each into the
 // pure-Go balancer: the reconciler's own cost (bench/ctlplane measures the whole path into the
 // XDP datapath's maps). Then it applies the same plan again (nothing to write) and one changed
