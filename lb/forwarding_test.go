@@ -138,11 +138,11 @@ func TestDSRServices(t *testing.T) {
 			Endpoint: netip.MustParseAddrPort(e)}
 	}
 	want := map[datapath.DSRService]bool{
-		pair("198.18.100.1", 80, datapath.TCP, "198.18.1.10:9090"):        true,
-		pair("198.18.100.1", 53, datapath.UDP, "198.18.1.10:53"):          true,
+		pair("198.18.100.1", 80, datapath.TCP, "198.18.1.10:9090"):         true,
+		pair("198.18.100.1", 53, datapath.UDP, "198.18.1.10:53"):           true,
 		pair("2001:db8:100::1", 80, datapath.TCP, "[2001:db8:1::10]:8080"): true,
 		pair("2001:db8:100::1", 53, datapath.UDP, "[2001:db8:1::10]:53"):   true,
-		pair("198.18.100.2", 0, datapath.TCP, "198.18.1.10:0"):            true,
+		pair("198.18.100.2", 0, datapath.TCP, "198.18.1.10:0"):             true,
 	}
 	if len(got) != len(want) {
 		t.Errorf("got %d pairs, want %d: %v", len(got), len(want), got)
