@@ -72,6 +72,9 @@ const (
 	// ReasonDSRTooBig: a UDP datagram the carrier would not fit on, answered with an ICMP
 	// "too big" for the path's MTU less the carrier.
 	ReasonDSRTooBig = Reason(xlbReasonREASON_DSR_TOO_BIG)
+	// ReasonDropCarrierForged: a packet to a VIP that arrived with a carrier of direct server
+	// return (only gateways write them): dropped, so no node takes a client's.
+	ReasonDropCarrierForged = Reason(xlbReasonREASON_DROP_CARRIER_FORGED)
 	numReasons         = int(xlbReasonREASON_MAX)
 )
 
@@ -82,7 +85,7 @@ var reasonNames = [...]string{
 	"drop_fib", "drop_udp6_zero_csum", "fwd_tx", "fwd_redirect", "nat_forward", "nat_reverse",
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
 	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev", "pass_tail_call",
-	"dsr_carried", "dsr_no_room", "dsr_too_big",
+	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
 }
 
 // String returns the counter's name, as used in metrics.

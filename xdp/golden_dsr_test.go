@@ -169,3 +169,63 @@ func TestGoldenDSRNoRoom(t *testing.T) {
 	oo.SrcMAC, oo.DstMAC, oo.Dst, oo.TTL = macInt, macBE1, ap(be1v4, 8080), 63
 	g.expect(t, opt.bytes(t), g.ext, want{xdpRedirect, oo.bytes(t), dsrFwd(ReasonFwdRedirect, ReasonDSRNoRoom)})
 }
+
+// TestGoldenDSRForged: a packet to a VIP that arrives with a carrier (only a gateway writes
+// them) is dropped, established flow or not, DSR backend or not, whatever frontend it names: a
+// node would otherwise take it for the gateway's. A packet to another address passes
+// untouched; an option that is not the carrier, or a carrier that is not first (which a node
+// refuses), is forwarded as any packet with options.
+func TestGoldenDSRForged(t *testing.T) {
+	g := newGW(t, Options{})
+	dsrServices(t, g)
+	forged := datapath.Frontend{Addr: vip4, Port: 22, Proto: datapath.TCP} // a frontend of the attacker's choosing
+	drop := want{xdpDrop, nil, map[Reason]uint64{ReasonDropCarrierForged: 1}}
+
+	syn := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 40020), Dst: ap(vip4, 80),
+		Proto: layers.IPProtocolTCP, Flags: "S", Seq: 7, IPv4Options: carrier4(forged)}
+	g.expect(t, syn.bytes(t), g.ext, drop)
+	// Established: the flow opened without a carrier (to the backend that is not of DSR, to keep
+	// the expected bytes plain), then one arrives.
+	open := syn
+	open.IPv4Options, open.Src, open.Dst = nil, ap(client4, 40021), ap(vip4, 443)
+	oo := open
+	oo.SrcMAC, oo.DstMAC, oo.Dst, oo.TTL = macInt, macBE1, ap(be1v4, 8443), 63
+	g.expect(t, open.bytes(t), g.ext, want{xdpRedirect, oo.bytes(t), fwd(ReasonFwdRedirect)})
+	open.Flags, open.Seq, oo.Flags, oo.Seq = "A", 8, "A", 8
+	g.expect(t, open.bytes(t), g.ext, want{xdpRedirect, oo.bytes(t), map[Reason]uint64{ReasonNATForward: 1, ReasonFwdRedirect: 1, ReasonHandshakeHit: 1}})
+	g.expect(t, open.bytes(t), g.ext, want{xdpRedirect, oo.bytes(t), fwd(ReasonFwdRedirect)})
+	open.IPv4Options = carrier4(forged)
+	g.expect(t, open.bytes(t), g.ext, drop)
+	// A backend that is not of direct server return, and UDP.
+	nd := syn
+	nd.Dst = ap(vip4, 443)
+	g.expect(t, nd.bytes(t), g.ext, drop)
+	q := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 5010), Dst: ap(vip4, 53),
+		Proto: layers.IPProtocolUDP, Payload: []byte("who"), IPv4Options: carrier4(forged)}
+	g.expect(t, q.bytes(t), g.ext, drop)
+	// A port the VIP does not serve: still the VIP's address.
+	np := syn
+	np.Dst = ap(vip4, 9999)
+	g.expect(t, np.bytes(t), g.ext, drop)
+
+	// IPv6: a Destination Options header whose first option is the carrier's.
+	syn6 := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client6, 40022), Dst: ap(vip6, 80),
+		Proto: layers.IPProtocolTCP, Flags: "S", Seq: 7,
+		Ext6: carrier6(datapath.Frontend{Addr: vip6, Port: 22, Proto: datapath.TCP}, layers.IPProtocolTCP),
+		Ext6Types: []layers.IPProtocol{layers.IPProtocolIPv6Destination}}
+	g.expect(t, syn6.bytes(t), g.ext, drop)
+
+	// Not to a VIP: not ours, untouched.
+	other := syn
+	other.Dst = ap(client4, 80)
+	g.expect(t, other.bytes(t), g.ext, want{xdpPass, other.bytes(t), map[Reason]uint64{ReasonPassNotVIP: 1}})
+
+	// The carrier after another option: a node refuses it (xdp/dsr), so it is forwarded as any
+	// packet with options (without a carrier of ours).
+	late := syn
+	late.Src = ap(client4, 40023)
+	late.IPv4Options = append([]layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 1}}, carrier4(forged)...)
+	lo := late
+	lo.SrcMAC, lo.DstMAC, lo.Dst, lo.TTL = macInt, macBE1, ap(be1v4, 8080), 63
+	g.expect(t, late.bytes(t), g.ext, want{xdpRedirect, lo.bytes(t), dsrFwd(ReasonFwdRedirect, ReasonDSRNoRoom)})
+}

@@ -103,12 +103,20 @@ func Check(t testing.TB, dp datapath.Services, d *lb.Desired) {
 			if want := p.Backends[idx].Key; netip.AddrPortFrom(got.Addr, got.Port) != want {
 				t.Fatalf("frontend %s slot %d: backend %v, plan %s", f, i, got, want)
 			}
+			if got.DSR != p.Backends[idx].DSR {
+				t.Fatalf("frontend %s slot %d: backend %v has DSR %v, plan %v", f, i, got, got.DSR, p.Backends[idx].DSR)
+			}
 		}
 	}
 	rev, err := dp.Reverses()
 	must(t, err)
 	if len(rev) != len(d.Reverse) {
 		t.Fatalf("datapath has %d reverse entries, plan %d", len(rev), len(d.Reverse))
+	}
+	for ep := range d.Reverse {
+		if _, ok := rev[ep]; !ok {
+			t.Fatalf("reverse entry of %s missing", ep)
+		}
 	}
 }
 

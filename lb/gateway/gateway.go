@@ -146,7 +146,8 @@ type Gateway struct {
 	reg     *prometheus.Registry
 
 	// planOpts are the plan settings the datapath was loaded with (seed, table size): like the
-	// datapath's, they change only at a restart, so a reload cannot remap every flow twice.
+	// datapath's, they change only at a restart, so a reload cannot remap every flow twice. The
+	// forwarding mode is not among them: a reload applies the config's (plan).
 	planOpts lb.PlanOptions
 
 	mu  sync.Mutex
@@ -193,7 +194,7 @@ type Gateway struct {
 // nothing: Run does, and Reconcile runs one pass.
 func New(cfg *config.Config, dp datapath.Gateway, log *slog.Logger, opts Options) (*Gateway, error) {
 	g := &Gateway{log: log, opts: opts, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), wake: make(chan struct{}, 1)}
-	warnSharedEndpoints(log, cfg.Services)
+	warnSharedEndpoints(log, cfg.Services, cfg.Datapath.Forwarding)
 	var err error
 	if g.rec, err = reconcile.New(dp, log); err != nil {
 		return nil, err

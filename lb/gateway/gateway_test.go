@@ -372,6 +372,50 @@ func TestServesTheConfiguration(t *testing.T) {
 	}
 }
 
+// TestForwardingDSR: with forwarding: dsr the backends are written DSR and get no reverse NAT
+// entry, except one marked dsr: false, which is excluded (no table slot) and keeps its entry;
+// a reload back to returnPath takes effect without a restart.
+func TestForwardingDSR(t *testing.T) {
+	dp := newMem(t)
+	path := filepath.Join(t.TempDir(), "xlb.yaml")
+	svc := web("198.18.1.10", "198.18.1.11") + "      - {address: \"198.18.1.12\", dsr: false}\n"
+	write := func(fw string) {
+		cfg := strings.Replace(fmt.Sprintf(header, "off"), "backendWarmup: off", "backendWarmup: off"+fw, 1)
+		if err := os.WriteFile(path, []byte(cfg+"services:\n"+svc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(", forwarding: dsr")
+	d := start(t, dp, path, false)
+	if err := d.serves(path); err != nil {
+		t.Fatal(err)
+	}
+	check := func(dsr bool, reverse int) {
+		t.Helper()
+		bes, _ := dp.Backends()
+		for _, b := range bes {
+			want := dsr && b.Addr != netip.MustParseAddr("198.18.1.12")
+			if b.DSR != want {
+				t.Errorf("backend %s: DSR %v, want %v", b.Addr, b.DSR, want)
+			}
+		}
+		if rev, _ := dp.Reverses(); len(rev) != reverse {
+			t.Errorf("%d reverse entries, want %d: %v", len(rev), reverse, rev)
+		}
+	}
+	check(true, 1)
+	if v, _ := d.metric("xlb_frontend_serving_backends", `frontend="198.18.100.1:80/TCP",service="web"`); v != 2 {
+		t.Errorf("serving backends %v, want 2 (the dsr: false one excluded)", v)
+	}
+	if !strings.Contains(d.log.String(), "direct server return cannot serve") {
+		t.Errorf("no warning about the excluded backend in the log:\n%s", d.log)
+	}
+	write("")
+	d.reload <- os.Interrupt
+	d.eventually("the reload applied", 5*time.Second, func() error { return d.serves(path) })
+	check(false, 3)
+}
+
 // TestCleanupOnExit: with CleanupOnExit a stop removes the datapath.
 func TestCleanupOnExit(t *testing.T) {
 	dp := newMem(t)

@@ -71,7 +71,7 @@ func (g *Gateway) Reconcile() error {
 	if !due.IsZero() {
 		g.wakeAt(due)
 	}
-	desired, errs := lb.Plan(services, g.planOpts)
+	desired, errs := lb.Plan(services, planOptions(g.planOpts, cfg))
 	g.servicesInvalid.Set(float64(len(errs)))
 	for _, err := range errs {
 		g.log.Error("service not served", "error", err)
@@ -171,4 +171,11 @@ func (g *Gateway) knownBackend(s lb.Service, b lb.Backend) bool {
 		}
 	}
 	return false
+}
+
+// planOptions are the plan settings of a pass: those the datapath was loaded with, and the
+// config's forwarding mode.
+func planOptions(loaded lb.PlanOptions, cfg *config.Config) lb.PlanOptions {
+	loaded.Forwarding = cfg.Datapath.Forwarding
+	return loaded
 }

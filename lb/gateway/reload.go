@@ -18,7 +18,7 @@ func (g *Gateway) reload() {
 	}
 	// Every service must plan: a reload must not take a VIP:port from a service that serves it
 	// now (conflicts go to the service whose name sorts first) or silently drop a service.
-	if _, errs := lb.Plan(cfg.Services, g.planOpts); len(errs) > 0 {
+	if _, errs := lb.Plan(cfg.Services, planOptions(g.planOpts, cfg)); len(errs) > 0 {
 		g.configReloads.WithLabelValues("rejected").Inc()
 		g.log.Error("config reload rejected: services; still serving the previous config", "config", g.opts.ConfigPath,
 			"error", errors.Join(errs...))
@@ -62,7 +62,10 @@ func (g *Gateway) reload() {
 	if cfg.Datapath.Kind != g.cfg.Datapath.Kind {
 		g.log.Warn("datapath kind changed; it takes effect at the next restart", "kind", g.cfg.Datapath.Kind,
 			"next", cfg.Datapath.Kind)
-	} else if a, b := cfg.Datapath, g.cfg.Datapath; func() bool { a.BackendWarmup, b.BackendWarmup = 0, 0; return a != b }() {
+	} else if a, b := cfg.Datapath, g.cfg.Datapath; func() bool {
+		a.BackendWarmup, b.BackendWarmup, a.Forwarding, b.Forwarding = 0, 0, lb.Forwarding{}, lb.Forwarding{}
+		return a != b
+	}() {
 		g.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
 	}
 	if cfg.Listen != g.cfg.Listen {
@@ -78,6 +81,9 @@ func (g *Gateway) reload() {
 	g.mu.Unlock()
 	g.configReloads.WithLabelValues("applied").Inc()
 	g.log.Info("config reloaded", "services", len(cfg.Services))
-	warnSharedEndpoints(g.log, cfg.Services)
+	if cfg.Datapath.Forwarding != g.cfg.Datapath.Forwarding {
+		g.log.Info("forwarding changed", "forwarding", cfg.Datapath.Forwarding.Mode, "dsrFallback", cfg.Datapath.Forwarding.Fallback.String())
+	}
+	warnSharedEndpoints(g.log, cfg.Services, cfg.Datapath.Forwarding)
 	g.trigger()
 }

@@ -11,10 +11,23 @@ import (
 // host) ports another of them sends to: the same condition as Kubernetes mode's
 // SharedEndpoints Event (docs/kubernetes.md), whose replies a gateway that did not see the
 // connection's first packet cannot always translate.
-func warnSharedEndpoints(log *slog.Logger, services []lb.Service) {
+//
+// In the DSR forwarding mode only the backends served through the gateways count (fw.ReturnPath):
+// a DSR backend's node translates its replies, knowing each flow's VIP. The backends DSR cannot
+// serve (backends[].dsr: false) are reported too, excluded or through the gateways.
+func warnSharedEndpoints(log *slog.Logger, services []lb.Service, fw lb.Forwarding) {
 	x := lb.NewEndpointIndex()
 	for _, s := range services {
-		x.Set(s)
+		x.Set(fw.ReturnPath(s))
+		u := fw.Use(s)
+		if len(u.Excluded) > 0 {
+			log.Warn("service has backends direct server return cannot serve (dsr: false): they get no new flows "+
+				"(datapath.dsrFallback: exclude)", "service", s.Name, "backends", backendAddrs(u.Excluded))
+		}
+		if len(u.ReturnPath) > 0 {
+			log.Info("service has backends direct server return cannot serve (dsr: false): their replies must come "+
+				"back through the gateways (datapath.dsrFallback: returnPath)", "service", s.Name, "backends", backendAddrs(u.ReturnPath))
+		}
 	}
 	for _, s := range services {
 		sh, ok := x.Sharing(s.Name)
@@ -28,4 +41,13 @@ func warnSharedEndpoints(log *slog.Logger, services []lb.Service) {
 			"forwarded the connection (docs/datapath.md, Reverse NAT)",
 			"service", s.Name, "samePort", strings.Join(sh.SamePort, ","), "otherPorts", strings.Join(sh.OtherPort, ","))
 	}
+}
+
+// backendAddrs lists backends' addresses for a log line.
+func backendAddrs(bs []lb.Backend) string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = b.Addr.String()
+	}
+	return strings.Join(out, ",")
 }

@@ -21,7 +21,7 @@ func TestWarnSharedEndpoints(t *testing.T) {
 	}
 	var b bytes.Buffer
 	warnSharedEndpoints(slog.New(slog.NewTextHandler(&b, nil)), []lb.Service{
-		svc("web", 80, 8080), svc("web-alt", 80, 8080), svc("admin", 81, 8080), svc("own", 82, 9090)})
+		svc("web", 80, 8080), svc("web-alt", 80, 8080), svc("admin", 81, 8080), svc("own", 82, 9090)}, lb.Forwarding{})
 	out := b.String()
 	for _, want := range []string{
 		"service=web samePort=web-alt otherPorts=admin",
@@ -34,5 +34,26 @@ func TestWarnSharedEndpoints(t *testing.T) {
 	}
 	if strings.Contains(out, "service=own") {
 		t.Errorf("a service with its own backend port was warned about:\n%s", out)
+	}
+}
+
+// TestWarnSharedEndpointsDSR: in the DSR mode, services sharing the Pod ports of DSR backends
+// are not warned about (their nodes translate the replies).
+func TestWarnSharedEndpointsDSR(t *testing.T) {
+	svc := func(name string, port uint16, dsr bool) lb.Service {
+		return lb.Service{Name: name, VIPs: []netip.Addr{netip.MustParseAddr("198.18.100.1")},
+			Ports:    []lb.Port{{Port: port, TargetPort: 8080, Protocol: datapath.TCP}},
+			Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1, DSR: dsr}}}
+	}
+	var b bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&b, nil))
+	warnSharedEndpoints(log, []lb.Service{svc("web", 80, true), svc("web-alt", 81, true)}, lb.Forwarding{Mode: datapath.DSR})
+	if strings.Contains(b.String(), "shares backend ports") {
+		t.Errorf("DSR backends warned about:\n%s", b.String())
+	}
+	warnSharedEndpoints(log, []lb.Service{svc("web", 80, false), svc("web-alt", 81, false)},
+		lb.Forwarding{Mode: datapath.DSR, Fallback: lb.FallbackReturnPath})
+	if !strings.Contains(b.String(), "shares backend ports") || !strings.Contains(b.String(), "dsrFallback: returnPath") {
+		t.Errorf("return-path backends not warned about:\n%s", b.String())
 	}
 }

@@ -248,6 +248,7 @@ type frameSpec struct {
 	payload  []byte
 	noCsum   bool // a UDP checksum of 0
 	df       bool // IPv4: don't fragment
+	opts     []byte // IPv4 options (a multiple of 4 bytes)
 }
 
 func (f frameSpec) bytes() []byte {
@@ -293,9 +294,9 @@ func (f frameSpec) bytes() []byte {
 	var ip []byte
 	et := uint16(etherTypeIPv4)
 	if v4 {
-		ip = make([]byte, ipv4MinLen)
-		ip[0] = 0x45
-		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4MinLen+len(l4)))
+		ip = append(make([]byte, ipv4MinLen), f.opts...)
+		ip[0] = 0x40 | byte(len(ip)/4)
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)+len(l4)))
 		ip[8], ip[9] = ttl, f.proto
 		if f.df {
 			ip[6] = 0x40
@@ -417,6 +418,19 @@ func TestParityWithXDP(t *testing.T) {
 			payload: make([]byte, 1500-ipv6Len-udpLen-r.IntN(24))}, px.ext)
 	}
 
+	// A client's packet to a VIP with a carrier of its own is dropped (only gateways write
+	// them), to a DSR backend or not, established or not; a carrier behind another option
+	// (which a node refuses) is forwarded as any option.
+	for i := range 20 {
+		c := randClient(r)
+		forged := []byte{datapath.CarrierOpt4Type, datapath.CarrierOpt4Len, 0, 22, 198, 18, 100, 4}
+		ok(fmt.Sprintf("forged carrier SYN %d", i), frameSpec{src: c, dst: dsr, proto: protoTCP, flags: tcpSYN, opts: forged}, px.ext)
+		ok(fmt.Sprintf("forged carrier UDP %d", i), frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP,
+			payload: payload(), opts: forged}, px.ext)
+		ok(fmt.Sprintf("late carrier SYN %d", i), frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoTCP, flags: tcpSYN,
+			opts: append([]byte{1, 1, 1, 1}, forged...)}, px.ext)
+	}
+
 	// Neither sends: an expiring TTL, a VIP port nothing serves.
 	c := randClient(r)
 	ok("TTL 1", frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, ttl: 1}, px.ext)
@@ -430,7 +444,7 @@ func TestParityWithXDP(t *testing.T) {
 	rs := px.eng.ReasonCounts()
 	for _, r := range []forward.Reason{forward.ReasonNATForward, forward.ReasonNATReverse, forward.ReasonNATReverseMaglev,
 		forward.ReasonFwdRedirect, forward.ReasonHandshakeHit, forward.ReasonDropReverseNoCT, forward.ReasonDropTTL,
-		forward.ReasonDSRCarried, forward.ReasonDSRNoRoom, forward.ReasonDSRTooBig} {
+		forward.ReasonDSRCarried, forward.ReasonDSRNoRoom, forward.ReasonDSRTooBig, forward.ReasonDropCarrierForged} {
 		if rs[r] == 0 {
 			t.Errorf("no %s among the engine's verdicts %v: a path the comparison did not cover", r, rs)
 		}

@@ -181,6 +181,8 @@ enum reason {
 				      * node knows the flow from an earlier packet, or not) */
 	REASON_DSR_TOO_BIG,          /* a UDP datagram the carrier would not fit on, answered with an
 				      * ICMP "too big" for the MTU less the carrier */
+	REASON_DROP_CARRIER_FORGED,  /* a packet to a VIP that arrived with a carrier of direct server
+				      * return: only gateways write them (carrier_forged) */
 	REASON_MAX,
 };
 

@@ -28,6 +28,34 @@
 #define ICMP6_QUOTE 48  /* the quoted IPv6 header and 8 bytes of L4 */
 #define ICMP_REPLY_TTL 64
 
+#define IPPROTO_DSTOPTS_ 60 /* IPv6 Destination Options header */
+
+/* carrier_forged reports whether p, a packet to a VIP address, arrived with what a node would
+ * take for a carrier: IPv4 options whose first is DSR_OPT4_TYPE, or an IPv6 Destination Options
+ * header right after the fixed header whose first option is DSR_OPT6_TYPE. Only a gateway may
+ * write one: kept on the DNATed packet, a client's would make the Pod's node rewrite that Pod's
+ * replies to come from a frontend of the client's choosing. The first option is the only place
+ * to look: a node takes the IPv4 option only alone (xdp/dsr) and the IPv6 one only first. */
+static __always_inline int carrier_forged(const struct packet *p, void *data_end)
+{
+	if (p->family == FAMILY_V4) {
+		const struct iphdr *iph = p->l3;
+		const __u8 *opt = (const void *)(iph + 1);
+
+		if ((void *)(iph + 1) > data_end || iph->ihl == 5 || (void *)(opt + 1) > data_end)
+			return 0;
+		return *opt == DSR_OPT4_TYPE;
+	} else {
+		const struct ipv6hdr *ip6 = p->l3;
+		const __u8 *opt = (const void *)(ip6 + 1);
+
+		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_DSTOPTS_ ||
+		    (void *)(opt + 3) > data_end)
+			return 0;
+		return opt[2] == DSR_OPT6_TYPE;
+	}
+}
+
 /* dsr_meta_get is this CPU's dsr_scratch. */
 static __always_inline struct dsr_meta *dsr_meta_get(void)
 {

@@ -543,6 +543,55 @@ int xlb_xdp(struct xdp_md *ctx)
 	return verdict(REASON_PASS_TAIL_CALL, XDP_PASS);
 }
 
+/* forged_carrier reports whether the packet in ctx is addressed to a VIP and arrived with a carrier
+ * (carrier_forged). fast_path takes no packet with IPv4 options or IPv6 extension headers, so only
+ * the full path asks. A global function: the verifier checks it once, on its own, and the full
+ * path (near the verifier's limits) sees only its result. */
+__noinline int forged_carrier(struct xdp_md *ctx)
+{
+	void *data_end, *data, *cur;
+	struct ethhdr *eth;
+	struct packet p = {};
+	__be16 proto;
+
+	if (!ctx)
+		return 0;
+	data_end = (void *)(long)ctx->data_end;
+	data = (void *)(long)ctx->data;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return 0;
+	proto = eth->h_proto;
+	cur = eth + 1;
+	if (proto == ETH_P_8021Q_BE || proto == ETH_P_8021AD_BE) {
+		struct { __be16 tci; __be16 proto; } *vh = cur;
+
+		if ((void *)(vh + 1) > data_end)
+			return 0;
+		proto = vh->proto;
+		cur = vh + 1;
+	}
+	p.l3 = cur;
+	if (proto == ETH_P_IP_BE) {
+		struct iphdr *iph = cur;
+
+		if ((void *)(iph + 1) > data_end)
+			return 0;
+		p.family = FAMILY_V4;
+		p.dst.w[0] = iph->daddr;
+	} else if (proto == ETH_P_IPV6_BE) {
+		struct ipv6hdr *ip6 = cur;
+
+		if ((void *)(ip6 + 1) > data_end)
+			return 0;
+		p.family = FAMILY_V6;
+		__builtin_memcpy(&p.dst, &ip6->daddr, sizeof(p.dst));
+	} else {
+		return 0;
+	}
+	return carrier_forged(&p, data_end) && is_vip_addr(&p.dst, p.family);
+}
+
 /* xlb_full is the full path: every packet fast_path did not take. */
 SEC("xdp")
 int xlb_full(struct xdp_md *ctx)
@@ -561,6 +610,8 @@ int xlb_full(struct xdp_md *ctx)
 	default:
 		return verdict(REASON_PASS_MALFORMED_L3, XDP_PASS);
 	}
+	if (forged_carrier(ctx))
+		return verdict(REASON_DROP_CARRIER_FORGED, XDP_DROP);
 
 	if (p.proto == PROTO_ICMP || p.proto == PROTO_ICMPV6) {
 		/* ICMP is rare: its own program, so this one stays small for the verifier. */

@@ -31,6 +31,8 @@ type Balancer struct {
 	// vips: frontend → its state; vipByID: the same by VIP id.
 	vips    map[feKey]*vip
 	vipByID map[datapath.VIPID]*vip
+	// vipAddrs counts the frontends of each VIP address (the XDP datapath's marker entry).
+	vipAddrs map[addrKey]int
 	// backends: backend id → where it sends.
 	backends map[datapath.BackendID]backend
 	// reverse: backend endpoint → its reverse NAT entry.
@@ -44,6 +46,12 @@ type Balancer struct {
 	// vipTraffic and backendTraffic count what Forward sends, by VIP and backend id.
 	vipTraffic     map[datapath.VIPID]*datapath.Traffic
 	backendTraffic map[datapath.BackendID]*datapath.Traffic
+}
+
+// addrKey is an address as packets hold it.
+type addrKey struct {
+	addr [16]byte
+	v6   bool
 }
 
 // vip is one frontend's state.
@@ -94,7 +102,7 @@ func New(s datapath.Settings) (*Balancer, error) {
 	}
 	return &Balancer{
 		settings: s.WithDefaults(),
-		vips:     map[feKey]*vip{}, vipByID: map[datapath.VIPID]*vip{},
+		vips:     map[feKey]*vip{}, vipByID: map[datapath.VIPID]*vip{}, vipAddrs: map[addrKey]int{},
 		backends: map[datapath.BackendID]backend{}, reverse: map[feKey]reverse{},
 		ct: map[flowKey]ctEntry{}, hs: map[flowKey]hsEntry{},
 		vipTraffic: map[datapath.VIPID]*datapath.Traffic{}, backendTraffic: map[datapath.BackendID]*datapath.Traffic{},
@@ -147,6 +155,7 @@ func (b *Balancer) UpsertVIP(f datapath.Frontend, cfg datapath.VIPConfig) error 
 	if v == nil {
 		v = &vip{fe: f, key: k}
 		b.vips[k] = v
+		b.vipAddrs[addrKey{k.addr, k.v6}]++
 	}
 	if v.cfg.ID != 0 && v.cfg.ID != cfg.ID {
 		delete(b.vipByID, v.cfg.ID)
@@ -174,6 +183,11 @@ func (b *Balancer) DeleteVIP(f datapath.Frontend) error {
 		return nil
 	}
 	delete(b.vips, k)
+	if ak := (addrKey{k.addr, k.v6}); b.vipAddrs[ak] > 1 {
+		b.vipAddrs[ak]--
+	} else {
+		delete(b.vipAddrs, ak)
+	}
 	delete(b.vipByID, v.cfg.ID)
 	delete(b.vipTraffic, v.cfg.ID)
 	return nil

@@ -201,6 +201,11 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 	defer b.mu.Unlock()
 	var d Decision
 	t := int64(now)
+	if p.Carrier && b.vipAddrs[addrKey{p.Dst, p.V6}] > 0 {
+		// Only a gateway writes carriers: kept on the DNATed packet, a client's would make the
+		// Pod's node rewrite its replies for a frontend of the client's choosing.
+		return drop(d, ReasonDropCarrierForged)
+	}
 	if p.UDPNoChecksum && p.V6 && p.Proto == datapath.UDP && b.lookupVIP(p) != nil {
 		return drop(d, ReasonDropUDP6ZeroCsum)
 	}

@@ -30,6 +30,11 @@ type Packet struct {
 	Len int
 	// UDPNoChecksum marks an IPv6 UDP datagram whose checksum is 0 (RFC 8200: discarded).
 	UDPNoChecksum bool
+	// Carrier marks a packet that arrived with what a node would take for a carrier of direct
+	// server return (its first IPv4 option is datapath.CarrierOpt4Type, or an IPv6
+	// Destination Options header right after the fixed header starts with
+	// datapath.CarrierOpt6Type): Forward drops it when it is addressed to a VIP.
+	Carrier bool
 }
 
 // PacketOf returns the packet of a flow from src to dst (the same family): TTL 64, no TCP

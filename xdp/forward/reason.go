@@ -37,6 +37,7 @@ const (
 	ReasonDSRCarried                     // of nat_forward: sent with the carrier (direct server return)
 	ReasonDSRNoRoom                      // of nat_forward: sent without the carrier, which would not fit
 	ReasonDSRTooBig                      // a UDP datagram the carrier would not fit on, answered with an ICMP "too big"
+	ReasonDropCarrierForged              // a packet to a VIP that arrived with a carrier (only gateways write them)
 	NumReasons
 )
 
@@ -46,6 +47,7 @@ var reasonNames = [NumReasons]string{
 	"drop_malformed", "drop_not_ours", "drop_src_range", "drop_no_backend", "drop_udp6_zero_csum",
 	"drop_ttl", "drop_reverse_no_ct", "drop_local", "held_no_neigh", "drop_no_neigh", "drop_unreachable",
 	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
+	"drop_carrier_forged",
 }
 
 // String returns the counter's name.
