@@ -75,7 +75,7 @@ const (
 	// ReasonDropCarrierForged: a packet to a VIP that arrived with a carrier of direct server
 	// return (only gateways write them): dropped, so no node takes a client's.
 	ReasonDropCarrierForged = Reason(xlbReasonREASON_DROP_CARRIER_FORGED)
-	numReasons         = int(xlbReasonREASON_MAX)
+	numReasons              = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{

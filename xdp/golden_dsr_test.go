@@ -211,7 +211,7 @@ func TestGoldenDSRForged(t *testing.T) {
 	// IPv6: a Destination Options header whose first option is the carrier's.
 	syn6 := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client6, 40022), Dst: ap(vip6, 80),
 		Proto: layers.IPProtocolTCP, Flags: "S", Seq: 7,
-		Ext6: carrier6(datapath.Frontend{Addr: vip6, Port: 22, Proto: datapath.TCP}, layers.IPProtocolTCP),
+		Ext6:      carrier6(datapath.Frontend{Addr: vip6, Port: 22, Proto: datapath.TCP}, layers.IPProtocolTCP),
 		Ext6Types: []layers.IPProtocol{layers.IPProtocolIPv6Destination}}
 	g.expect(t, syn6.bytes(t), g.ext, drop)
 

@@ -246,8 +246,8 @@ type frameSpec struct {
 	seq      uint32
 	ttl      uint8
 	payload  []byte
-	noCsum   bool // a UDP checksum of 0
-	df       bool // IPv4: don't fragment
+	noCsum   bool   // a UDP checksum of 0
+	df       bool   // IPv4: don't fragment
 	opts     []byte // IPv4 options (a multiple of 4 bytes)
 }
 

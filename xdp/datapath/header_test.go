@@ -26,7 +26,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 		"PROTO_TCP": uint64(TCP), "PROTO_UDP": uint64(UDP),
 		"MAX_VIPS": MaxVIPs, "MAX_BACKENDS": MaxBackends, "MAX_MAGLEV_M": MaxMaglevM,
 		"REV_MAX_CANDIDATES": MaxReverseCandidates,
-		"DSR_OPT4_TYPE": CarrierOpt4Type, "DSR_OPT4_LEN": CarrierOpt4Len,
+		"DSR_OPT4_TYPE":      CarrierOpt4Type, "DSR_OPT4_LEN": CarrierOpt4Len,
 		"DSR_OPT6_TYPE": CarrierOpt6Type, "DSR_OPT6_DATA": CarrierOpt6Data, "DSR_OPT6_HDRLEN": CarrierOpt6HdrLen,
 	} {
 		got, ok := defs[name]
