@@ -22,9 +22,10 @@ func ep(addr string, port uint16) datapath.Endpoint {
 	return datapath.Endpoint{Addr: netip.MustParseAddr(addr), Port: port, Proto: datapath.TCP}
 }
 
-// TestPlanForwarding: in the DSR mode the capable backends are flagged DSR and get no reverse
-// NAT entry; the others are excluded (no new flows, reverse entry kept for the flows they have)
-// or served through the gateways, as the fallback says. The return-path mode ignores the
+// TestPlanForwarding: in the DSR mode the capable backends are flagged DSR; the others are
+// excluded (no new flows, reverse entry kept for the flows they have), and the DSR ones get no
+// reverse NAT entry, or the others are served through the gateways and every backend keeps its
+// reverse entry, as the fallback says. The return-path mode ignores the
 // capability.
 func TestPlanForwarding(t *testing.T) {
 	s := dsrService("a", "198.18.100.1", 80, 2, "198.18.1.10", "198.18.1.11", "198.18.1.12")
@@ -40,7 +41,8 @@ func TestPlanForwarding(t *testing.T) {
 	}{
 		{"returnPath", Forwarding{}, []bool{false, false, false}, []uint32{1, 1, 1}, 3, []bool{true, true, true}, false},
 		{"dsr-exclude", Forwarding{Mode: datapath.DSR}, []bool{true, true, false}, []uint32{1, 1, 0}, 2, []bool{false, false, true}, true},
-		{"dsr-returnPath", Forwarding{Mode: datapath.DSR, Fallback: FallbackReturnPath}, []bool{true, true, false}, []uint32{1, 1, 1}, 3, []bool{false, false, true}, false},
+		// The return-path fallback keeps every reverse entry: replies may still cross a gateway.
+		{"dsr-returnPath", Forwarding{Mode: datapath.DSR, Fallback: FallbackReturnPath}, []bool{true, true, false}, []uint32{1, 1, 1}, 3, []bool{true, true, true}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -19,7 +19,7 @@ type PlannedBackend struct {
 	// State is the model's state.
 	State BackendState
 	// DSR says packets opening a flow to it carry the frontend to its node (Forwarding.Direct):
-	// its replies leave by the node, translated there, and need no reverse NAT entry.
+	// its replies leave by the node, translated there (see planReverse for its reverse NAT).
 	DSR bool
 	// Excluded says it gets no new flows (Weight 0) only because the site is in the DSR mode
 	// and its node cannot serve it (Forwarding.Excluded).
@@ -117,7 +117,7 @@ func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
 			d.Frontends[f] = p
 		}
 	}
-	d.planReverse()
+	d.planReverse(opts.Forwarding)
 	return d, errs
 }
 
@@ -215,14 +215,17 @@ func buildTable(bes []PlannedBackend, m int, seed uint32) ([]int, error) {
 	return maglev.Build(mb, m, seed)
 }
 
-// planReverse derives the reverse NAT entries from the frontends. Backends served by direct
-// server return get none: their node translates their replies, and a gateway must not rewrite
-// what merely carries their address.
-func (d *Desired) planReverse() {
+// planReverse derives the reverse NAT entries from the frontends. Under fw, backends served by
+// direct server return get none when the fallback is FallbackExclude: their node translates
+// their replies, none of which comes through a gateway, and a gateway must not rewrite what
+// merely carries their address. With FallbackReturnPath (a site whose replies may still come
+// through the gateways: mixed, or switching modes) they keep them, so that a reply their node
+// did not translate (a flow opened before the switch) still is.
+func (d *Desired) planReverse(fw Forwarding) {
 	serves := map[datapath.Endpoint][]datapath.Frontend{}
 	for f, p := range d.Frontends {
 		for _, b := range p.Backends {
-			if b.DSR {
+			if b.DSR && fw.Fallback == FallbackExclude {
 				continue
 			}
 			ep := datapath.Endpoint{Addr: b.Key.Addr(), Port: b.Key.Port(), Proto: f.Proto}

@@ -41,6 +41,9 @@ type Explanation struct {
 	// ACK (and a retransmitted SYN) to, by the handshake table; "" when there is none, or it is
 	// not followed.
 	Handshake string `json:"handshake,omitempty"`
+	// Carried says a new flow's first packets carry the frontend to the backend's node (its
+	// backend is of direct server return: docs/dsr.md).
+	Carried bool `json:"carried,omitempty"`
 	// Steps say what each lookup found.
 	Steps []Step `json:"steps"`
 	// Verdict sums it up.
@@ -281,6 +284,11 @@ func (x *explainer) newFlow(first forward.Decision) {
 		}
 	}
 	x.e.NewFlow = x.to(first)
+	if first.Action == forward.ToBackend && first.Carry {
+		x.e.Carried = true
+		x.step("dsr", "the backend's node serves direct server return: a new flow's first packets carry %s to it, and its replies leave from there",
+			frontendString(datapath.Frontend{Addr: first.Frontend.Addr, Port: first.CarryPort, Proto: first.Frontend.Proto}))
+	}
 }
 
 // verdict sums up the two decisions.

@@ -270,3 +270,21 @@ func TestExplainHandshake(t *testing.T) {
 		t.Errorf("explain, a handshake done:\n%s", text(t, e))
 	}
 }
+
+// TestExplainDSR: a new flow to a backend of direct server return is said to be carried, with
+// the frontend the carrier names; one to a plain backend is not.
+func TestExplainDSR(t *testing.T) {
+	l := newLab(t)
+	vip := netip.MustParseAddr("198.18.100.5")
+	l.must(t, l.d.UpsertVIP(datapath.Frontend{Addr: vip, Port: 80, Proto: datapath.TCP}, datapath.VIPConfig{ID: 9}))
+	l.must(t, l.d.UpsertBackend(20, datapath.Backend{Addr: netip.MustParseAddr("198.18.1.50"), Port: 8080, DSR: true}))
+	l.must(t, l.d.SetMaglevTable(9, fill(13, 20)))
+	e := l.explain(t, "198.18.0.40:5000", "198.18.100.5:80", 0, ptr[uint32](labSeed))
+	if !e.Carried || e.NewFlow != "198.18.1.50:8080" || !hasStep(e, "dsr", `carry 198\.18\.100\.5:80/TCP`) {
+		t.Errorf("a new flow to a DSR backend: %+v", e)
+	}
+	l.must(t, l.d.UpsertBackend(20, datapath.Backend{Addr: netip.MustParseAddr("198.18.1.50"), Port: 8080}))
+	if e := l.explain(t, "198.18.0.40:5000", "198.18.100.5:80", 0, ptr[uint32](labSeed)); e.Carried || hasStep(e, "dsr", ".") {
+		t.Errorf("a new flow to a plain backend: %+v", e)
+	}
+}
