@@ -29,7 +29,7 @@ func main() {
 
 const usage = `usage:
   xlb-lab up   [--xlb PATH] [--clients N] [--gateways N] [--nodes N] [--pods N] [--seed N] [--demo]
-              [--routing bird|frr|static] [--mode kubernetes|file]
+              [--routing bird|frr|static] [--mode kubernetes|file] [--forwarding dsr|returnPath]
       Build a lab site, show that it works, and keep it running until Ctrl-C (SIGINT/SIGTERM),
       then remove it. --demo (or the demo command) exits after the demonstration instead.
       --routing: the router learns the VIPs over BGP from the gateways' xlb, running BIRD
@@ -38,6 +38,9 @@ const usage = `usage:
       applies deploy/examples/services.yaml, registers the nodes, keeps EndpointSlices for the
       pods, and the gateways' xlb hands the Services their VIPs; file gives the gateways one
       service "demo" in their config file instead.
+      --forwarding: dsr (the default) is direct server return: the nodes' default route is
+      the router and each node runs xlb agent with the node side of DSR, so replies bypass the
+      gateways; returnPath routes the nodes' replies through the gateways, which translate them.
   xlb-lab demo [same flags as up]
   xlb-lab down [--all] [--state-dir DIR]
       Remove what lab sites left behind (namespaces, pins, xlb processes, state) when their
@@ -87,6 +90,7 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	demo := fs.Bool("demo", cmd == "demo", "exit after the demonstration")
 	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird or frr (BGP from the gateways' xlb), or static")
 	mode := fs.String("mode", "kubernetes", "where the gateways get their services: kubernetes (a control plane and the example Services) or file")
+	forwarding := fs.String("forwarding", "dsr", "how replies reach the clients: dsr (direct server return through the node agents) or returnPath (through the gateways)")
 	datapaths := fs.String("datapath", "xdp", "each gateway's datapath, comma-separated in gateway order (the last one repeats): xdp or afxdp, e.g. xdp,afxdp")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -100,6 +104,14 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	for len(o.Datapaths) < o.Gateways {
 		o.Datapaths = append(o.Datapaths, o.Datapaths[len(o.Datapaths)-1])
+	}
+	switch *forwarding {
+	case "dsr":
+	case "returnPath":
+		o.ReturnPath = true
+	default:
+		fmt.Fprintf(stderr, "xlb-lab: --forwarding: unknown mode %q (want dsr or returnPath)\n", *forwarding)
+		return 2
 	}
 	r, err := lab.ParseRouting(*routing)
 	if err != nil {

@@ -10,19 +10,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/kubetest"
 	"github.com/xlb-dev/xlb/internal/netlab"
+	"github.com/xlb-dev/xlb/xdp/dsr"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
-// Kubernetes mode runs the node agent (`xlb agent`, docs/agent.md) on every node: the pods'
-// connections to a Service's cluster IP go straight to one of its pods. A lab pod is a network
-// namespace, not a process tree, so each node's agent balances a cgroup of its own (standing in
-// for the node's root cgroup), and a client "in a pod" is a process started in the pod's
-// namespace and its node's cgroup (ClusterIPGet).
+// The node agent (`xlb agent`, docs/agent.md) runs on every node when the site needs it: in
+// Kubernetes mode it balances the pods' connections to a Service's cluster IP at their sockets;
+// in the DSR forwarding mode (the default: Options.ReturnPath false) it runs the node side of
+// direct server return (docs/dsr.md) on the node's "eth0": it strips the gateways' carrier and
+// rewrites the pods' replies to come from the VIP. In File mode it reads the services from a
+// config file of the gateways' format (agentConfigPath) and does only the latter. A lab pod is
+// a network namespace, not a process tree, so in Kubernetes mode each node's agent balances a
+// cgroup of its own (standing in for the node's root cgroup), and a client "in a pod" is a
+// process started in the pod's namespace and its node's cgroup (ClusterIPGet).
 
 // agentListen is where each node's agent serves /metrics and /healthz, in the node's namespace.
 const agentListen = "127.0.0.1:9612"
@@ -33,9 +39,15 @@ const agentUser = "system:serviceaccount:xlb-system:xlb-agent"
 // NodeAgent is `xlb agent` on one node.
 type NodeAgent struct {
 	Node *Node
-	// Cgroup is the cgroup v2 directory it balances; PinPath its pins; LogPath its log.
-	Cgroup, PinPath, LogPath string
+	// Cgroup is the cgroup v2 directory it balances and PinPath the socket load balancer's pins
+	// (Kubernetes mode; "" otherwise); DSRPinPath the node side of DSR's ("" in the return-path
+	// mode); LogPath its log.
+	Cgroup, PinPath, DSRPinPath, LogPath string
 
+	site *Site
+	args []string // `xlb agent ...`, for Start
+
+	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
@@ -43,81 +55,180 @@ type NodeAgent struct {
 // agentName is the site-unique name of node n's agent, in its cgroup and pin directory.
 func (s *Site) agentName(n *Node) string { return s.Prefix + "-agent-" + n.Name }
 
-// startAgents applies the agent's RBAC and starts an agent on every node, waiting until each
-// has applied the cluster IPs.
-func (k *Kube) startAgents() error {
-	s := k.site
-	ctx, cancel := context.WithTimeout(k.ctx, kubeSetupTimeout)
-	defer cancel()
-	if err := kubetest.ApplyFile(ctx, k.CP.Admin(), filepath.Join(k.DeployDir, "agent.yaml")); err != nil {
-		return err
-	}
-	kubeconfig := filepath.Join(s.Dir, "agent.kubeconfig")
-	if err := kubetest.WriteKubeconfig(kubeconfig, k.CP.As(agentUser, "system:serviceaccounts", "system:serviceaccounts:xlb-system")); err != nil {
-		return err
-	}
-	root, err := socklb.RootCgroup()
-	if err != nil {
-		return fmt.Errorf("lab: node agents: %w", err)
+// dsrPinName is the site-unique name of node n's DSR pin directory.
+func (s *Site) dsrPinName(n *Node) string { return s.Prefix + "-dsr-" + n.Name }
+
+// agentConfigPath is the config file File mode's agents read: the gateways' services.
+func (s *Site) agentConfigPath() string { return filepath.Join(s.Dir, "agent.yaml") }
+
+// needAgents reports whether the site runs node agents.
+func (s *Site) needAgents() bool { return s.Opts.Mode == Kubernetes || s.DSR() }
+
+// startAgents starts an agent on every node and waits until each is ready: in Kubernetes
+// mode, once the agent's RBAC is applied and it has applied the cluster IPs; in the DSR mode,
+// once its node side of DSR holds the {frontend, endpoint} pairs of the node's backends.
+func (s *Site) startAgents() error {
+	var base []string
+	root := ""
+	if s.Opts.Mode == Kubernetes {
+		k := s.Kube
+		ctx, cancel := context.WithTimeout(k.ctx, kubeSetupTimeout)
+		defer cancel()
+		if err := kubetest.ApplyFile(ctx, k.CP.Admin(), filepath.Join(k.DeployDir, "agent.yaml")); err != nil {
+			return err
+		}
+		kubeconfig := filepath.Join(s.Dir, "agent.kubeconfig")
+		if err := kubetest.WriteKubeconfig(kubeconfig, k.CP.As(agentUser, "system:serviceaccounts", "system:serviceaccounts:xlb-system")); err != nil {
+			return err
+		}
+		var err error
+		if root, err = socklb.RootCgroup(); err != nil {
+			return fmt.Errorf("lab: node agents: %w", err)
+		}
+		base = []string{"--kubeconfig", kubeconfig}
+	} else {
+		if err := os.WriteFile(s.agentConfigPath(), []byte(s.agentConfigYAML(s.Backends())), 0o644); err != nil {
+			return err
+		}
+		base = []string{"--config", s.agentConfigPath()}
 	}
 	// Registered first: agents started before a failure are stopped too.
-	s.onClose(k.stopAgents)
+	s.onClose(s.stopAgents)
 	for _, n := range s.Nodes {
-		a := &NodeAgent{Node: n, Cgroup: filepath.Join(root, s.agentName(n)),
-			PinPath: filepath.Join(bpffsRoot, s.agentName(n)), LogPath: filepath.Join(s.Dir, "agent-"+n.Name+".log"),
-			exited: make(chan struct{})}
-		if err := os.Mkdir(a.Cgroup, 0o755); err != nil {
-			return fmt.Errorf("lab: node %s: agent cgroup: %w", n.Name, err)
+		a := &NodeAgent{Node: n, site: s, LogPath: filepath.Join(s.Dir, "agent-"+n.Name+".log")}
+		a.args = append([]string{"agent", "--node", n.Name, "--listen", agentListen, "--cleanup-on-exit"}, base...)
+		if s.Opts.Mode == Kubernetes {
+			a.Cgroup, a.PinPath = filepath.Join(root, s.agentName(n)), filepath.Join(bpffsRoot, s.agentName(n))
+			if err := os.Mkdir(a.Cgroup, 0o755); err != nil {
+				return fmt.Errorf("lab: node %s: agent cgroup: %w", n.Name, err)
+			}
+			a.args = append(a.args, "--cgroup", a.Cgroup, "--pin-path", a.PinPath)
 		}
-		k.mu.Lock()
-		k.agents = append(k.agents, a)
-		k.mu.Unlock()
-		if err := a.start(s.Opts.XLB, kubeconfig); err != nil {
+		if s.DSR() {
+			a.DSRPinPath = filepath.Join(bpffsRoot, s.dsrPinName(n))
+			a.args = append(a.args, "--dsr-interface", "eth0", "--dsr-pin-path", a.DSRPinPath)
+		}
+		s.mu.Lock()
+		s.Agents = append(s.Agents, a)
+		s.mu.Unlock()
+		if err := a.spawn(); err != nil {
 			return err
 		}
 	}
-	for _, a := range k.agents {
+	for _, a := range s.Agents {
 		if err := a.waitReady(); err != nil {
 			return err
 		}
 	}
-	s.logf("node agents: `xlb agent` on %d nodes, cluster IPs %s and %s balanced at the pods' sockets",
-		len(k.agents), serviceClusterIPRange4, serviceIPv6Range)
+	if s.DSR() && s.Opts.Mode == File {
+		if err := s.waitAgentPairs(s.Backends()); err != nil {
+			return err
+		}
+	}
+	what := "cluster IPs " + serviceClusterIPRange4 + " and " + serviceIPv6Range + " balanced at the pods' sockets"
+	switch {
+	case s.DSR() && s.Opts.Mode == Kubernetes:
+		what += "; the node side of direct server return on eth0"
+	case s.DSR():
+		what = "the node side of direct server return on eth0"
+	}
+	s.logf("node agents: `xlb agent` on %d nodes: %s", len(s.Agents), what)
 	return nil
 }
 
-// start runs `nsenter --net=<node> xlb agent ...`: in the node's namespace (it reaches the
-// apiserver from there), with the host's /sys/fs/bpf for its pins. It is detached and unpinned
-// when it stops (the lab leaves nothing behind).
-func (a *NodeAgent) start(bin, kubeconfig string) error {
+// spawn runs `nsenter --net=<node> xlb agent ...`: in the node's namespace (it reaches the
+// apiserver from there), with the host's /sys/fs/bpf for its pins.
+func (a *NodeAgent) spawn() error {
 	logf, err := os.OpenFile(a.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	a.cmd = exec.Command("nsenter", "--net=/run/netns/"+a.Node.NS.Name, bin, "agent", "--node", a.Node.Name,
-		"--kubeconfig", kubeconfig, "--cgroup", a.Cgroup, "--pin-path", a.PinPath, "--listen", agentListen,
-		"--cleanup-on-exit")
-	a.cmd.Stdout, a.cmd.Stderr = logf, logf
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := a.cmd.Start(); err != nil {
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + a.Node.NS.Name, a.site.Opts.XLB}, a.args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("lab: node %s: start xlb agent: %w", a.Node.Name, err)
 	}
+	exited := make(chan struct{})
 	go func() {
-		_ = a.cmd.Wait()
+		_ = cmd.Wait()
 		logf.Close()
-		close(a.exited)
+		close(exited)
 	}()
+	a.mu.Lock()
+	a.cmd, a.exited = cmd, exited
+	a.mu.Unlock()
 	return nil
 }
 
-// waitReady waits until the agent's /healthz says it has applied the cluster IPs.
+// proc returns the agent's current process and its exit channel.
+func (a *NodeAgent) proc() (*exec.Cmd, chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cmd, a.exited
+}
+
+// Running reports whether the agent's process runs.
+func (a *NodeAgent) Running() bool {
+	_, exited := a.proc()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL and waits for the agent to exit: its pinned programs stay, as after a
+// crash.
+func (a *NodeAgent) Kill() error {
+	cmd, exited := a.proc()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("lab: node %s: no agent running", a.Node.Name)
+	}
+	_ = cmd.Process.Kill()
+	select {
+	case <-exited:
+		a.site.logf("%s: xlb agent killed (SIGKILL)", a.Node.Name)
+		return nil
+	case <-time.After(exitTimeout):
+		return fmt.Errorf("lab: node %s: xlb agent still running %v after SIGKILL", a.Node.Name, exitTimeout)
+	}
+}
+
+// Start starts the agent again after Kill, and waits until it is ready: it adopts the pins
+// the killed one left.
+func (a *NodeAgent) Start() error {
+	if a.Running() {
+		return fmt.Errorf("lab: node %s: the agent is running", a.Node.Name)
+	}
+	if err := a.spawn(); err != nil {
+		return err
+	}
+	return a.waitReady()
+}
+
+// Reload sends SIGHUP (File mode: the agent re-reads its config file).
+func (a *NodeAgent) Reload() error {
+	cmd, _ := a.proc()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("lab: node %s: no agent running", a.Node.Name)
+	}
+	return cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// waitReady waits until the agent's /healthz says it is ready.
 func (a *NodeAgent) waitReady() error {
+	_, exited := a.proc()
 	deadline := time.Now().Add(readyTimeout)
 	var last string
 	for time.Now().Before(deadline) {
 		select {
-		case <-a.exited:
+		case <-exited:
 			return fmt.Errorf("lab: node %s: xlb agent exited before it was ready (log: %s)", a.Node.Name, a.LogPath)
 		default:
 		}
@@ -140,35 +251,53 @@ func (a *NodeAgent) Metrics() (Metrics, error) {
 	return Metrics(body), nil
 }
 
+// DSR reads the node side of direct server return from its pins (nothing when the site is in
+// the return-path mode).
+func (a *NodeAgent) DSR() (dsr.Pinned, error) {
+	if a.DSRPinPath == "" {
+		return dsr.Pinned{}, fmt.Errorf("lab: node %s: no direct server return (return-path mode)", a.Node.Name)
+	}
+	return dsr.ReadPinned(a.DSRPinPath)
+}
+
 // stop SIGTERMs the agent (it detaches and unpins: --cleanup-on-exit), SIGKILLs it if it is
 // still there after a while, then removes what is left: pins and the cgroup.
 func (a *NodeAgent) stop() error {
 	var errs []error
-	if a.cmd != nil && a.cmd.Process != nil {
-		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	if cmd, exited := a.proc(); cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-a.exited:
+		case <-exited:
 		case <-time.After(exitTimeout):
-			_ = a.cmd.Process.Kill()
-			<-a.exited
+			_ = cmd.Process.Kill()
+			<-exited
 			errs = append(errs, fmt.Errorf("lab: node %s: xlb agent still running %v after SIGTERM", a.Node.Name, exitTimeout))
 		}
 	}
-	if err := socklb.RemovePinned(a.PinPath); err != nil {
-		errs = append(errs, err)
+	if a.PinPath != "" {
+		if err := socklb.RemovePinned(a.PinPath); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := netlab.RemoveCgroup(a.Cgroup); err != nil {
-		errs = append(errs, err)
+	if a.DSRPinPath != "" {
+		if err := dsr.RemovePinned(a.DSRPinPath); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if a.Cgroup != "" {
+		if err := netlab.RemoveCgroup(a.Cgroup); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // stopAgents stops every node's agent.
-func (k *Kube) stopAgents() error {
-	k.mu.Lock()
-	agents := k.agents
-	k.agents = nil
-	k.mu.Unlock()
+func (s *Site) stopAgents() error {
+	s.mu.Lock()
+	agents := s.Agents
+	s.Agents = nil
+	s.mu.Unlock()
 	var errs []error
 	for _, a := range agents {
 		errs = append(errs, a.stop())
@@ -177,16 +306,19 @@ func (k *Kube) stopAgents() error {
 }
 
 // Agent returns node's agent, nil when none runs there.
-func (k *Kube) Agent(node *Node) *NodeAgent {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, a := range k.agents {
+func (s *Site) Agent(node *Node) *NodeAgent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.Agents {
 		if a.Node == node {
 			return a
 		}
 	}
 	return nil
 }
+
+// Agent returns node's agent, nil when none runs there.
+func (k *Kube) Agent(node *Node) *NodeAgent { return k.site.Agent(node) }
 
 // ClusterIPGet fetches http://addr/path as a client in pod p would: a curl process in the
 // pod's namespace and in its node's agent cgroup, so its connect() goes through the agent's
@@ -210,4 +342,14 @@ func (k *Kube) ClusterIPGet(p *Pod, addr netip.AddrPort, path string) (string, e
 		return "", fmt.Errorf("lab: pod %s: curl http://%s%s: %v: %s", p.Name, addr, path, err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// tail returns the last n lines of the file at path, indented.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -26,9 +27,10 @@ datapath:
   conntrackSize: 65536
   maglevSlots: 1048576   # room for 8 frontends x 16381 slots, twice over (a table swap)
   seed: %d
+  forwarding: %s
 listen: %s
 log: {format: text, level: info}
-`, s.datapathKind(g), g.PinPath, s.Opts.Seed, g.Listen)
+`, s.datapathKind(g), g.PinPath, s.Opts.Seed, s.Forwarding(), g.Listen)
 	if s.Opts.Mode == Kubernetes {
 		b.WriteString(s.kubeYAML(g))
 	} else {
@@ -68,9 +70,34 @@ func (s *Site) servicesYAML(b *strings.Builder, pods []*Pod) {
 	} else {
 		b.WriteString("    backends:\n")
 	}
-	for _, p := range pods {
-		fmt.Fprintf(b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
-		fmt.Fprintf(b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
+	backends := func() {
+		for _, p := range pods {
+			fmt.Fprintf(b, "      - {address: %s, node: %s}   # %s\n", p.Addr4, p.Node.Name, p.Name)
+			fmt.Fprintf(b, "      - {address: \"%s\", node: %s}\n", p.Addr6, p.Node.Name)
+		}
+	}
+	backends()
+	if !s.Opts.SharedServices {
+		return
+	}
+	// Two more services over the same pods' HTTP port: one on the same service port, one on
+	// another.
+	for _, x := range []struct {
+		name       string
+		vip4, vip6 netip.Addr
+		port       int
+	}{{ServiceSame, VIPSame4, VIPSame6, PortHTTP}, {ServiceOther, VIPOther4, VIPOther6, PortOther}} {
+		fmt.Fprintf(b, `  - name: %s
+    vips: [%s, "%s"]
+    ports: [{name: http, port: %d, protocol: TCP, targetPort: %d}]
+    healthCheck: {type: http, path: /healthz, interval: %s, timeout: %s, rise: 1, fall: 2}
+`, x.name, x.vip4, x.vip6, x.port, TargetHTTP, hi, hi/2)
+		if len(pods) == 0 {
+			b.WriteString("    backends: []\n")
+		} else {
+			b.WriteString("    backends:\n")
+		}
+		backends()
 	}
 }
 
@@ -78,6 +105,10 @@ func (s *Site) servicesYAML(b *strings.Builder, pods []*Pod) {
 // kubeconfig (the xlb ServiceAccount, the apiserver at ControlAddr4), its own gatewayName,
 // short leader election timings and 1 s node probes.
 func (s *Site) kubeYAML(g *Gateway) string {
+	ipMode := ""
+	if s.Opts.ProxyIPMode {
+		ipMode = "  ipMode: Proxy\n"
+	}
 	return fmt.Sprintf(`pools:
   - name: %s
     addresses: [%s, "%s"]
@@ -89,5 +120,5 @@ kubernetes:
   healthCheckInterval: 1s
   healthCheckTimeout: 500ms
   leaderElection: {leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 500ms}
-`, PoolName, PoolRange4, PoolRange6, g.kubeconfigPath(), g.GatewayName(), proxyhealth.DefaultNodePort)
+%s`, PoolName, PoolRange4, PoolRange6, g.kubeconfigPath(), g.GatewayName(), proxyhealth.DefaultNodePort, ipMode)
 }

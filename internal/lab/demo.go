@@ -42,14 +42,23 @@ func (s *Site) Describe(w io.Writer) {
 		fmt.Fprintf(tw, "gateway %s\t%s\tup0 %s %s, cl0 %s %s\t%s; XDP on up0+cl0; pins %s\n", g.Name, g.NS.Name,
 			g.Upstream4, g.Upstream6, g.Cluster4, g.Cluster6, state, g.PinPath)
 	}
-	fmt.Fprintf(tw, "cluster L2\t%s\t%s %s\tbridge br0: gateways' cl0 + nodes' eth0\n", s.L2.Name, ClusterPrefix4, ClusterPrefix6)
+	l2 := "bridge br0: gateways' cl0 + nodes' eth0"
+	if s.DSR() {
+		r4, r6 := routerClusterAddrs()
+		l2 += fmt.Sprintf(" + the router's cl0 (%s %s)", r4, r6)
+	}
+	fmt.Fprintf(tw, "cluster L2\t%s\t%s %s\t%s\n", s.L2.Name, ClusterPrefix4, ClusterPrefix6, l2)
 	if k := s.Kube; k != nil && k.CP != nil {
 		fmt.Fprintf(tw, "control\t%s\t%s %s\tetcd (127.0.0.1) + kube-apiserver %s, on the cluster L2\n", k.NS.Name,
 			ControlAddr4, ControlAddr6, k.CP.URL())
 	}
 	for _, n := range s.Nodes {
-		fmt.Fprintf(tw, "node %s\t%s\t%s %s\tpod CIDR %s %s; default via the gateways (ECMP)\n", n.Name, n.NS.Name,
-			n.Addr4, n.Addr6, n.PodCIDR4, n.PodCIDR6)
+		note := "default via the gateways (ECMP): replies return through them (return-path mode)"
+		if s.DSR() {
+			note = "default via the router; xlb agent: node side of DSR on eth0 (replies leave from the VIP)"
+		}
+		fmt.Fprintf(tw, "node %s\t%s\t%s %s\tpod CIDR %s %s; %s\n", n.Name, n.NS.Name,
+			n.Addr4, n.Addr6, n.PodCIDR4, n.PodCIDR6, note)
 	}
 	backend := map[*Pod]bool{}
 	for _, p := range s.Backends() {
@@ -88,6 +97,7 @@ func (s *Site) Demo(ctx context.Context, w io.Writer) error {
 	if s.Opts.Mode == Kubernetes {
 		s.demoKube(ctx, w, fail)
 		s.demoCounters(w, fail)
+		s.demoDSR(w, fail)
 		return errors.Join(errs...)
 	}
 	s.demoRouting(w, fail, []netip.Addr{VIP4, VIP6})
@@ -157,6 +167,7 @@ func (s *Site) Demo(ctx context.Context, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "  answered by: %s\n", strings.Join(pods, ", "))
 	s.demoCounters(w, fail)
+	s.demoDSR(w, fail)
 	return errors.Join(errs...)
 }
 
@@ -321,5 +332,41 @@ func (s *Site) demoRouting(w io.Writer, fail func(string, ...any), vips []netip.
 		if len(gws) != len(s.Gateways) {
 			fail("the router's route to %s has %d next hops, want %d (one per gateway)", vip, len(gws), len(s.Gateways))
 		}
+	}
+}
+
+// demoDSR shows that the replies bypassed the gateways (DSR mode): the gateways carried the
+// flows' first packets to the nodes and translated no reply; the nodes' agents rewrote them.
+func (s *Site) demoDSR(w io.Writer, fail func(string, ...any)) {
+	if !s.DSR() {
+		return
+	}
+	fmt.Fprintf(w, "\n== Direct server return: the replies bypassed the gateways ==\n")
+	var reverse float64
+	for _, g := range s.Gateways {
+		m, err := g.Metrics()
+		if err != nil {
+			fail("%v", err)
+			continue
+		}
+		rev := m.Sum("xlb_datapath_packets_total", "reason", "nat_reverse")
+		reverse += rev
+		fmt.Fprintf(w, "  gateway %s: carried %.0f first packets to the nodes (dsr_carried), translated %.0f replies (nat_reverse)\n",
+			g.Name, m.Sum("xlb_datapath_packets_total", "reason", "dsr_carried"), rev)
+	}
+	for _, a := range s.Agents {
+		p, err := a.DSR()
+		if err != nil {
+			fail("%v", err)
+			continue
+		}
+		fmt.Fprintf(w, "  node %s (xlb show dsr --pin-path %s): carriers accepted %d, replies rewritten to the VIP %d, ICMP errors %d, flows %d, pairs %d\n",
+			a.Node.Name, a.DSRPinPath, p.Counters["carrier_accepted"], p.Counters["reply_rewritten"], p.Counters["icmp_rewritten"],
+			len(p.Flows), len(p.Services))
+	}
+	if reverse != 0 {
+		fail("the gateways translated %.0f replies: replies crossed them", reverse)
+	} else {
+		fmt.Fprintf(w, "  no gateway translated a reply: every reply left its node from the VIP, straight to the router\n")
 	}
 }

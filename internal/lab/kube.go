@@ -85,8 +85,6 @@ type Kube struct {
 	mu     sync.Mutex
 	// proxies: node name → its kube-proxy health servers.
 	proxies map[string]*nodeProxy
-	// agents are the nodes' `xlb agent`s (agent.go).
-	agents []*NodeAgent
 }
 
 // nodeProxy is one node's kube-proxy health servers: the node server on

@@ -18,14 +18,18 @@ import (
 
 // kubeSite builds the one Kubernetes-mode site the Kubernetes tests share (BIRD routing when
 // bird is installed, as make lab runs it).
-func kubeSite(t *testing.T) *Site {
+func kubeSite(t *testing.T) *Site { return kubeSiteWith(t, Options{}) }
+
+// kubeSiteWith is kubeSite with opts (XLB, Mode, Routing, Log and ReturnPath are set here).
+func kubeSiteWith(t *testing.T, opts Options) *Site {
 	t.Helper()
 	routing := Static
 	if _, err := exec.LookPath("bird"); err == nil {
 		routing = BIRD
 	}
 	var log bytes.Buffer
-	s, err := New(Options{XLB: xlbBin, Mode: Kubernetes, Routing: routing, Log: &log})
+	opts.XLB, opts.Mode, opts.Routing, opts.Log, opts.ReturnPath = xlbBin, Kubernetes, routing, &log, EnvReturnPath()
+	s, err := New(opts)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
@@ -650,5 +654,65 @@ func testClusterIPs(t *testing.T, s *Site) {
 		return err == nil && a.Pod == pod.Name
 	}) {
 		t.Fatalf("%s at %s: the new pod %s does not answer", svc.Name, dst, pod.Name)
+	}
+}
+
+// TestKubernetesProxyIPMode: with the gateways writing ipMode: Proxy, a pod reaching a Service's
+// load balancer address goes through a gateway (the node agent's socket load balancer leaves
+// Proxy addresses alone), and in the DSR mode it is answered: the chosen pod's node rewrites
+// the reply to come from the VIP, also when the chosen pod is on the asking pod's own node
+// (the reply never leaves the node). Every pod asks 6 times per address; every answer comes
+// from a pod that saw the asking pod's address, and the gateways forwarded the requests.
+func TestKubernetesProxyIPMode(t *testing.T) {
+	if EnvReturnPath() {
+		t.Skip("XLB_LAB_FORWARDING=returnPath: ipMode Proxy needs the replies translated at the pods' nodes (DSR)")
+	}
+	s := kubeSiteWith(t, Options{ProxyIPMode: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	svcs, err := s.Kube.ExampleServices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd0 := reasons(t, s, "nat_forward")
+	sameNode, otherNode, asked := 0, 0, 0
+	for _, svc := range svcs {
+		if svc.Name != "web" {
+			continue
+		}
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IPMode == nil || *in.IPMode != corev1.LoadBalancerIPModeProxy {
+				t.Errorf("web's ingress %s: ipMode %v, want Proxy", in.IP, in.IPMode)
+			}
+		}
+		for _, vip := range ingressAddrs(&svc) {
+			for _, p := range s.Pods {
+				for range 6 {
+					asked++
+					a, err := s.podGet(p, netip.AddrPortFrom(vip, PortHTTP))
+					if err != nil {
+						t.Errorf("web's load balancer address %s from pod %s: %v", vip, p.Name, err)
+						continue
+					}
+					if a.Node == p.Node.Name {
+						sameNode++
+					} else {
+						otherNode++
+					}
+				}
+			}
+		}
+	}
+	fwd := sub(reasons(t, s, "nat_forward"), fwd0)
+	t.Logf("%d requests from pods to web's load balancer addresses: %d answered on the asking pod's node, %d on another; gateways forwarded %v packets",
+		asked, sameNode, otherNode, fwd)
+	if asked < 2*len(s.Pods) {
+		t.Fatalf("asked %d times, want every pod to ask both of web's addresses", asked)
+	}
+	if sameNode == 0 || otherNode == 0 {
+		t.Errorf("answers on the same node %d, on another %d: want both cases", sameNode, otherNode)
+	}
+	if fwd[0]+fwd[1] < float64(asked) {
+		t.Errorf("the gateways forwarded %v packets for %d requests: the requests did not go through them", fwd, asked)
 	}
 }

@@ -24,6 +24,13 @@ var (
 	// VIPPrefix4 and VIPPrefix6 are what the router routes to the gateways (ECMP).
 	VIPPrefix4 = netip.MustParsePrefix("198.18.100.0/24")
 	VIPPrefix6 = netip.MustParsePrefix("2001:db8:100::/64")
+	// VIPSame4/6 and VIPOther4/6 are the VIPs of Options.SharedServices: ServiceSame on
+	// PortHTTP and ServiceOther on PortOther, both over the same pods' TargetHTTP as the demo
+	// service.
+	VIPSame4  = netip.MustParseAddr("198.18.100.2")
+	VIPSame6  = netip.MustParseAddr("2001:db8:100::2")
+	VIPOther4 = netip.MustParseAddr("198.18.100.3")
+	VIPOther6 = netip.MustParseAddr("2001:db8:100::3")
 	// ClusterPrefix4 and ClusterPrefix6 are the cluster L2 segment (gateways and nodes).
 	ClusterPrefix4 = netip.MustParsePrefix("198.18.3.0/24")
 	ClusterPrefix6 = netip.MustParsePrefix("2001:db8:3::/64")
@@ -39,6 +46,9 @@ const (
 	TargetEcho     = 7007 // pods' TCP and UDP echo servers
 	MetricsPort    = 9610 // each gateway's xlb HTTP server, on the gateway namespace's 127.0.0.1
 	ServiceName    = "demo"
+	ServiceSame    = "demo-same"  // Options.SharedServices: VIPSame4/6:PortHTTP → the pods' TargetHTTP
+	ServiceOther   = "demo-other" // Options.SharedServices: VIPOther4/6:PortOther → the pods' TargetHTTP
+	PortOther      = 8081
 	maxClients     = 9
 	maxGateways    = 9
 	maxNodes       = 30
@@ -81,4 +91,10 @@ var podGateway6 = netip.MustParseAddr("fe80::1")
 
 func podAddrs(n, j int) (netip.Addr, netip.Addr) {
 	return mustAddr("198.18.%d.%d", 64+n, 10+j), mustAddr("2001:db8:64:%d::%d", n, 10+j)
+}
+
+// routerClusterAddrs is the router's leg on the cluster L2 (the DSR topology): the nodes'
+// default route.
+func routerClusterAddrs() (netip.Addr, netip.Addr) {
+	return netip.MustParseAddr("198.18.3.254"), netip.MustParseAddr("2001:db8:3::fe")
 }

@@ -62,6 +62,20 @@ type Options struct {
 	// in each gateway's config) or Kubernetes (a control plane in the control namespace, the
 	// Services of deploy/examples/services.yaml, xlb as their controller; see kube.go).
 	Mode Mode
+	// SharedServices (File mode) adds two services over the same pods' HTTP port as the demo
+	// service: ServiceSame on the same service port (VIPSame4/6) and ServiceOther on another
+	// (VIPOther4/6, PortOther).
+	SharedServices bool
+	// ProxyIPMode (Kubernetes mode) makes the gateways write ipMode: Proxy in the Services'
+	// status: pods reach a load balancer address through the gateways, not the node agent.
+	ProxyIPMode bool
+	// ReturnPath builds the return-path topology (docs/lab.md): the nodes' default route is
+	// ECMP over the gateways, which translate the pods' replies, and the gateways' config says
+	// datapath.forwarding: returnPath. The zero value is direct server return: the nodes'
+	// default route is the router (on the cluster L2), every node runs `xlb agent` with the
+	// node side of DSR on its eth0, and the gateways' config says forwarding: dsr; replies
+	// never cross a gateway.
+	ReturnPath bool
 	// DeployDir (Kubernetes mode) is the repository's deploy directory, with rbac.yaml and
 	// examples/services.yaml (default: FindDeployDir).
 	DeployDir string
@@ -88,6 +102,8 @@ type Site struct {
 	Pods     []*Pod
 	// Kube is the control side of a Kubernetes-mode site (nil in File mode).
 	Kube *Kube
+	// Agents are the nodes' `xlb agent`s (agent.go): in Kubernetes mode, and in the DSR mode.
+	Agents []*NodeAgent
 
 	pass *ebpf.Program
 
@@ -264,6 +280,11 @@ func (s *Site) build() error {
 			return err
 		}
 	}
+	if s.DSR() {
+		if err := s.addRouterLeg(); err != nil {
+			return err
+		}
+	}
 	for n := 1; n <= o.Nodes; n++ {
 		if err := s.addNode(n); err != nil {
 			return err
@@ -337,13 +358,17 @@ func (s *Site) build() error {
 	if o.NoXLB {
 		return nil
 	}
+	// The agents first: a gateway carries to a node only what its agent accepts (File mode),
+	// or learns from the agent's Node that it can (Kubernetes mode).
+	if s.needAgents() {
+		if err := s.startAgents(); err != nil {
+			return err
+		}
+	}
 	if err := s.StartAll(); err != nil {
 		return err
 	}
 	if o.Mode == Kubernetes {
-		if err := s.Kube.startAgents(); err != nil {
-			return err
-		}
 		return s.waitKubeRoutes()
 	}
 	if o.Routing.BGP() {
@@ -474,13 +499,20 @@ func (s *Site) addNode(n int) error {
 	if err := ipc(s.L2, "link set "+name+" master br0"); err != nil {
 		return err
 	}
-	// The default route: ECMP over every gateway (replies may leave through any of them: the
-	// gateways' reverse NAT is stateless).
+	// The default route. Return path: ECMP over every gateway (replies may leave through any of
+	// them: the gateways' reverse NAT is stateless). DSR: the router, as on most sites; the
+	// node's agent gives the pods' replies the VIP as source.
 	var nh4, nh6 strings.Builder
-	for g := 1; g <= s.Opts.Gateways; g++ {
-		g4, g6 := gatewayClusterAddrs(g)
-		fmt.Fprintf(&nh4, " nexthop via %s dev eth0", g4)
-		fmt.Fprintf(&nh6, " nexthop via %s dev eth0", g6)
+	if s.DSR() {
+		r4, r6 := routerClusterAddrs()
+		fmt.Fprintf(&nh4, " via %s dev eth0", r4)
+		fmt.Fprintf(&nh6, " via %s dev eth0", r6)
+	} else {
+		for g := 1; g <= s.Opts.Gateways; g++ {
+			g4, g6 := gatewayClusterAddrs(g)
+			fmt.Fprintf(&nh4, " nexthop via %s dev eth0", g4)
+			fmt.Fprintf(&nh6, " nexthop via %s dev eth0", g6)
+		}
 	}
 	if err := ipc(ns,
 		fmt.Sprintf("addr add %s/%d dev eth0", a4, ClusterPrefix4.Bits()),
@@ -488,6 +520,14 @@ func (s *Site) addNode(n int) error {
 		"-4 route add default"+nh4.String(),
 		"-6 route add default"+nh6.String()); err != nil {
 		return err
+	}
+	if s.DSR() {
+		// The node's replies leave with checksums its agent's egress program rewrote: computed
+		// in software here, so the client really checks them (a veth would pass a partial
+		// checksum along unchecked).
+		if err := txOff(ns, "eth0"); err != nil {
+			return err
+		}
 	}
 	s.Nodes = append(s.Nodes, &Node{Index: n, Name: name, NS: ns, Addr4: a4, Addr6: a6, PodCIDR4: c4, PodCIDR6: c6})
 	return nil
@@ -664,6 +704,10 @@ func (s *Site) SetBackends(pods ...*Pod) error {
 		names[i] = p.Name
 	}
 	s.logf("backends: %v", names)
+	// The agents first: a new backend's node must accept the carrier before a gateway sends one.
+	if err := s.reloadAgents(pods); err != nil {
+		return err
+	}
 	errs := make([]error, len(s.Gateways))
 	var wg sync.WaitGroup
 	for i, g := range s.Gateways {

@@ -125,7 +125,7 @@ func ownerAlive(dir string) bool {
 var (
 	prefixRE   = regexp.MustCompile(`^` + NamePrefixTag + `[0-9a-f]{6}$`)
 	nsNameRE   = regexp.MustCompile(`^(` + NamePrefixTag + `[0-9a-f]{6})-[a-z0-9]+$`)
-	pinNameRE  = regexp.MustCompile(`^(` + NamePrefixTag + `[0-9a-f]{6})-(g|agent-n)[0-9]+$`)
+	pinNameRE  = regexp.MustCompile(`^(` + NamePrefixTag + `[0-9a-f]{6})-(g|agent-n|dsr-n)[0-9]+$`)
 	bpffsRoot  = "/sys/fs/bpf"
 	procRoot   = "/proc"
 	downWaitTO = 5 * time.Second
@@ -267,8 +267,10 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 		// `/usr/lib/frr/zebra|bgpd ... -f <file> ...`; the control plane's etcd and apiserver.
 		i := slices.Index(args, "--config")
 		isXLB := i >= 1 && i+1 < len(args) && slices.Contains(args[:i], "run")
-		if !isXLB && slices.Contains(args, "agent") { // a node agent: `... agent ... --kubeconfig <file>`
-			i = slices.Index(args, "--kubeconfig")
+		if !isXLB && slices.Contains(args, "agent") { // a node agent: `... agent ... --kubeconfig|--config <file>`
+			if i = slices.Index(args, "--kubeconfig"); i < 0 {
+				i = slices.Index(args, "--config")
+			}
 			isXLB = i >= 1 && i+1 < len(args)
 		}
 		if !isXLB {

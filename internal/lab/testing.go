@@ -10,6 +10,11 @@ import (
 // datapath).
 const EnvDatapath = "XLB_LAB_DATAPATH"
 
+// EnvForwarding, when "returnPath", builds the sites NewT builds in the return-path topology
+// (Options.ReturnPath): XLB_LAB_FORWARDING=returnPath runs the lab suite with the gateways on
+// the replies' path. Unset or "dsr": direct server return, the default.
+const EnvForwarding = "XLB_LAB_FORWARDING"
+
 // NewT builds a site for a test (see New) and removes it when the test ends, failed or not.
 // It fails the test at once if the site cannot be built. When the test fails, the end of each
 // gateway's xlb log is logged.
@@ -23,6 +28,13 @@ func NewT(t testing.TB, opts Options) *Site {
 			opts.Datapaths = append(opts.Datapaths, k)
 		}
 	}
+	switch f := os.Getenv(EnvForwarding); f {
+	case "", "dsr":
+	case "returnPath":
+		opts.ReturnPath = true
+	default:
+		t.Fatalf("%s=%q: want dsr or returnPath", EnvForwarding, f)
+	}
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +47,12 @@ func NewT(t testing.TB, opts Options) *Site {
 				}
 				t.Logf("%s xlb log (%s):\n%s", g.Name, g.LogPath, g.logTail(40))
 			}
+			for _, a := range s.Agents {
+				if p, err := a.DSR(); err == nil {
+					t.Logf("%s node DSR counters: %v", a.Node.Name, p.Counters)
+				}
+				t.Logf("%s agent log (%s):\n%s", a.Node.Name, a.LogPath, tail(a.LogPath, 30))
+			}
 		}
 		if err := s.Close(); err != nil {
 			t.Errorf("close site %s: %v", s.Prefix, err)
@@ -42,3 +60,6 @@ func NewT(t testing.TB, opts Options) *Site {
 	})
 	return s
 }
+
+// EnvReturnPath reports whether EnvForwarding asks for the return-path topology.
+func EnvReturnPath() bool { return os.Getenv(EnvForwarding) == "returnPath" }
