@@ -368,7 +368,7 @@ func (d *Datapath) SetMaglevTable(id datapath.VIPID, table []datapath.BackendID)
 		return fmt.Errorf("Maglev table of VIP id %d: %w", id, err)
 	}
 	n := uint32(len(table))
-	off, ok := d.slots.alloc(n, time.Now())
+	off, ok := d.slots.allocWait(n, time.Now, time.Sleep)
 	if !ok {
 		return fmt.Errorf("Maglev table of VIP %s: %w for %d slots (%d free of %d; raise Options.MaglevSlots)",
 			frontendOf(key), datapath.ErrFull, n, d.slots.available(), d.opts.MaglevSlots)

@@ -92,6 +92,37 @@ func (a *slotAllocator) release(now time.Time) {
 	a.free = merged
 }
 
+// nextRelease returns when the next quarantined region becomes reusable; false when none is
+// quarantined.
+func (a *slotAllocator) nextRelease() (time.Time, bool) {
+	var next time.Time
+	for _, q := range a.quarantined {
+		if next.IsZero() || q.until.Before(next) {
+			next = q.until
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// allocWait is alloc that, when only quarantined regions stand in the way, waits for them
+// (sleep is time.Sleep, or a test's clock): at most slotQuarantine in all, as every region in
+// quarantine leaves it within that. A burst of table rewrites (every frontend of a backend whose
+// health changed, several times within a second) then waits a moment instead of failing.
+func (a *slotAllocator) allocWait(n uint32, now func() time.Time, sleep func(time.Duration)) (uint32, bool) {
+	off, ok := a.alloc(n, now())
+	for !ok {
+		next, pending := a.nextRelease()
+		if !pending {
+			return 0, false
+		}
+		if d := next.Sub(now()); d > 0 {
+			sleep(d)
+		}
+		off, ok = a.alloc(n, now())
+	}
+	return off, true
+}
+
 // available is the number of free (not quarantined) slots.
 func (a *slotAllocator) available() uint64 {
 	var n uint64

@@ -54,3 +54,27 @@ func TestSlotAllocatorReserve(t *testing.T) {
 		t.Fatalf("available %d", got)
 	}
 }
+
+// TestSlotAllocatorWait: an allocation that only quarantined regions stand in the way of waits
+// until they are released (never longer than the quarantine); one that cannot fit fails at once.
+func TestSlotAllocatorWait(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	var slept time.Duration
+	sleep := func(d time.Duration) { slept += d; now = now.Add(d) }
+	a := newSlotAllocator(100)
+	off1, _ := a.alloc(40, now)
+	off2, _ := a.alloc(40, now)
+	a.freeAt(off2, 40, now)
+	now = now.Add(slotQuarantine / 2)
+	a.freeAt(off1, 40, now)
+	// 20 free, 80 quarantined: 50 needs the first freed region (next to the free 20) released,
+	// half a quarantine from now.
+	if off, ok := a.allocWait(50, clock, sleep); !ok || off != 40 || slept != slotQuarantine/2 {
+		t.Fatalf("allocWait 50: %d %v after %v, want 40 after %v", off, ok, slept, slotQuarantine/2)
+	}
+	slept = 0
+	if _, ok := a.allocWait(200, clock, sleep); ok || slept > slotQuarantine {
+		t.Fatalf("allocWait of more than the whole array: %v after %v", ok, slept)
+	}
+}

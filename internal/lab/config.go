@@ -25,7 +25,7 @@ datapath:
   kind: %s
   pinPath: %s
   conntrackSize: 65536
-  maglevSlots: 1048576   # room for 8 frontends x 16381 slots, twice over (a table swap)
+  maglevSlots: 1048576   # 64 tables of 16381 slots: every frontend's and those being replaced (old slots are reused after 1 s)
   seed: %d
   forwarding: %s
 listen: %s
