@@ -182,7 +182,7 @@ func attached(l link.Link, a attachment) bool {
 		return false
 	}
 	t := info.TCX()
-	return t.Ifindex != 0 && ebpf.AttachType(t.AttachType) == a.dir.attachType()
+	return t.Ifindex != 0 && ebpf.AttachType(t.AttachType) == attachType(a.dir)
 }
 
 // HasPins reports whether dir holds any pin of direct server return's node side.
