@@ -193,7 +193,7 @@ type Gateway struct {
 // nothing: Run does, and Reconcile runs one pass.
 func New(cfg *config.Config, dp datapath.Gateway, log *slog.Logger, opts Options) (*Gateway, error) {
 	g := &Gateway{log: log, opts: opts, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), wake: make(chan struct{}, 1)}
-	warnSharedEndpoints(log, cfg.Services)
+	warnSharedEndpoints(log, cfg.Datapath.Forwarding, cfg.Services)
 	var err error
 	if g.rec, err = reconcile.New(dp, log); err != nil {
 		return nil, err

@@ -78,6 +78,6 @@ func (g *Gateway) reload() {
 	g.mu.Unlock()
 	g.configReloads.WithLabelValues("applied").Inc()
 	g.log.Info("config reloaded", "services", len(cfg.Services))
-	warnSharedEndpoints(g.log, cfg.Services)
+	warnSharedEndpoints(g.log, cfg.Datapath.Forwarding, cfg.Services)
 	g.trigger()
 }

@@ -10,11 +10,12 @@ import (
 // warnSharedEndpoints logs a warning for each of the file's services that sends to Pod (or
 // host) ports another of them sends to: the same condition as Kubernetes mode's
 // SharedEndpoints Event (docs/kubernetes.md), whose replies a gateway that did not see the
-// connection's first packet cannot always translate.
-func warnSharedEndpoints(log *slog.Logger, services []lb.Service) {
+// connection's first packet cannot always translate. In the DSR mode only the backends whose
+// replies do return through the gateways count (Forwarding.ReturnPath).
+func warnSharedEndpoints(log *slog.Logger, fw lb.Forwarding, services []lb.Service) {
 	x := lb.NewEndpointIndex()
 	for _, s := range services {
-		x.Set(s)
+		x.Set(fw.ReturnPath(s))
 	}
 	for _, s := range services {
 		sh, ok := x.Sharing(s.Name)
