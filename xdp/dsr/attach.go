@@ -81,7 +81,8 @@ func parseLinkPin(name string) (attachment, bool) {
 // thread's network namespace), with a TCX link (pinned, with a pin directory). Ingress runs
 // first among the interface's TCX programs (the carrier goes before anything else reads the
 // packet), egress last (replies are rewritten after everything else has seen them). A direction
-// already attached is no change. ifname must be an Ethernet interface.
+// already attached is no change; a link left attached to a deleted interface of that name is
+// replaced. ifname must be an Ethernet interface.
 func (d *Datapath) Attach(ifname string, dir Direction) error {
 	if dir&^Both != 0 || dir == 0 {
 		return fmt.Errorf("dsr: attach to %s: direction %d is none of ingress, egress, both", ifname, dir)
@@ -95,8 +96,15 @@ func (d *Datapath) Attach(ifname string, dir Direction) error {
 	}
 	for _, one := range each(dir) {
 		a := attachment{ifname: ifname, dir: one}
-		if _, ok := d.links[a]; ok {
-			continue
+		if l, ok := d.links[a]; ok {
+			if attachedTo(l, a, iface.Index) {
+				continue
+			}
+			// The interface of that name was deleted (a Pod's veth) and created again: the
+			// old link serves nothing.
+			if err := d.Detach(ifname, one); err != nil {
+				return fmt.Errorf("dsr: attach %s: replace the link of a deleted interface of that name: %w", a, err)
+			}
 		}
 		var anchor link.Anchor = link.Tail()
 		if one == Ingress {

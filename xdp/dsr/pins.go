@@ -176,13 +176,17 @@ func (d *Datapath) adoptLinks() []error {
 // interface was deleted stays, defunct, with ifindex 0) in a's direction. The interface's name
 // is not looked up: the pin's name says what it was when attached, and the caller may be in
 // another network namespace than the interface.
-func attached(l link.Link, a attachment) bool {
+func attached(l link.Link, a attachment) bool { return attachedTo(l, a, 0) }
+
+// attachedTo reports whether TCX link l is attached in a's direction to the interface of index
+// ifindex (0: to any interface).
+func attachedTo(l link.Link, a attachment, ifindex int) bool {
 	info, err := l.Info()
 	if err != nil || info.TCX() == nil {
 		return false
 	}
 	t := info.TCX()
-	return t.Ifindex != 0 && ebpf.AttachType(t.AttachType) == attachType(a.dir)
+	return t.Ifindex != 0 && (ifindex == 0 || int(t.Ifindex) == ifindex) && ebpf.AttachType(t.AttachType) == attachType(a.dir)
 }
 
 // HasPins reports whether dir holds any pin of direct server return's node side.
