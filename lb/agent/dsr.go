@@ -257,6 +257,16 @@ func localTargets(services []lb.Service, local func(lb.Backend) bool) []netip.Pr
 			}
 		}
 	}
-	slices.SortFunc(out, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
-	return slices.Compact(out)
+	return sortPrefixes(out)
+}
+
+// sortPrefixes sorts ps by address, then length, and drops repeats.
+func sortPrefixes(ps []netip.Prefix) []netip.Prefix {
+	slices.SortFunc(ps, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	return slices.Compact(ps)
 }

@@ -30,7 +30,7 @@ func (a *agent) applyLoadBalancers(models []lb.Service) error {
 		}
 	}
 	pairs := lb.DSRServices(models, a.isLocal)
-	targets := slices.Concat(a.clusterLocal, localTargets(models, a.isLocal), a.podCIDRs)
+	targets := sortPrefixes(slices.Concat(a.clusterLocal, localTargets(models, a.isLocal), a.podCIDRs))
 	if err := a.dsr.apply(pairs, targets); err != nil {
 		return err
 	}
