@@ -135,6 +135,7 @@ type agent struct {
 	clusterLocal []netip.Prefix // the addresses of this node's endpoints of every Service
 	podCIDRs     []netip.Prefix // the Node's spec.podCIDRs, once read
 	nodeRead     bool           // the Node was read (podCIDRs)
+	nodeErr      string         // the error of reading it, as last logged
 	published    bool           // AnnotationDSR is on the Node
 }
 

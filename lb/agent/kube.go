@@ -23,7 +23,10 @@ func (a *agent) applyLoadBalancers(models []lb.Service) error {
 	if !a.nodeRead {
 		// The Pod CIDRs: every Pod of the node, client of a hairpin or not, is behind them.
 		if n, err := a.opts.Client.CoreV1().Nodes().Get(a.ctx, a.opts.Node, metav1.GetOptions{}); err != nil {
-			a.log.Warn("reading this node's Pod CIDRs (the interfaces toward Pods are found from the endpoints alone meanwhile)", "err", err)
+			if err.Error() != a.nodeErr {
+				a.nodeErr = err.Error()
+				a.log.Warn("reading this node's Pod CIDRs (the interfaces toward Pods are found from the endpoints alone meanwhile)", "err", err)
+			}
 		} else {
 			a.nodeRead = true
 			a.podCIDRs = podCIDRs(n.Spec.PodCIDRs)
