@@ -107,7 +107,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	a.ctx = ctx
 	if a.dsr == nil {
-		a.withdrawDSR(ctx, "direct server return is off on this node (no --dsr-interface)")
+		wctx, wcancel := context.WithTimeout(ctx, withdrawTimeout)
+		a.withdrawDSR(wctx, "direct server return is off on this node (no --dsr-interface)")
+		wcancel()
 	}
 	ka, err := kube.NewAgent(opts.Client, a.kubeOptions())
 	if err != nil {
@@ -123,8 +125,8 @@ type agent struct {
 	log  *slog.Logger
 	dp   datapath.SocketLB // nil in file mode
 	rec  *reconcile.ConnectReconciler
-	dsr  *dsrSide // nil: direct server return off
-	ctx  context.Context
+	dsr  *dsrSide        // nil: direct server return off
+	ctx  context.Context // Run's, for the Node writes of kube.Agent's callbacks (which get none)
 
 	mu        sync.Mutex    // guards dp between apply and /metrics
 	applied   atomic.Bool   // a plan was applied: /healthz answers 200
