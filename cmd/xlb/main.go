@@ -4,11 +4,13 @@
 //	                         has a kubernetes section)
 //	xlb cleanup [--pin-path DIR]
 //	                         detach every program and remove every map and link xlb pinned
-//	xlb show [services|flows|reasons|flow|agent]
+//	xlb show [services|flows|reasons|flow|agent|dsr]
 //	                         show what the pinned XDP datapath is doing, from its maps
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
 //	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
-//	                         node's sockets (docs/agent.md)
+//	                         node's sockets, and with --dsr-interface the node side of direct
+//	                         server return; with --config, direct server return only, from the
+//	                         gateways' file (docs/agent.md)
 //
 // See README.md, deploy/xlb.example.yaml and deploy/xlb.kubernetes.example.yaml.
 package main
@@ -25,6 +27,7 @@ import (
 
 	"github.com/xlb-dev/xlb/lb/gateway"
 	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/dsr"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -40,10 +43,12 @@ const usage = `usage:
       stay pinned; with datapath.kind afxdp forwarding stops with the daemon).
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
-      /sys/fs/bpf/xlb). Refused while an xlb run daemon holds DIR: stop it first.
+      /sys/fs/bpf/xlb; the agent's: /sys/fs/bpf/xlb-agent, its direct server return's:
+      /sys/fs/bpf/xlb-dsr). Refused while an xlb run daemon holds DIR: stop it first.
   xlb show [services|flows|reasons] [--pin-path DIR] [--json] [--vip ADDR] [--limit N]
   xlb show flow --client ADDR:PORT --to VIP:PORT [--proto tcp|udp] [--seed N] [...]
   xlb show agent [--pin-path DIR] [--json]
+  xlb show dsr [--pin-path DIR] [--json] [--limit N]
       Show what the XDP datapath pinned in DIR (default /sys/fs/bpf/xlb) is doing, from its
       maps alone (read-only; no daemon needed): services with their backends' Maglev shares
       and counters, and the backends in no table (the default); conntrack entries (at most N,
@@ -53,12 +58,19 @@ const usage = `usage:
       go: its frontend, source ranges, the Maglev slot of a new connection (the seed read from
       the attached program unless --seed) and its conntrack entry; run it on each gateway to
       see that they agree. agent shows a node agent's cluster-IP frontends, their endpoints
-      and its counters (DIR default /sys/fs/bpf/xlb-agent).
+      and its counters (DIR default /sys/fs/bpf/xlb-agent). dsr shows a node agent's direct
+      server return: the interfaces it is attached to, the {frontend, endpoint} pairs it
+      accepts carriers for, its counters and at most N recorded flows (the most recently used
+      first; DIR default /sys/fs/bpf/xlb-dsr).
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
   xlb agent [--node NAME] [--kubeconfig FILE] [--cgroup DIR] [--listen ADDR]
             [--pin-path DIR] [--cleanup-on-exit] [--netns-dir DIR] [--max-sockets N]
+            [--dsr-interface NAME[,NAME]] [--dsr-pin-path DIR] [--dsr-flows N]
+            [--dsr-hairpin=false] [--class CLASS] [--default-class]
+  xlb agent --config FILE --node NAME --dsr-interface NAME [--dsr-pin-path DIR]
+            [--dsr-flows N] [--dsr-hairpin=false] [--listen ADDR] [--cleanup-on-exit]
       Run the node agent (one per node, e.g. as a DaemonSet): connections from the node's
       processes and Pods to a Service's cluster IP go straight to one of its endpoints
       (default NAME: $NODE_NAME; default cgroup: the cgroup v2 root; /metrics and /healthz on
@@ -68,6 +80,17 @@ const usage = `usage:
       MiB preallocated; 65536 takes ~30 MiB). SIGTERM/SIGINT stop it and, unless
       --cleanup-on-exit, leave balancing in place (pinned in /sys/fs/bpf/xlb-agent, adopted
       by the next agent; xlb cleanup --pin-path /sys/fs/bpf/xlb-agent removes it).
+      --dsr-interface (repeatable, or comma-separated) runs the node side of direct server
+      return on the node's uplinks: carriers accepted for the node's endpoints of the
+      LoadBalancer Services of CLASS (default xlb.dev/xdp), their replies given the VIP (also
+      on the interfaces toward the node's Pods, unless --dsr-hairpin=false), and the Node
+      annotated xlb.dev/dsr=v1 for the gateways. Pinned in /sys/fs/bpf/xlb-dsr (flows LRU of N
+      entries, default 1048576, ~136 MiB), left serving at exit like the socket load balancer;
+      --cleanup-on-exit withdraws the annotation, then detaches it.
+      With --config FILE (the gateways' YAML file) the agent runs in file mode: direct server
+      return only, for the backends of FILE on node NAME whose dsr is true; no apiserver, no
+      socket load balancer; SIGHUP reloads FILE (an invalid one is logged, the last pairs
+      stay).
 `
 
 func cli(args []string, stderr io.Writer) int {
@@ -122,20 +145,21 @@ func cli(args []string, stderr io.Writer) int {
 		fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		var o agentOptions
-		fs.StringVar(&o.node, "node", "", "this node's `name` (default $NODE_NAME)")
-		fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig `file` (default: in-cluster)")
-		fs.StringVar(&o.cgroup, "cgroup", "", "cgroup v2 `directory` whose processes are balanced (default: the root)")
-		fs.StringVar(&o.listen, "listen", DefaultAgentListen, "`address` of /metrics and /healthz (\"\" for none)")
-		fs.StringVar(&o.pinPath, "pin-path", socklb.DefaultPinPath, "bpffs `directory` of the pins (\"\" pins nothing: balancing stops with the agent)")
-		fs.BoolVar(&o.cleanup, "cleanup-on-exit", false, "on SIGTERM/SIGINT, detach and unpin everything instead of leaving balancing in place")
-		fs.IntVar(&o.sockets, "max-sockets", socklb.DefaultSockets, fmt.Sprintf("`entries` of each of the four LRU maps (live {socket, endpoint} pairs per protocol remembered; ~120 bytes each, preallocated: %d to %d; 0: the default)", socklb.MinSockets, socklb.MaxSockets))
-		fs.StringVar(&o.netnsDir, "netns-dir", socklb.DefaultNetnsDir, "`directory` where the container runtime pins Pods' network namespaces: their connected UDP sockets to removed endpoints are closed (\"\" for the agent's own namespace only)")
+		agentFlags(fs, &o)
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
 		if fs.NArg() != 0 {
 			fmt.Fprint(stderr, usage)
 			return 2
+		}
+		fs.Visit(func(f *flag.Flag) { o.set = append(o.set, f.Name) })
+		if o.config != "" {
+			// File mode reloads on SIGHUP: catch it before the datapath's load, as xlb run does.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			o.reload = hup
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
@@ -152,10 +176,16 @@ func cli(args []string, stderr io.Writer) int {
 	return 2
 }
 
-// cleanupPins removes everything pinned under dir (links first, so forwarding stops cleanly).
+// cleanupPins removes everything pinned under dir (links first, so forwarding stops cleanly):
+// the gateway's XDP datapath, a node agent's socket load balancer or its direct server return,
+// whichever dir holds.
 func cleanupPins(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	// DSR first: its services and stats pins have the socket load balancer's names.
+	if dsr.HasPins(dir) {
+		return dsr.RemovePinned(dir)
 	}
 	if socklb.HasPins(dir) {
 		return socklb.RemovePinned(dir)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/dsr"
 	"github.com/xlb-dev/xlb/xdp/inspect"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
@@ -26,15 +27,15 @@ const DefaultShowLimit = 1000
 
 // showParts are the parts of `xlb show`, each with its own flags (besides --pin-path and --json).
 var showParts = map[string][]string{"services": {"vip"}, "flows": {"vip", "limit"}, "reasons": nil,
-	"flow": {"client", "to", "proto", "seed"}, "agent": nil}
+	"flow": {"client", "to", "proto", "seed"}, "agent": nil, "dsr": {"limit"}}
 
 // showCLI runs `xlb show` with args (after "show"), printing to stdout; it returns the exit code.
 func showCLI(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("xlb show", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+")")
+	pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+"; dsr: default "+dsr.DefaultPinPath+")")
 	asJSON := fs.Bool("json", false, "print JSON")
-	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries (0: all)")
+	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries, or dsr flows (0: all)")
 	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
 	client := fs.String("client", "", "flow: the client's `address:port`")
 	to := fs.String("to", "", "flow: the `address:port` the client sends to (a VIP's)")
@@ -59,7 +60,7 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	// Each part and its own flags: flags of one part given to another are mistakes, not no-ops.
 	own, ok := showParts[what]
 	if !ok {
-		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons, flow or agent\n", what)
+		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons, flow, agent or dsr\n", what)
 		return 2
 	}
 	var wrong []string
@@ -99,13 +100,20 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	}
 	var doc inspect.Document
 	var err error
-	if what == "agent" {
+	switch what {
+	case "agent":
 		dir := socklb.DefaultPinPath
 		if pinSet {
 			dir = *pin
 		}
 		doc, err = inspect.ReadAgent(dir)
-	} else {
+	case "dsr":
+		dir := dsr.DefaultPinPath
+		if pinSet {
+			dir = *pin
+		}
+		doc, err = inspect.ReadDSR(dir, *limit)
+	default:
 		p, perr := xdp.OpenPinned(*pin)
 		if perr != nil {
 			fmt.Fprintf(stderr, "xlb show: %v\n", perr)

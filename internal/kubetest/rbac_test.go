@@ -2,6 +2,8 @@ package kubetest_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,5 +238,165 @@ func TestRBAC(t *testing.T) {
 	spare := kubernetes.NewForConfigOrDie(cp.As("user-1"))
 	if _, err := spare.CoreV1().Services("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("user-1: list services: %v, want Forbidden", err)
+	}
+}
+
+// TestAgentRBAC applies deploy/agent.yaml (after deploy/rbac.yaml, which creates the
+// namespace) to a real apiserver and checks, request by request, what the node agent's
+// ServiceAccount may do: read Services and EndpointSlices, read its Node and set or remove the
+// annotation xlb.dev/dsr on it, nothing else. What RBAC cannot say (which Node, which field)
+// the ValidatingAdmissionPolicy of the manifest does: no other change to a Node, and, when the
+// agent's token names its node (authentication.kubernetes.io/node-name), no other Node.
+func TestAgentRBAC(t *testing.T) {
+	cp := kubetest.StartT(t)
+	ctx := t.Context()
+	for _, f := range []string{"../../deploy/rbac.yaml", "../../deploy/agent.yaml"} {
+		if err := kubetest.ApplyFile(ctx, cp.Admin(), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := kubernetes.NewForConfigOrDie(cp.Admin())
+	for _, n := range []string{"n1", "n2"} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n,
+			Labels: map[string]string{"zone": "a"}, Annotations: map[string]string{"other": "x"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa, groups := "system:serviceaccount:xlb-system:xlb-agent", []string{"system:serviceaccounts", "system:serviceaccounts:xlb-system"}
+	agent := kubernetes.NewForConfigOrDie(cp.As(sa, groups...))
+	// The agent of n1, as its bound token names it.
+	bound := cp.As(sa, groups...)
+	bound.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {"n1"}}
+	onN1 := kubernetes.NewForConfigOrDie(bound)
+	patch := func(c kubernetes.Interface, node, body string) error {
+		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	set := `{"metadata":{"annotations":{"xlb.dev/dsr":"v1"}}}`
+	unset := `{"metadata":{"annotations":{"xlb.dev/dsr":null}}}`
+
+	allowed := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"list and watch services", func(ctx context.Context) error {
+			if _, err := agent.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+				return err
+			}
+			w, err := agent.CoreV1().Services("").Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"list and watch endpointslices", func(ctx context.Context) error {
+			if _, err := agent.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+				return err
+			}
+			w, err := agent.DiscoveryV1().EndpointSlices("").Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"get its node", func(ctx context.Context) error {
+			_, err := agent.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+			return err
+		}},
+		{"set and remove xlb.dev/dsr on its node (token naming it)", func(ctx context.Context) error {
+			if err := patch(onN1, "n1", set); err != nil {
+				return err
+			}
+			return patch(onN1, "n1", unset)
+		}},
+		// RBAC cannot name the node: without node-name in its token the agent's patch of
+		// another Node's annotation passes (the policy still keeps it to that annotation).
+		{"set xlb.dev/dsr with a token naming no node", func(ctx context.Context) error {
+			return patch(agent, "n2", set)
+		}},
+	}
+	for _, tc := range allowed {
+		if err := tc.do(ctx); err != nil {
+			t.Errorf("agent: %s: %v, want allowed", tc.name, err)
+		}
+	}
+	forbidden := []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"list nodes", func(ctx context.Context) error {
+			_, err := agent.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"update a node", func(ctx context.Context) error {
+			n, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = agent.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}},
+		{"patch a node's status", func(ctx context.Context) error {
+			_, err := agent.CoreV1().Nodes().Patch(ctx, "n1", types.MergePatchType,
+				[]byte(`{"status":{"capacity":{"pods":"1"}}}`), metav1.PatchOptions{}, "status")
+			return err
+		}},
+		{"delete a node", func(ctx context.Context) error {
+			return agent.CoreV1().Nodes().Delete(ctx, "n2", metav1.DeleteOptions{})
+		}},
+		{"patch a service", func(ctx context.Context) error {
+			_, err := agent.CoreV1().Services("default").Patch(ctx, "kubernetes", types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"a":"b"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"list secrets", func(ctx context.Context) error {
+			_, err := agent.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		}},
+	}
+	for _, tc := range forbidden {
+		if err := tc.do(ctx); !apierrors.IsForbidden(err) {
+			t.Errorf("agent: %s: %v, want Forbidden", tc.name, err)
+		}
+	}
+	denied := []struct {
+		name, body, node, why string
+		c                     kubernetes.Interface
+	}{
+		{"a label", `{"metadata":{"labels":{"zone":"b"}}}`, "n1", "may change only the annotation xlb.dev/dsr", onN1},
+		{"another annotation", `{"metadata":{"annotations":{"other":"y"}}}`, "n1", "may change only the annotation xlb.dev/dsr", onN1},
+		{"a new annotation beside it", `{"metadata":{"annotations":{"xlb.dev/dsr":"v1","more":"z"}}}`, "n1", "may change only", onN1},
+		{"a taint", `{"spec":{"taints":[{"key":"k","effect":"NoSchedule"}]}}`, "n1", "may change only", agent},
+		{"another node's annotation", set, "n2", "the xlb agent of node n1 may not change Node n2", onN1},
+	}
+	// The apiserver takes up a new policy a moment after it is written: wait until it denies.
+	deadline := time.Now().Add(20 * time.Second)
+	for patch(onN1, "n1", denied[0].body) == nil {
+		if time.Now().After(deadline) {
+			pol, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "xlb-agent-node-annotation", metav1.GetOptions{})
+			t.Fatalf("after 20 s the admission policy denies nothing (policy status %+v, %v)", pol.Status, err)
+		}
+		if err := patch(admin, "n1", `{"metadata":{"labels":{"zone":"a"}}}`); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, tc := range denied {
+		err := patch(tc.c, tc.node, tc.body)
+		if err == nil || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("agent: patch %s of %s: %v, want denied by the admission policy (%q)", tc.name, tc.node, err, tc.why)
+		}
+	}
+	n1, err := admin.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1.Labels["zone"] != "a" || n1.Annotations["other"] != "x" || n1.Annotations["more"] != "" ||
+		slices.ContainsFunc(n1.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "k" }) {
+		t.Errorf("n1 changed: labels %v annotations %v taints %v", n1.Labels, n1.Annotations, n1.Spec.Taints)
+	}
+	// The policy concerns the agent only: the admin changes what it likes.
+	if err := patch(admin, "n1", `{"metadata":{"labels":{"zone":"b"}}}`); err != nil {
+		t.Errorf("admin: patch a label: %v", err)
 	}
 }

@@ -1,8 +1,14 @@
-// Package agent is the node agent (xlb agent): it watches every Service and EndpointSlice of the
-// cluster (lb/kube's Agent), plans each node's cluster IP frontends (lb.PlanConnect), applies
-// them to the node's socket load balancer through lb/reconcile's ConnectReconciler, closes the
-// connected UDP sockets whose endpoint went, and serves /metrics and /healthz.
+// Package agent is the node agent (xlb agent). In Kubernetes mode it watches every Service and
+// EndpointSlice of the cluster (lb/kube's Agent), plans each node's cluster IP frontends
+// (lb.PlanConnect), applies them to the node's socket load balancer through lb/reconcile's
+// ConnectReconciler, and closes the connected UDP sockets whose endpoint went. With direct server
+// return it also applies the {frontend, local endpoint} pairs of the gateways' LoadBalancer
+// Services (lb.DSRServices) to the node side of DSR through lb/reconcile's DSRReconciler, attaches
+// it to the uplinks and to the interfaces toward the node's Pods (the hairpin), and publishes the
+// capability on its Node (kube.AnnotationDSR). In file mode (Options.ConfigPath) it runs direct
+// server return alone, its pairs from the gateways' YAML file. It serves /metrics and /healthz.
 //
-// It sees the socket load balancer as a datapath.SocketLB only: cmd/xlb loads the concrete one
-// (xdp/socklb) and hands it to Run, which owns it from then on. See docs/agent.md.
+// It sees its datapaths through the contract only (datapath.SocketLB, datapath.DSRDatapath):
+// cmd/xlb loads the concrete ones (xdp/socklb, xdp/dsr) and hands them to Run, which owns them
+// from then on. See docs/agent.md.
 package agent

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -150,4 +151,158 @@ func newLogs(t *testing.T) (*slog.Logger, *logs) {
 		}
 	})
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug})), l
+}
+
+// fakeDSR is a datapath.DSRDatapath in memory, safe for concurrent use.
+type fakeDSR struct {
+	mu    sync.Mutex
+	pairs map[datapath.DSRService]bool
+	ifs   map[string]datapath.DSRDirection
+	// ops: the attach and detach calls that changed something, in order: "attach n0 both".
+	ops []string
+	// failAttach: interfaces whose Attach fails; failPair: pairs whose Add fails.
+	failAttach map[string]bool
+	failPair   map[datapath.DSRService]bool
+	counters   map[string]uint64
+	// closed and removed say whether Close and Remove were called.
+	closed, removed bool
+}
+
+var _ datapath.DSRDatapath = (*fakeDSR)(nil)
+
+func newFakeDSR() *fakeDSR {
+	return &fakeDSR{pairs: map[datapath.DSRService]bool{}, ifs: map[string]datapath.DSRDirection{},
+		failAttach: map[string]bool{}, failPair: map[datapath.DSRService]bool{}, counters: map[string]uint64{}}
+}
+
+func (f *fakeDSR) DSRServices() (map[datapath.DSRService]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.pairs), nil
+}
+
+func (f *fakeDSR) AddDSRService(s datapath.DSRService) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failPair[s] {
+		return errRefused
+	}
+	f.pairs[s] = true
+	return nil
+}
+
+func (f *fakeDSR) DeleteDSRService(s datapath.DSRService) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pairs, s)
+	return nil
+}
+
+func (f *fakeDSR) Attach(ifname string, dir datapath.DSRDirection) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failAttach[ifname] {
+		return errors.New("fake: attach to " + ifname + ": no such network interface")
+	}
+	if add := dir &^ f.ifs[ifname]; add != 0 {
+		f.ops = append(f.ops, "attach "+ifname+" "+add.String())
+		f.ifs[ifname] |= dir
+	}
+	return nil
+}
+
+func (f *fakeDSR) Detach(ifname string, dir datapath.DSRDirection) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if rm := dir & f.ifs[ifname]; rm != 0 {
+		f.ops = append(f.ops, "detach "+ifname+" "+rm.String())
+		if f.ifs[ifname] &^= dir; f.ifs[ifname] == 0 {
+			delete(f.ifs, ifname)
+		}
+	}
+	return nil
+}
+
+func (f *fakeDSR) Interfaces() map[string]datapath.DSRDirection {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.ifs)
+}
+
+func (f *fakeDSR) Counters() (map[string]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.counters), nil
+}
+
+func (f *fakeDSR) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
+
+func (f *fakeDSR) Remove() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = true
+	clear(f.ifs)
+	return nil
+}
+
+// takeOps returns the attach and detach calls since the last takeOps.
+func (f *fakeDSR) takeOps() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ops := f.ops
+	f.ops = nil
+	return ops
+}
+
+// held returns the pairs held, as "frontend -> endpoint" strings, sorted.
+func (f *fakeDSR) held() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for p := range f.pairs {
+		out = append(out, p.Frontend.String()+" -> "+p.Endpoint.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fakeRoutes is a Routes from a table: a target prefix → the interfaces toward it. It records
+// the targets it was last asked about.
+type fakeRoutes struct {
+	mu    sync.Mutex
+	table map[netip.Prefix][]string
+	err   error
+	asked []netip.Prefix
+}
+
+func (r *fakeRoutes) Interfaces(targets []netip.Prefix) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = slices.Clone(targets)
+	if r.err != nil {
+		return nil, r.err
+	}
+	var out []string
+	for _, t := range targets {
+		out = append(out, r.table[t]...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func (r *fakeRoutes) set(t string, ifs ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.table[netip.MustParsePrefix(t)] = ifs
+}
+
+func (r *fakeRoutes) lastAsked() []netip.Prefix {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.asked)
 }

@@ -6,9 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// handler serves /metrics (the agent's collector) and /healthz (200 once a plan was applied).
+// handler serves /metrics (the agent's collector) and /healthz (200 once what the agent runs
+// was applied: the cluster IPs, direct server return).
 func (a *agent) handler() (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(newCollector(a)); err != nil {
@@ -17,19 +20,23 @@ func (a *agent) handler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.applied.Load() {
+		switch {
+		case a.dp != nil && !a.applied.Load():
 			http.Error(w, "cluster IPs not applied yet", http.StatusServiceUnavailable)
-			return
+		case a.dsr != nil && !a.dsr.applied.Load():
+			http.Error(w, "direct server return not applied yet", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
 		}
-		fmt.Fprintln(w, "ok")
 	})
 	return mux, nil
 }
 
-// collector exports the socket load balancer's frontends and counters, read at each scrape.
+// collector exports the datapaths' state and counters, read at each scrape.
 type collector struct {
-	a                         *agent
-	frontends, events, errors *prometheus.Desc
+	a                                   *agent
+	frontends, events, errors           *prometheus.Desc
+	dsrPackets, dsrPairs, dsrInterfaces *prometheus.Desc
 }
 
 func newCollector(a *agent) *collector {
@@ -38,31 +45,53 @@ func newCollector(a *agent) *collector {
 		frontends: prometheus.NewDesc("xlb_agent_frontends", "Cluster IP frontends (address, port, protocol) balanced on this node.", nil, nil),
 		events:    prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), affinity_kept (a connection sent to its client's endpoint, sessionAffinity: ClientIP), no_slot (never, unless a map write failed), udp_closed (a connected UDP socket closed by the agent: its endpoint left the frontend).", []string{"event"}, nil),
 		errors:    prometheus.NewDesc("xlb_agent_scrape_errors", "Counters that could not be read during this scrape.", nil, nil),
+		dsrPackets: prometheus.NewDesc("xlb_agent_dsr_packets_total",
+			"Packets the node side of direct server return acted on, by counter (docs/dsr.md, Counters): carrier_accepted, carrier_frag_stripped, reply_rewritten, reply_frag_rewritten, icmp_rewritten, reply_expired, record_failed and the drop_* reasons.", []string{"counter"}, nil),
+		dsrPairs: prometheus.NewDesc("xlb_agent_dsr_pairs",
+			"{frontend, local endpoint} pairs the node accepts carriers for.", nil, nil),
+		dsrInterfaces: prometheus.NewDesc("xlb_agent_dsr_interfaces",
+			"Interfaces the node side of direct server return is attached to, by direction: both (the uplinks), egress (toward the node's Pods, for the hairpin).", []string{"direction"}, nil),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.frontends
-	ch <- c.events
-	ch <- c.errors
+	for _, d := range []*prometheus.Desc{c.frontends, c.events, c.errors, c.dsrPackets, c.dsrPairs, c.dsrInterfaces} {
+		ch <- d
+	}
 }
 
-// Collect reads the datapath's counters and sends the metrics.
+// Collect reads the datapaths' counters and sends the metrics.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	c.a.mu.Lock()
-	n := c.a.rec.Frontends()
-	cnt, err := c.a.dp.Counters()
-	c.a.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(c.frontends, prometheus.GaugeValue, float64(n))
 	errs := 0
-	if err != nil {
-		errs = 1
-	} else {
-		for ev, v := range map[string]uint64{"connect": cnt.Connects, "refused": cnt.Refused, "datagram": cnt.Datagrams,
-			"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "affinity_kept": cnt.AffinityKept, "no_slot": cnt.NoSlot,
-			"udp_closed": c.a.udpClosed.Load()} {
-			ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(v), ev)
+	if c.a.dp != nil {
+		c.a.mu.Lock()
+		n := c.a.rec.Frontends()
+		cnt, err := c.a.dp.Counters()
+		c.a.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(c.frontends, prometheus.GaugeValue, float64(n))
+		if err != nil {
+			errs++
+		} else {
+			for ev, v := range map[string]uint64{"connect": cnt.Connects, "refused": cnt.Refused, "datagram": cnt.Datagrams,
+				"datagram_kept": cnt.DatagramsKept, "revnat": cnt.Revnat, "affinity_kept": cnt.AffinityKept, "no_slot": cnt.NoSlot,
+				"udp_closed": c.a.udpClosed.Load()} {
+				ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(v), ev)
+			}
+		}
+	}
+	if c.a.dsr != nil {
+		s := c.a.dsr.stats()
+		ch <- prometheus.MustNewConstMetric(c.dsrPairs, prometheus.GaugeValue, float64(s.pairs))
+		for _, dir := range []datapath.DSRDirection{datapath.DSRBoth, datapath.DSREgress, datapath.DSRIngress} {
+			ch <- prometheus.MustNewConstMetric(c.dsrInterfaces, prometheus.GaugeValue, float64(s.interfaces[dir]), dir.String())
+		}
+		if s.err != nil {
+			errs++
+		} else {
+			for name, v := range s.counters {
+				ch <- prometheus.MustNewConstMetric(c.dsrPackets, prometheus.CounterValue, float64(v), name)
+			}
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, float64(errs))

@@ -63,9 +63,12 @@ type Kubernetes struct {
 	// IPModeVIP or IPModeProxy; default DefaultIPMode (VIP). With VIP, kube-proxy routes
 	// in-cluster traffic to a VIP straight to the Service's endpoints, as for a ClusterIP.
 	// With Proxy, in-cluster clients go through the gateway like external ones; xlb
-	// forwards to Pod IPs without SNAT, so a Pod's reply to another Pod would not come back
-	// through the gateway for the reverse NAT, and the connection would fail. Choose Proxy
-	// only when in-cluster replies do return through the gateways.
+	// forwards to Pod IPs without SNAT. In the return-path mode a Pod's reply to another Pod
+	// would not come back through the gateway for the reverse NAT, and the connection would
+	// fail: choose Proxy only when in-cluster replies do return through the gateways. In the
+	// DSR mode (datapath.forwarding: dsr) the reply is translated at the Pod's node instead
+	// (on the interface toward the client Pod when both are on one node), so Proxy works for
+	// the endpoints on nodes whose agent serves DSR.
 	IPMode IPMode
 	// NodeHealthPort (key nodeHealthPort) is the port of kube-proxy's node health server
 	// probed at each Node's InternalIP (/healthz): a Node that fails it gets no new flows;

@@ -67,7 +67,8 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 	})
 	m.ctrl, err = kube.New(client, kube.Options{
 		Class: k.LoadBalancerClass, DefaultClass: k.DefaultClass, IPMode: corev1.LoadBalancerIPMode(k.IPMode),
-		Pools: kubePools(cfg),
+		Forwarding: cfg.Datapath.Forwarding,
+		Pools:      kubePools(cfg),
 		Leader: kube.LeaderOptions{Namespace: k.LeaderElection.Namespace, Name: k.LeaderElection.LeaseName,
 			Identity: identity, LeaseDuration: k.LeaderElection.LeaseDuration,
 			RenewDeadline: k.LeaderElection.RenewDeadline, RetryPeriod: k.LeaderElection.RetryPeriod},

@@ -20,8 +20,8 @@ func TestWarnSharedEndpoints(t *testing.T) {
 			Backends: []lb.Backend{{Addr: netip.MustParseAddr("198.18.1.10"), Weight: 1}}}
 	}
 	var b bytes.Buffer
-	warnSharedEndpoints(slog.New(slog.NewTextHandler(&b, nil)), []lb.Service{
-		svc("web", 80, 8080), svc("web-alt", 80, 8080), svc("admin", 81, 8080), svc("own", 82, 9090)}, lb.Forwarding{})
+	all := []lb.Service{svc("web", 80, 8080), svc("web-alt", 80, 8080), svc("admin", 81, 8080), svc("own", 82, 9090)}
+	warnSharedEndpoints(slog.New(slog.NewTextHandler(&b, nil)), all, lb.Forwarding{})
 	out := b.String()
 	for _, want := range []string{
 		"service=web samePort=web-alt otherPorts=admin",
@@ -34,6 +34,21 @@ func TestWarnSharedEndpoints(t *testing.T) {
 	}
 	if strings.Contains(out, "service=own") {
 		t.Errorf("a service with its own backend port was warned about:\n%s", out)
+	}
+	// In the DSR mode a backend whose node serves it translates its own replies: no warning;
+	// one served through the gateways (returnPath fallback) still shares.
+	b.Reset()
+	for i := range all {
+		all[i].Backends[0].DSR = true
+	}
+	warnSharedEndpoints(slog.New(slog.NewTextHandler(&b, nil)), all, lb.Forwarding{Mode: datapath.DSR})
+	if b.Len() != 0 {
+		t.Errorf("DSR backends were warned about:\n%s", b.String())
+	}
+	all[0].Backends[0].DSR, all[1].Backends[0].DSR = false, false
+	warnSharedEndpoints(slog.New(slog.NewTextHandler(&b, nil)), all, lb.Forwarding{Mode: datapath.DSR, Fallback: lb.FallbackReturnPath})
+	if out := b.String(); !strings.Contains(out, "service=web samePort=web-alt otherPorts=\"\"") || strings.Contains(out, "service=admin") {
+		t.Errorf("with web and web-alt served through the gateways:\n%s", out)
 	}
 }
 

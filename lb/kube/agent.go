@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -102,6 +103,27 @@ func (n onNode) Excluded(string) bool { return false }
 
 func (n onNode) LocalHealthy(node string, _ types.NamespacedName) bool { return node == string(n) }
 
+func (n onNode) DSR(string) bool { return false }
+
+// LoadBalancerModel models a LoadBalancer Service for a node agent's side of direct server
+// return: the addresses of its status.loadBalancer.ingress (whatever their ipMode: the gateways
+// carry the flows of each) as VIPs, its TCP and UDP ports, and every endpoint of endpointSlices
+// as a backend with its node, as ServiceModel makes them (no node excluded: the gateways
+// decide who gets new flows; a node accepts carriers for every endpoint it runs). The result is
+// false for a Service with no address in its status yet. Whether the Service is of the
+// gateways' class is the caller's question (Ours).
+func LoadBalancerModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) (lb.Service, bool) {
+	if svc == nil {
+		return lb.Service{}, false
+	}
+	vips := statusAddrs(svc)
+	if len(vips) == 0 {
+		return lb.Service{}, false
+	}
+	m, _ := ServiceModel(Input{Service: svc, Slices: endpointSlices, VIPs: vips}, nil)
+	return m, len(m.Ports) > 0
+}
+
 // AgentOptions configure an Agent.
 type AgentOptions struct {
 	// Node is the name of the node the agent runs on (for internalTrafficPolicy: Local);
@@ -112,6 +134,15 @@ type AgentOptions struct {
 	// call). An error is logged and the same state is applied again after RetryInterval.
 	// Required.
 	Apply func([]lb.Service) error
+	// LoadBalancers, if set, is called in every pass after Apply with the models of the
+	// LoadBalancer Services of Class (LoadBalancerModel): the node agent derives from them the
+	// direct server return pairs of its node. An error is retried as Apply's is.
+	LoadBalancers func([]lb.Service) error
+	// Class is the loadBalancerClass of the gateways whose Services LoadBalancers gets; ""
+	// means DefaultClass. DefaultClass also gives it the LoadBalancer Services without a class
+	// (as the gateways' kubernetes.defaultClass).
+	Class        string
+	DefaultClass bool
 	// Log receives what the agent does; nil discards it.
 	Log *slog.Logger
 	// Debounce is how long the agent waits after a change for more before applying; 0 means
@@ -156,6 +187,9 @@ func NewAgent(client kubernetes.Interface, opts AgentOptions) (*Agent, error) {
 	}
 	if opts.RetryInterval == 0 {
 		opts.RetryInterval = time.Second
+	}
+	if opts.Class == "" {
+		opts.Class = DefaultClass
 	}
 	a := &Agent{opts: opts, log: opts.Log, changed: make(chan struct{}, 1), reported: map[string]string{}}
 	a.factory = informers.NewSharedInformerFactory(client, 0)
@@ -231,7 +265,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// apply models every Service from the caches and hands the models to Apply.
+// apply models every Service from the caches and hands the models to Apply (and those of the
+// gateways' LoadBalancer Services to LoadBalancers).
 func (a *Agent) apply() error {
 	svcs, err := a.services.List(labels.Everything())
 	if err != nil {
@@ -249,6 +284,7 @@ func (a *Agent) apply() error {
 		}
 	}
 	models := make([]lb.Service, 0, len(svcs))
+	var lbs []lb.Service
 	seen := map[string]bool{}
 	for _, svc := range svcs {
 		k := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
@@ -258,17 +294,28 @@ func (a *Agent) apply() error {
 		if ok {
 			models = append(models, m)
 		}
+		if a.opts.LoadBalancers != nil && Ours(svc, a.opts.Class, a.opts.DefaultClass) {
+			if m, ok := LoadBalancerModel(svc, bySvc[k]); ok {
+				lbs = append(lbs, m)
+			}
+		}
 	}
 	for k := range a.reported {
 		if !seen[k] {
 			delete(a.reported, k)
 		}
 	}
-	slices.SortFunc(models, func(x, y lb.Service) int { return strings.Compare(x.Name, y.Name) })
-	if err := a.opts.Apply(models); err != nil {
+	byName := func(x, y lb.Service) int { return strings.Compare(x.Name, y.Name) }
+	slices.SortFunc(models, byName)
+	err = a.opts.Apply(models)
+	if a.opts.LoadBalancers != nil {
+		slices.SortFunc(lbs, byName)
+		err = errors.Join(err, a.opts.LoadBalancers(lbs))
+	}
+	if err != nil {
 		return err
 	}
-	a.log.Debug("cluster IPs applied", "services", len(models))
+	a.log.Debug("cluster IPs applied", "services", len(models), "load_balancers", len(lbs))
 	return nil
 }
 

@@ -285,3 +285,30 @@ func BenchmarkClusterIPRebuild10k(b *testing.B) {
 		}
 	}
 }
+
+// TestLoadBalancerModel: a node agent's view of a LoadBalancer Service for direct server
+// return: its status addresses (any ipMode) as VIPs, every endpoint with its node, none without
+// an address in its status.
+func TestLoadBalancerModel(t *testing.T) {
+	e := &env{ns: "ns"}
+	sl := e.slice("web", "web-1", discoveryv1.AddressTypeIPv4, 8080,
+		ready("198.18.1.10", "n1"), endpoint{addr: "198.18.1.11", node: "n2", terminating: true})
+	svc := clusterIPService("web", "198.18.96.1")
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	if _, ok := LoadBalancerModel(svc, []*discoveryv1.EndpointSlice{sl}); ok {
+		t.Error("a Service without a status address has a model")
+	}
+	proxy := corev1.LoadBalancerIPModeProxy
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.100.1"}, {IP: "2001:db8:100::1", IPMode: &proxy}, {Hostname: "lb.example.org"}}
+	m, ok := LoadBalancerModel(svc, []*discoveryv1.EndpointSlice{sl})
+	wantVIPs := []netip.Addr{netip.MustParseAddr("198.18.100.1"), netip.MustParseAddr("2001:db8:100::1")}
+	if !ok || !slices.Equal(m.VIPs, wantVIPs) || len(m.Backends) != 2 || m.Backends[0].Node != "n1" || m.Backends[1].Node != "n2" ||
+		len(m.Ports) != 1 || m.Ports[0].TargetPort != 8080 {
+		t.Errorf("model %+v (ok %v): want VIPs %v and both endpoints with their nodes", m, ok, wantVIPs)
+	}
+	pairs := lb.DSRServices([]lb.Service{m}, func(b lb.Backend) bool { return b.Node == "n1" })
+	want := datapath.DSRService{Frontend: datapath.Frontend{Addr: wantVIPs[0], Port: 80, Proto: datapath.TCP}, Endpoint: netip.MustParseAddrPort("198.18.1.10:8080")}
+	if len(pairs) != 1 || !pairs[want] {
+		t.Errorf("n1's pairs %v, want only %v", pairs, want)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
@@ -59,10 +60,20 @@ type Options struct {
 	// when xlb is the cluster's default load balancer).
 	DefaultClass bool
 	// IPMode is written as status.loadBalancer.ingress[].ipMode; "" means VIP: kube-proxy then
-	// delivers in-cluster traffic to the VIP itself. Proxy would send it through a gateway,
-	// whose DNAT'd packets the Pod answers directly, past the gateway's reverse NAT, unless the
-	// cluster routes replies back through the gateways (see docs/kubernetes.md).
+	// delivers in-cluster traffic to the VIP itself. Proxy sends it through a gateway, which
+	// DNATs to the Pod without SNAT. In the return-path mode the Pod answers the client Pod
+	// directly, past the gateway's reverse NAT, so Proxy works only when the cluster routes
+	// replies back through the gateways. In the DSR mode (Forwarding) the reply is translated
+	// at the Pod's node, whatever its route (for a client Pod on the same node too: the agent
+	// rewrites on the interfaces toward local Pods), so Proxy works for the endpoints on nodes
+	// with a DSR-capable agent (see docs/kubernetes.md).
 	IPMode corev1.LoadBalancerIPMode
+	// Forwarding is the site's forwarding mode (datapath.forwarding, dsrFallback). In the DSR
+	// mode the controller writes ConditionDSR on its Services and records ReasonDSRFallback
+	// when some endpoints' nodes cannot serve it, and only the backends that return through the
+	// gateways count for ReasonSharedEndpoints. Backends get their node's capability
+	// (lb.Backend.DSR, NodeDSR) in every mode.
+	Forwarding lb.Forwarding
 	// Pools are the address pools, in configuration order.
 	Pools []Pool
 	// Leader configures the election of the one gateway that allocates addresses and writes
@@ -130,8 +141,9 @@ type Controller struct {
 	// models: Service key (namespace/name) → its lb model, for every Service of ours that has
 	// at least one address.
 	models map[string]lb.Service
-	// endpoints indexes the models' backend endpoints, to tell the Services that share Pod
-	// ports (ReasonSharedEndpoints).
+	// endpoints indexes the models' backend endpoints whose replies return through the
+	// gateways (Forwarding.ReturnPath), to tell the Services that share Pod ports
+	// (ReasonSharedEndpoints).
 	endpoints *lb.EndpointIndex
 	// reported: Service key → topic ("alloc", or "problem:" + a Problem's reason) → the message
 	// last reported as an Event, so that each is reported once, until it changes.
@@ -168,6 +180,9 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := opts.Forwarding.Validate(); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	if _, err := newAllocator(opts.Pools); err != nil {
 		return nil, err
@@ -374,16 +389,35 @@ func (c *Controller) enqueueSliceService(o any) {
 	}
 }
 
-// nodeChanged re-plans when a node changed in a way the model reads (labels, addresses): not
-// on every status heartbeat.
+// nodeChanged re-plans when a node changed in a way the model reads (labels, addresses, the
+// agent's direct server return capability): not on every status heartbeat. A change of the
+// capability alone re-plans only the Services with endpoints on the node.
 func (c *Controller) nodeChanged(old, o any) {
 	a, ok1 := old.(*corev1.Node)
 	b, ok2 := o.(*corev1.Node)
 	if ok1 && ok2 && equalLabels(a.Labels, b.Labels) && slices.Equal(a.Status.Addresses, b.Status.Addresses) &&
 		slices.Equal(a.Spec.PodCIDRs, b.Spec.PodCIDRs) && a.DeletionTimestamp.Equal(b.DeletionTimestamp) {
+		if NodeDSR(a) != NodeDSR(b) {
+			c.enqueueOnNode(b.Name)
+		}
 		return
 	}
 	c.nodesChanged()
+}
+
+// enqueueOnNode enqueues the modelled Services with a backend on node.
+func (c *Controller) enqueueOnNode(node string) {
+	c.mu.Lock()
+	var keys []string
+	for k, m := range c.models {
+		if slices.ContainsFunc(m.Backends, func(b lb.Backend) bool { return b.Node == node }) {
+			keys = append(keys, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range keys {
+		c.queue.Add(k)
+	}
 }
 
 // nodesChanged re-plans after a node came, went or changed: the prober's targets, the
@@ -473,7 +507,7 @@ func (c *Controller) setModel(key string, s lb.Service, ok bool) {
 	var touched []string
 	if changed {
 		if ok {
-			touched = c.endpoints.Set(s)
+			touched = c.endpoints.Set(c.opts.Forwarding.ReturnPath(s))
 		} else {
 			touched = c.endpoints.Delete(key)
 		}
@@ -597,6 +631,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		if shared {
 			problems = append(problems, sharedProblem(sh))
 		}
+		var cond *metav1.Condition
+		if dc, p, ok := DSRStatus(c.opts.Forwarding, model); ok && len(vips) > 0 {
+			cond = &dc
+			if p != nil {
+				problems = append(problems, *p)
+			}
+		}
+		// The condition before the Event: whoever sees the Event finds it.
+		werr = errors.Join(werr, c.writeDSRCondition(ctx, svc, cond))
 		c.report(svc, problems)
 	}
 	return werr
@@ -627,7 +670,7 @@ func sharedProblem(sh lb.Sharing) Problem {
 // condition: the finalizer alone may be another implementation's (it is a shared name).
 func (c *Controller) ownedBefore(svc *corev1.Service) bool {
 	for _, cond := range svc.Status.Conditions {
-		if cond.Type == ConditionAllocated {
+		if cond.Type == ConditionAllocated || cond.Type == ConditionDSR {
 			return true
 		}
 	}

@@ -65,6 +65,10 @@ type NodeView interface {
 	// about as node "": the controller, which cannot check it, finds it healthy; an agent finds
 	// it on another node.
 	LocalHealthy(node string, service types.NamespacedName) bool
+	// DSR reports whether node's agent serves direct server return (its Node carries
+	// AnnotationDSR with this build's carrier version: NodeDSR). A node the controller does not
+	// know does not: the gateways must not carry to a node that would drop the carrier.
+	DSR(node string) bool
 }
 
 // Problem is something wrong with, or worth telling about, a Service: the controller shows it
@@ -163,6 +167,10 @@ func (p *problems) done() []Problem {
 //     long as the client keeps sending, whereas a moved TCP connection is reset and retried.
 //     kube-proxy clears UDP conntrack entries of such endpoints too; it keeps TCP ones, which
 //     the datapath cannot tell apart per backend.
+//
+// Each backend also has its node's direct server return capability (lb.Backend.DSR, from
+// NodeView.DSR; false for an endpoint without a nodeName): whether the gateways use it is
+// their forwarding mode's business.
 //
 // An endpoint whose slice lacks one of the Service's usable ports (a named targetPort that its
 // Pod does not define) is left out and reported: sending that port to a wrong number is worse
@@ -519,6 +527,18 @@ func assignStates(cands []candidate, resolved []resolvedSlice, svc types.Namespa
 	// Node answers, once per node: a Service has many endpoints on few nodes.
 	excluded := map[string]bool{}
 	healthy := map[string]bool{}
+	dsr := map[string]bool{}
+	isDSR := func(n string) bool {
+		if n == "" || nodes == nil {
+			return false
+		}
+		v, ok := dsr[n]
+		if !ok {
+			v = nodes.DSR(n)
+			dsr[n] = v
+		}
+		return v
+	}
 	isExcluded := func(n string) bool {
 		if n == "" || nodes == nil {
 			return false
@@ -562,7 +582,7 @@ func assignStates(cands []candidate, resolved []resolvedSlice, svc types.Namespa
 	cands = sorted
 	out := make([]lb.Backend, len(cands))
 	for i, c := range cands {
-		b := lb.Backend{Addr: c.addr, Weight: 1, Node: c.node}
+		b := lb.Backend{Addr: c.addr, Weight: 1, Node: c.node, DSR: isDSR(c.node)}
 		switch c.rank {
 		case rankReady:
 			if isExcluded(c.node) || !isHealthy(c.node) {

@@ -19,14 +19,16 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// fakeNodes is a NodeView from two sets.
+// fakeNodes is a NodeView from three sets.
 type fakeNodes struct {
 	excluded  map[string]bool
 	unhealthy map[string]bool
+	dsr       map[string]bool
 	asked     map[string]int // node → LocalHealthy calls
 }
 
 func (f *fakeNodes) Excluded(n string) bool { return f.excluded[n] }
+func (f *fakeNodes) DSR(n string) bool      { return f.dsr[n] }
 func (f *fakeNodes) LocalHealthy(n string, _ types.NamespacedName) bool {
 	if f.asked != nil {
 		f.asked[n]++
@@ -645,5 +647,39 @@ func BenchmarkServiceModel10k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ServiceModel(in, nodes)
+	}
+}
+
+// TestServiceModelDSR: each backend carries its node's direct server return capability, asked
+// once per node; an endpoint without a nodeName, or a model made without a NodeView, has none.
+func TestServiceModelDSR(t *testing.T) {
+	nodes := &fakeNodes{dsr: map[string]bool{"n1": true}}
+	in := Input{Service: testService(), VIPs: []netip.Addr{vip4},
+		Slices: []*discoveryv1.EndpointSlice{slice("a", 8080, ep("198.18.1.1", "n1", "r"), ep("198.18.1.2", "n2", "r"),
+			ep("198.18.1.3", "", "r"), ep("198.18.1.4", "n1", "t"))}}
+	got, _ := ServiceModel(in, nodes)
+	var dsr []bool
+	for _, b := range got.Backends {
+		dsr = append(dsr, b.DSR)
+	}
+	if want := []bool{true, false, false, true}; !slices.Equal(dsr, want) {
+		t.Errorf("backends' DSR %v, want %v", dsr, want)
+	}
+	got, _ = ServiceModel(in, nil)
+	if slices.ContainsFunc(got.Backends, func(b lb.Backend) bool { return b.DSR }) {
+		t.Errorf("without a NodeView a backend is DSR: %+v", got.Backends)
+	}
+}
+
+// TestNodeDSR: only this build's carrier version counts.
+func TestNodeDSR(t *testing.T) {
+	for v, want := range map[string]bool{DSRCarrierVersion: true, "v2": false, "": false} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: map[string]string{AnnotationDSR: v}}}
+		if NodeDSR(n) != want {
+			t.Errorf("NodeDSR with %s=%q: %v, want %v", AnnotationDSR, v, !want, want)
+		}
+	}
+	if NodeDSR(&corev1.Node{}) || NodeDSR(nil) {
+		t.Error("a Node without the annotation, or none, serves DSR")
 	}
 }

@@ -34,6 +34,13 @@ func (v nodeView) Excluded(node string) bool {
 	return ok
 }
 
+// DSR reports whether node's agent serves direct server return (NodeDSR). An unknown node does
+// not: carrying to a node that would drop the carrier black-holes the flow.
+func (v nodeView) DSR(node string) bool {
+	n, err := v.c.nodes.Get(node)
+	return err == nil && NodeDSR(n)
+}
+
 // LocalHealthy reports whether node passes its kube-proxy health checks for service.
 func (v nodeView) LocalHealthy(node string, service types.NamespacedName) bool {
 	if node == "" || v.c.opts.NodeHealth == nil {

@@ -108,7 +108,7 @@ func (c *Controller) removeFinalizer(ctx context.Context, svc *corev1.Service) e
 }
 
 // letGo clears what xlb wrote on a Service that is no longer ours (its type changed away from
-// LoadBalancer): the ingress entries of our pools, our condition, then the finalizer.
+// LoadBalancer): the ingress entries of our pools, our conditions, then the finalizer.
 func (c *Controller) letGo(ctx context.Context, svc *corev1.Service) error {
 	_, err := c.mutate(ctx, svc, "clearing status", func(s *corev1.Service) bool {
 		changed := false
@@ -123,8 +123,10 @@ func (c *Controller) letGo(ctx context.Context, svc *corev1.Service) error {
 			in = append(in, e)
 		}
 		s.Status.LoadBalancer.Ingress = in
-		if apierrors.RemoveStatusCondition(&s.Status.Conditions, ConditionAllocated) {
-			changed = true
+		for _, t := range []string{ConditionAllocated, ConditionDSR} {
+			if apierrors.RemoveStatusCondition(&s.Status.Conditions, t) {
+				changed = true
+			}
 		}
 		return changed
 	}, c.updateStatus)

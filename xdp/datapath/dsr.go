@@ -62,3 +62,52 @@ type DSRNode interface {
 	AddDSRService(s DSRService) error
 	DeleteDSRService(s DSRService) error
 }
+
+// DSRDirection says which of an interface's directions the node side's programs run on.
+type DSRDirection uint8
+
+// The directions; DSRBoth is DSRIngress|DSREgress.
+const (
+	// DSRIngress runs the carrier's reader on the packets the interface receives: where the
+	// gateways' packets arrive (the node's uplink).
+	DSRIngress DSRDirection = 1 << iota
+	// DSREgress runs the reply rewriter on the packets the interface sends: where the Pods'
+	// replies leave (the uplink, and the interfaces toward local Pods for in-cluster clients).
+	DSREgress
+	DSRBoth = DSRIngress | DSREgress
+)
+
+// String returns "ingress", "egress", "both" or "none".
+func (d DSRDirection) String() string {
+	switch d {
+	case DSRIngress:
+		return "ingress"
+	case DSREgress:
+		return "egress"
+	case DSRBoth:
+		return "both"
+	}
+	return "none"
+}
+
+// DSRDatapath is the node side of direct server return as the node agent owns it: the pairs
+// (DSRNode), where its programs are attached, its counters, and its lifetime. Implemented by
+// *dsr.Datapath (xdp/dsr); cmd/xlb loads it and hands it to lb/agent.
+type DSRDatapath interface {
+	DSRNode
+	// Attach attaches the programs of each direction in dir to interface ifname (in the
+	// calling thread's network namespace); a direction already attached is no change.
+	Attach(ifname string, dir DSRDirection) error
+	// Detach detaches the programs of each direction in dir from ifname; a direction not
+	// attached is no error.
+	Detach(ifname string, dir DSRDirection) error
+	// Interfaces returns the interfaces the programs are attached to, with their directions
+	// (at start: what an earlier agent left pinned and this one adopted).
+	Interfaces() map[string]DSRDirection
+	// Counters returns the programs' counters by name, summed over CPUs.
+	Counters() (map[string]uint64, error)
+	// Close releases the datapath: what is pinned stays attached and keeps serving.
+	Close() error
+	// Remove detaches everything and deletes the pins.
+	Remove() error
+}

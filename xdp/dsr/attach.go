@@ -11,37 +11,27 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// Direction says which of an interface's directions a program is attached to.
-type Direction uint8
+// Direction says which of an interface's directions a program is attached to (the
+// contract's datapath.DSRDirection, so that *Datapath is a datapath.DSRDatapath).
+type Direction = datapath.DSRDirection
 
 // The directions; Both is Ingress|Egress.
 const (
 	// Ingress runs the carrier's reader on the packets the interface receives: attach it where
 	// the gateways' packets arrive.
-	Ingress Direction = 1 << iota
+	Ingress = datapath.DSRIngress
 	// Egress runs the reply rewriter on the packets the interface sends: attach it where the
 	// Pods' replies leave the node.
-	Egress
-	Both = Ingress | Egress
+	Egress = datapath.DSREgress
+	Both   = datapath.DSRBoth
 )
 
-// String returns "ingress", "egress", "both" or "none".
-func (d Direction) String() string {
-	switch d {
-	case Ingress:
-		return "ingress"
-	case Egress:
-		return "egress"
-	case Both:
-		return "both"
-	}
-	return "none"
-}
-
 // each returns the single directions d holds.
-func (d Direction) each() []Direction {
+func each(d Direction) []Direction {
 	var out []Direction
 	for _, one := range []Direction{Ingress, Egress} {
 		if d&one != 0 {
@@ -52,7 +42,7 @@ func (d Direction) each() []Direction {
 }
 
 // attachType is the TCX attach type of a single direction.
-func (d Direction) attachType() ebpf.AttachType {
+func attachType(d Direction) ebpf.AttachType {
 	if d == Egress {
 		return ebpf.AttachTCXEgress
 	}
@@ -91,7 +81,8 @@ func parseLinkPin(name string) (attachment, bool) {
 // thread's network namespace), with a TCX link (pinned, with a pin directory). Ingress runs
 // first among the interface's TCX programs (the carrier goes before anything else reads the
 // packet), egress last (replies are rewritten after everything else has seen them). A direction
-// already attached is no change. ifname must be an Ethernet interface.
+// already attached is no change; a link left attached to a deleted interface of that name is
+// replaced. ifname must be an Ethernet interface.
 func (d *Datapath) Attach(ifname string, dir Direction) error {
 	if dir&^Both != 0 || dir == 0 {
 		return fmt.Errorf("dsr: attach to %s: direction %d is none of ingress, egress, both", ifname, dir)
@@ -103,16 +94,23 @@ func (d *Datapath) Attach(ifname string, dir Direction) error {
 	if len(iface.HardwareAddr) != 6 {
 		return fmt.Errorf("dsr: attach to %s: not an Ethernet interface (the programs read an Ethernet header)", ifname)
 	}
-	for _, one := range dir.each() {
+	for _, one := range each(dir) {
 		a := attachment{ifname: ifname, dir: one}
-		if _, ok := d.links[a]; ok {
-			continue
+		if l, ok := d.links[a]; ok {
+			if attachedTo(l, a, iface.Index) {
+				continue
+			}
+			// The interface of that name was deleted (a Pod's veth) and created again: the
+			// old link serves nothing.
+			if err := d.Detach(ifname, one); err != nil {
+				return fmt.Errorf("dsr: attach %s: replace the link of a deleted interface of that name: %w", a, err)
+			}
 		}
 		var anchor link.Anchor = link.Tail()
 		if one == Ingress {
 			anchor = link.Head()
 		}
-		l, err := link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: d.Program(one), Attach: one.attachType(), Anchor: anchor})
+		l, err := link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: d.Program(one), Attach: attachType(one), Anchor: anchor})
 		if err != nil {
 			return fmt.Errorf("dsr: attach %s: %w", a, err)
 		}
@@ -131,7 +129,7 @@ func (d *Datapath) Attach(ifname string, dir Direction) error {
 // their pins. A direction not attached is no error.
 func (d *Datapath) Detach(ifname string, dir Direction) error {
 	var errs []error
-	for _, one := range dir.each() {
+	for _, one := range each(dir) {
 		a := attachment{ifname: ifname, dir: one}
 		l, ok := d.links[a]
 		if !ok {

@@ -99,7 +99,7 @@ type Datapath struct {
 	replaced error    // what Load could not adopt (Replaced)
 }
 
-var _ datapath.DSRNode = (*Datapath)(nil)
+var _ datapath.DSRDatapath = (*Datapath)(nil)
 
 // Load loads the programs and their maps; Attach attaches them. With Options.PinPath, maps and
 // links pinned there by an earlier Load are adopted: the new programs replace the old in the

@@ -176,18 +176,34 @@ func (d *Datapath) adoptLinks() []error {
 // interface was deleted stays, defunct, with ifindex 0) in a's direction. The interface's name
 // is not looked up: the pin's name says what it was when attached, and the caller may be in
 // another network namespace than the interface.
-func attached(l link.Link, a attachment) bool {
+func attached(l link.Link, a attachment) bool { return attachedTo(l, a, 0) }
+
+// attachedTo reports whether TCX link l is attached in a's direction to the interface of index
+// ifindex (0: to any interface).
+func attachedTo(l link.Link, a attachment, ifindex int) bool {
 	info, err := l.Info()
 	if err != nil || info.TCX() == nil {
 		return false
 	}
 	t := info.TCX()
-	return t.Ifindex != 0 && ebpf.AttachType(t.AttachType) == a.dir.attachType()
+	return t.Ifindex != 0 && (ifindex == 0 || int(t.Ifindex) == ifindex) && ebpf.AttachType(t.AttachType) == attachType(a.dir)
 }
 
-// HasPins reports whether dir holds any pin of direct server return's node side.
+// HasPins reports whether dir holds pins of direct server return's node side: a link pin of a
+// direction, or a map pin only it makes (flows, frags, ep_filter). Its services and stats maps
+// are pinned under the same names as the socket load balancer's (xdp/socklb): those alone do
+// not tell the two apart.
 func HasPins(dir string) bool {
-	return len(pinFiles(dir)) > 0
+	for _, n := range pinFiles(dir) {
+		if strings.HasPrefix(n, linkPrefix) {
+			return true // pinFiles lists only the link pins of a direction
+		}
+		switch strings.TrimPrefix(n, mapPrefix) {
+		case "flows", "frags", "ep_filter":
+			return true
+		}
+	}
+	return false
 }
 
 // pinFiles lists the pins in dir, links first (the programs are detached before their maps go).

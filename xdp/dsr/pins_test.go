@@ -180,3 +180,26 @@ func removeFile(path string) error {
 	}
 	return nil
 }
+
+// TestHasPins: a directory of the socket load balancer's pins, which share two names with the
+// node side's, is not taken for the node side's.
+func TestHasPins(t *testing.T) {
+	for _, c := range []struct {
+		files []string
+		want  bool
+	}{
+		{[]string{"map_services", "map_stats", "map_slots", "link_connect4"}, false}, // xdp/socklb's
+		{[]string{"map_services", "map_stats", "map_flows"}, true},
+		{[]string{"link_egress_v0"}, true},
+		{[]string{"map_ep_filter"}, true},
+		{nil, false},
+	} {
+		dir := t.TempDir()
+		for _, f := range c.files {
+			must(t, os.WriteFile(filepath.Join(dir, f), nil, 0o600))
+		}
+		if got := HasPins(dir); got != c.want {
+			t.Errorf("HasPins with %v: %v, want %v", c.files, got, c.want)
+		}
+	}
+}

@@ -22,6 +22,7 @@ var (
 	_ Document = Reasons{}
 	_ Document = Explanation{}
 	_ Document = Agent{}
+	_ Document = DSR{}
 )
 
 // newTable returns the tabwriter every document's tables are aligned by.
