@@ -106,7 +106,8 @@ func (s *Site) startAgents() error {
 		}
 		if s.DSR() {
 			a.DSRPinPath = filepath.Join(bpffsRoot, s.dsrPinName(n))
-			a.args = append(a.args, "--dsr-interface", "eth0", "--dsr-pin-path", a.DSRPinPath)
+			// The smallest flows table (16,384 flows, 2 MiB): the default preallocates 136 MiB a node.
+			a.args = append(a.args, "--dsr-interface", "eth0", "--dsr-pin-path", a.DSRPinPath, "--dsr-flows", "16384")
 		}
 		s.mu.Lock()
 		s.Agents = append(s.Agents, a)

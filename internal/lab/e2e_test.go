@@ -158,7 +158,8 @@ func sub(a, b []float64) []float64 {
 	return out
 }
 
-// waitHealthy waits until every gateway reports both addresses of each pod healthy.
+// waitHealthy waits until every gateway reports both addresses of each pod healthy in every
+// service that has it.
 func waitHealthy(t *testing.T, s *Site, pods ...*Pod) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -171,9 +172,8 @@ func waitHealthy(t *testing.T, s *Site, pods ...*Pod) {
 			}
 			for _, p := range pods {
 				for _, a := range []netip.Addr{p.Addr4, p.Addr6} {
-					if m.Sum("xlb_backend_healthy", "backend", a.String()) != 1 {
-						ok = false
-					}
+					ss := m.Samples("xlb_backend_healthy", "backend", a.String())
+					ok = ok && len(ss) > 0 && !slices.ContainsFunc(ss, func(s Sample) bool { return s.Value != 1 })
 				}
 			}
 		}
@@ -181,7 +181,11 @@ func waitHealthy(t *testing.T, s *Site, pods ...*Pod) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pods %v not healthy on every gateway within 10s", pods)
+			names := make([]string, len(pods))
+			for i, p := range pods {
+				names[i] = p.Name
+			}
+			t.Fatalf("pods %v not healthy on every gateway within 10s", names)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

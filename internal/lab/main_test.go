@@ -43,7 +43,7 @@ func run(m *testing.M) int {
 // childMain builds a one-gateway site, says "PREFIX <prefix>" and waits until stdin closes or
 // it is killed; it never removes the site itself.
 func childMain() int {
-	s, err := New(Options{XLB: os.Getenv("XLB_BIN"), Gateways: 1, Nodes: 1, Pods: 1})
+	s, err := New(Options{XLB: os.Getenv("XLB_BIN"), Gateways: 1, Nodes: 1, Pods: 1, ReturnPath: EnvReturnPath()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
