@@ -66,6 +66,43 @@ type Desired struct {
 	Frontends map[datapath.Frontend]*FrontendPlan
 	// Reverse maps backend endpoints to the frontend their replies come from.
 	Reverse map[datapath.Endpoint]ReversePlan
+	// Site is the site's own prefixes by kind: the sources the datapath's side checks know
+	// (docs/datapath.md, "Security model"). Plan puts every backend address in it
+	// (SiteCluster); SetSite adds the configured and discovered prefixes and the gateway's own
+	// addresses.
+	Site map[netip.Prefix]datapath.SiteKind
+}
+
+// SetSite makes d's site sources every backend address d names (as Plan does), the cluster
+// prefixes and the gateway's own addresses (own), each of kind SiteCluster or SiteGateway (a
+// prefix that is both has both bits). Invalid prefixes and addresses are left out.
+func (d *Desired) SetSite(cluster []netip.Prefix, own []netip.Addr) {
+	site := map[netip.Prefix]datapath.SiteKind{}
+	add := func(p netip.Prefix, k datapath.SiteKind) {
+		if !p.IsValid() {
+			return
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		site[p.Masked()] |= k
+	}
+	for _, p := range d.Frontends {
+		for _, b := range p.Backends {
+			a := b.Key.Addr().Unmap()
+			add(netip.PrefixFrom(a, a.BitLen()), datapath.SiteCluster)
+		}
+	}
+	for _, p := range cluster {
+		add(p, datapath.SiteCluster)
+	}
+	for _, a := range own {
+		if a.IsValid() {
+			a = a.Unmap()
+			add(netip.PrefixFrom(a, a.BitLen()), datapath.SiteGateway)
+		}
+	}
+	d.Site = site
 }
 
 // DefaultTableSize is the Maglev table size of a frontend unless configured otherwise: 16381 slots
@@ -118,6 +155,7 @@ func Plan(services []Service, opts PlanOptions) (d *Desired, errs []error) {
 		}
 	}
 	d.planReverse(opts.Forwarding)
+	d.SetSite(nil, nil)
 	return d, errs
 }
 

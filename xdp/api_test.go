@@ -282,7 +282,7 @@ func TestAttachStalePin(t *testing.T) {
 	})
 	d1, err := Load(opts)
 	must(t, err)
-	must(t, ns.Do(func() error { return d1.Attach("gw0", datapath.AttachAuto) }))
+	must(t, ns.Do(func() error { return d1.Attach("gw0", datapath.AttachAuto, datapath.RoleBoth) }))
 	must(t, d1.Close())
 
 	ns.MustIP(t, "link del gw0")
@@ -290,7 +290,7 @@ func TestAttachStalePin(t *testing.T) {
 	d2, err := Load(opts)
 	must(t, err)
 	defer d2.Close()
-	must(t, ns.Do(func() error { return d2.Attach("gw0", datapath.AttachAuto) }))
+	must(t, ns.Do(func() error { return d2.Attach("gw0", datapath.AttachAuto, datapath.RoleBoth) }))
 	ifs, err := d2.Interfaces()
 	must(t, err)
 	if len(ifs) != 1 || ifs[0] != "gw0" {

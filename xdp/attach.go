@@ -21,14 +21,18 @@ func (d *Datapath) linkPin(ifname string) string {
 	return filepath.Join(d.opts.PinPath, "links", ifname)
 }
 
-// Attach attaches the program to interface ifname through a bpf_link (pinned unless NoPin) and
-// lets the program redirect to it. If a link pinned by an earlier process exists, its program is
-// replaced atomically: forwarding on the interface never stops.
-func (d *Datapath) Attach(ifname string, mode datapath.AttachMode) error {
+// Attach attaches the program to interface ifname through a bpf_link (pinned unless NoPin),
+// facing the side role says, and lets the program redirect to it. If a link pinned by an earlier
+// process exists, its program is replaced atomically: forwarding on the interface never stops.
+// On an interface already attached, only the role changes.
+func (d *Datapath) Attach(ifname string, mode datapath.AttachMode, role datapath.Role) error {
 	switch mode {
 	case "", datapath.AttachAuto, datapath.AttachNative, datapath.AttachGeneric:
 	default:
 		return fmt.Errorf("attach to %s: unknown attach mode %q (auto, native or generic)", ifname, mode)
+	}
+	if role == datapath.RoleNone || role > datapath.RoleBoth {
+		return fmt.Errorf("attach to %s: role %d: want client, cluster or both", ifname, role)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -36,8 +40,16 @@ func (d *Datapath) Attach(ifname string, mode datapath.AttachMode) error {
 	if err != nil {
 		return fmt.Errorf("attach to %s: %w", ifname, err)
 	}
+	if iface.Index <= 0 || iface.Index >= datapath.MaxIfindex {
+		return fmt.Errorf("attach to %s: interface index %d is beyond the datapath's %d", ifname, iface.Index, datapath.MaxIfindex)
+	}
+	// The role first: the program must never run on the interface without it.
+	if err := d.objs.IfRoles.Put(uint32(iface.Index), uint8(role)); err != nil {
+		return fmt.Errorf("attach to %s: set its role %s: %w", ifname, role, err)
+	}
 	if _, ok := d.links[ifname]; ok {
-		return nil
+		// A flow record made on the interface under its old role must not be replayed.
+		return d.invalidateCaches()
 	}
 	if !d.opts.NoPin {
 		// The table first: once the link runs our program, its tail calls need it pinned.
@@ -184,6 +196,9 @@ func (d *Datapath) Detach(ifname string) error {
 	}
 	if h.ifindex > 0 {
 		_ = d.objs.TxPorts.Delete(uint32(h.ifindex))
+		if h.ifindex < datapath.MaxIfindex {
+			_ = d.objs.IfRoles.Put(uint32(h.ifindex), uint8(datapath.RoleNone))
+		}
 	}
 	if err := d.invalidateCaches(); err != nil {
 		errs = append(errs, err)
@@ -261,4 +276,17 @@ func readPinnedLinks(pinPath string) ([]pinnedLink, error) {
 		out = append(out, pinnedLink{e.Name(), info})
 	}
 	return out, nil
+}
+
+// SetIfindexRole gives the interface with index ifindex a role without attaching to it (Attach
+// does both). For programs run with BPF_PROG_TEST_RUN, whose packets arrive on lo (index 1) or
+// the index the run names, and for tools; RoleNone takes the role away.
+func (d *Datapath) SetIfindexRole(ifindex int, role datapath.Role) error {
+	if ifindex <= 0 || ifindex >= datapath.MaxIfindex || role > datapath.RoleBoth {
+		return fmt.Errorf("set the role of interface %d to %s: out of range: %w", ifindex, role, datapath.ErrOutOfRange)
+	}
+	if err := d.objs.IfRoles.Put(uint32(ifindex), uint8(role)); err != nil {
+		return fmt.Errorf("set the role of interface %d to %s: %w", ifindex, role, err)
+	}
+	return d.invalidateCaches()
 }

@@ -75,7 +75,20 @@ const (
 	// ReasonDropCarrierForged: a packet to a VIP that arrived with a carrier of direct server
 	// return (only gateways write them): dropped, so no node takes a client's.
 	ReasonDropCarrierForged = Reason(xlbReasonREASON_DROP_CARRIER_FORGED)
-	numReasons              = int(xlbReasonREASON_MAX)
+	// ReasonDropNoRole: to a VIP or from a backend, on an interface without a role (not
+	// attached by xlb).
+	ReasonDropNoRole = Reason(xlbReasonREASON_DROP_NO_ROLE)
+	// ReasonDropSiteSource: to a VIP from a source that never arrives there: a VIP, the
+	// gateway's own address, or (from the client side) a site prefix.
+	ReasonDropSiteSource = Reason(xlbReasonREASON_DROP_SITE_SOURCE)
+	// ReasonDropWrongSide: to a VIP, on a cluster-facing interface, from outside the site.
+	ReasonDropWrongSide = Reason(xlbReasonREASON_DROP_WRONG_SIDE)
+	// ReasonDropReplyWrongSide: a backend's reply that arrived from the client side: never
+	// reverse-NATed.
+	ReasonDropReplyWrongSide = Reason(xlbReasonREASON_DROP_REPLY_WRONG_SIDE)
+	// ReasonDropVIPUnserved: to a VIP address on a port or protocol no service has.
+	ReasonDropVIPUnserved = Reason(xlbReasonREASON_DROP_VIP_UNSERVED)
+	numReasons            = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -86,6 +99,7 @@ var reasonNames = [...]string{
 	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "ct_rate_limited", "ct_reselect",
 	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev", "pass_tail_call",
 	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
+	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
 }
 
 // String returns the counter's name, as used in metrics.

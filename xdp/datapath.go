@@ -422,7 +422,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
 	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack,
-		m.Frags, m.Handshakes, m.MaglevSlots, m.Reasons, m.Reverse, m.SrcRanges, m.TxPorts, m.VipById,
+		m.Frags, m.Handshakes, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }
 

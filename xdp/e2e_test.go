@@ -135,8 +135,8 @@ func e2eConfigure(d *Datapath) error {
 // tests mean to prove the XDP_REDIRECT path, not a silent generic-mode fallback.
 func e2eAttach(d *Datapath, gw *netlab.NS) error {
 	return gw.Do(func() error {
-		for _, ifname := range []string{e2eGWClientIf, e2eGWBackendIf} {
-			if err := d.Attach(ifname, datapath.AttachNative); err != nil {
+		for ifname, role := range map[string]datapath.Role{e2eGWClientIf: datapath.RoleClient, e2eGWBackendIf: datapath.RoleCluster} {
+			if err := d.Attach(ifname, datapath.AttachNative, role); err != nil {
 				return err
 			}
 		}

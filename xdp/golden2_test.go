@@ -284,8 +284,9 @@ func TestGoldenStateChanges(t *testing.T) {
 	}
 	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, toBE2.bytes(t), fwd(ReasonFwdRedirect)})
 
+	// vip4 keeps other frontends: its port 80 is now unserved.
 	must(t, d.DeleteVIP(datapath.Frontend{Addr: vip4, Port: 80, Proto: datapath.TCP}))
-	g.expect(t, ack.bytes(t), g.ext, want{xdpPass, nil, map[Reason]uint64{ReasonPassNotVIP: 1}})
+	g.expect(t, ack.bytes(t), g.ext, want{xdpDrop, nil, map[Reason]uint64{ReasonDropVIPUnserved: 1}})
 }
 
 // TestGoldenRateGuard: above the per-CPU new-flow rate, flows are still balanced but not recorded.
@@ -382,6 +383,7 @@ func TestRestartOldProgramSeesChanges(t *testing.T) {
 	must(t, old.UpsertBackend(2, datapath.Backend{Addr: be2v4, Port: 8080}))
 	must(t, old.SetMaglevTable(1, table(13, 1)))
 	must(t, g.ns.Do(func() error { return old.objs.TxPorts.Put(uint32(g.int), uint32(g.int)) }))
+	must(t, old.objs.IfRoles.Put(uint32(g.ext), uint8(datapath.RoleClient)))
 	// Two connections: a retransmission of the first SYN would follow its handshake entry.
 	in, toBE1 := clientTCP(46000, ap(vip4, 80), "S", ap(be1v4, 8080), macBE1)
 	in2, toBE2 := clientTCP(46001, ap(vip4, 80), "S", ap(be2v4, 8080), macBE2)

@@ -98,8 +98,8 @@ func newGW(t testing.TB, opts Options) *gw {
 	t.Cleanup(func() { dp.Close() })
 	g := &gw{ns: ns, dp: dp}
 	err = ns.Do(func() error {
-		for _, n := range []string{"ext0", "int0"} {
-			if err := dp.Attach(n, datapath.AttachAuto); err != nil {
+		for n, role := range map[string]datapath.Role{"ext0": datapath.RoleClient, "int0": datapath.RoleCluster} {
+			if err := dp.Attach(n, datapath.AttachAuto, role); err != nil {
 				return err
 			}
 		}

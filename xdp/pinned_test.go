@@ -32,6 +32,8 @@ func TestOpenPinned(t *testing.T) {
 	must(t, d.SetReverse(datapath.Endpoint{Addr: be1v4, Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 7}))
 	// An ACK of an unknown flow: conntrack remembers it, the VIP and backend counters move. No
 	// interface is attached and BPF_PROG_TEST_RUN sends nothing, whatever the verdict.
+	// The runs arrive on lo (ifindex 1), which nothing attached: it gets the client role.
+	must(t, d.objs.IfRoles.Put(uint32(1), uint8(datapath.RoleClient)))
 	in, _ := clientTCP(40000, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 	if _, err := d.Program().Run(&ebpf.RunOptions{Data: in.bytes(t)}); err != nil {
 		t.Fatal(err)

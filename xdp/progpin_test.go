@@ -25,7 +25,7 @@ func TestProgsPins(t *testing.T) {
 	progsDir := filepath.Join(dir, "progs")
 	attach := func(d *Datapath, ifname string) {
 		t.Helper()
-		must(t, ns.Do(func() error { return d.Attach(ifname, datapath.AttachAuto) }))
+		must(t, ns.Do(func() error { return d.Attach(ifname, datapath.AttachAuto, datapath.RoleBoth) }))
 	}
 	progID := func(d *Datapath) string {
 		t.Helper()

@@ -71,7 +71,8 @@ type xlbFlowCacheEntry struct {
 	Gen       uint32
 	Flags     uint8
 	VipFlags  uint8
-	Pad       [2]uint8
+	InRole    uint8
+	Pad       uint8
 	FastUntil uint64
 	ToAddr    struct {
 		_ structs.HostLayout
@@ -165,42 +166,47 @@ type xlbNexthop struct {
 type xlbReason uint32
 
 const (
-	xlbReasonREASON_PASS_NOT_IP         xlbReason = 0
-	xlbReasonREASON_PASS_MALFORMED_L3   xlbReason = 1
-	xlbReasonREASON_PASS_NOT_VIP        xlbReason = 2
-	xlbReasonREASON_PASS_IPV6EXT        xlbReason = 3
-	xlbReasonREASON_PASS_TTL            xlbReason = 4
-	xlbReasonREASON_PASS_NO_NEIGH       xlbReason = 5
-	xlbReasonREASON_PASS_FIB            xlbReason = 6
-	xlbReasonREASON_PASS_NO_TXPORT      xlbReason = 7
-	xlbReasonREASON_PASS_VLAN_EGRESS    xlbReason = 8
-	xlbReasonREASON_PASS_REVERSE_NO_CT  xlbReason = 9
-	xlbReasonREASON_PASS_ICMP           xlbReason = 10
-	xlbReasonREASON_PASS_LOCAL          xlbReason = 11
-	xlbReasonREASON_DROP_MALFORMED_L4   xlbReason = 12
-	xlbReasonREASON_DROP_SRC_RANGE      xlbReason = 13
-	xlbReasonREASON_DROP_NO_BACKEND     xlbReason = 14
-	xlbReasonREASON_DROP_FRAG_UNKNOWN   xlbReason = 15
-	xlbReasonREASON_DROP_FIB            xlbReason = 16
-	xlbReasonREASON_DROP_UDP6ZERO_CSUM  xlbReason = 17
-	xlbReasonREASON_FWD_TX              xlbReason = 18
-	xlbReasonREASON_FWD_REDIRECT        xlbReason = 19
-	xlbReasonREASON_NAT_FORWARD         xlbReason = 20
-	xlbReasonREASON_NAT_REVERSE         xlbReason = 21
-	xlbReasonREASON_ICMP_ECHO_REPLY     xlbReason = 22
-	xlbReasonREASON_ICMP_TO_BACKEND     xlbReason = 23
-	xlbReasonREASON_ICMP_TO_CLIENT      xlbReason = 24
-	xlbReasonREASON_CT_RATE_LIMITED     xlbReason = 25
-	xlbReasonREASON_CT_RESELECT         xlbReason = 26
-	xlbReasonREASON_HS_HIT              xlbReason = 27
-	xlbReasonREASON_HS_RATE_LIMITED     xlbReason = 28
-	xlbReasonREASON_NAT_REVERSE_MAGLEV  xlbReason = 29
-	xlbReasonREASON_PASS_TAIL_CALL      xlbReason = 30
-	xlbReasonREASON_DSR_CARRIED         xlbReason = 31
-	xlbReasonREASON_DSR_NO_ROOM         xlbReason = 32
-	xlbReasonREASON_DSR_TOO_BIG         xlbReason = 33
-	xlbReasonREASON_DROP_CARRIER_FORGED xlbReason = 34
-	xlbReasonREASON_MAX                 xlbReason = 35
+	xlbReasonREASON_PASS_NOT_IP           xlbReason = 0
+	xlbReasonREASON_PASS_MALFORMED_L3     xlbReason = 1
+	xlbReasonREASON_PASS_NOT_VIP          xlbReason = 2
+	xlbReasonREASON_PASS_IPV6EXT          xlbReason = 3
+	xlbReasonREASON_PASS_TTL              xlbReason = 4
+	xlbReasonREASON_PASS_NO_NEIGH         xlbReason = 5
+	xlbReasonREASON_PASS_FIB              xlbReason = 6
+	xlbReasonREASON_PASS_NO_TXPORT        xlbReason = 7
+	xlbReasonREASON_PASS_VLAN_EGRESS      xlbReason = 8
+	xlbReasonREASON_PASS_REVERSE_NO_CT    xlbReason = 9
+	xlbReasonREASON_PASS_ICMP             xlbReason = 10
+	xlbReasonREASON_PASS_LOCAL            xlbReason = 11
+	xlbReasonREASON_DROP_MALFORMED_L4     xlbReason = 12
+	xlbReasonREASON_DROP_SRC_RANGE        xlbReason = 13
+	xlbReasonREASON_DROP_NO_BACKEND       xlbReason = 14
+	xlbReasonREASON_DROP_FRAG_UNKNOWN     xlbReason = 15
+	xlbReasonREASON_DROP_FIB              xlbReason = 16
+	xlbReasonREASON_DROP_UDP6ZERO_CSUM    xlbReason = 17
+	xlbReasonREASON_FWD_TX                xlbReason = 18
+	xlbReasonREASON_FWD_REDIRECT          xlbReason = 19
+	xlbReasonREASON_NAT_FORWARD           xlbReason = 20
+	xlbReasonREASON_NAT_REVERSE           xlbReason = 21
+	xlbReasonREASON_ICMP_ECHO_REPLY       xlbReason = 22
+	xlbReasonREASON_ICMP_TO_BACKEND       xlbReason = 23
+	xlbReasonREASON_ICMP_TO_CLIENT        xlbReason = 24
+	xlbReasonREASON_CT_RATE_LIMITED       xlbReason = 25
+	xlbReasonREASON_CT_RESELECT           xlbReason = 26
+	xlbReasonREASON_HS_HIT                xlbReason = 27
+	xlbReasonREASON_HS_RATE_LIMITED       xlbReason = 28
+	xlbReasonREASON_NAT_REVERSE_MAGLEV    xlbReason = 29
+	xlbReasonREASON_PASS_TAIL_CALL        xlbReason = 30
+	xlbReasonREASON_DSR_CARRIED           xlbReason = 31
+	xlbReasonREASON_DSR_NO_ROOM           xlbReason = 32
+	xlbReasonREASON_DSR_TOO_BIG           xlbReason = 33
+	xlbReasonREASON_DROP_CARRIER_FORGED   xlbReason = 34
+	xlbReasonREASON_DROP_NO_ROLE          xlbReason = 35
+	xlbReasonREASON_DROP_SITE_SOURCE      xlbReason = 36
+	xlbReasonREASON_DROP_WRONG_SIDE       xlbReason = 37
+	xlbReasonREASON_DROP_REPLY_WRONG_SIDE xlbReason = 38
+	xlbReasonREASON_DROP_VIP_UNSERVED     xlbReason = 39
+	xlbReasonREASON_MAX                   xlbReason = 40
 )
 
 type xlbRevValue struct {
@@ -209,6 +215,16 @@ type xlbRevValue struct {
 	VipPort uint16
 	Flags   uint16
 	Cand    [4]uint32
+}
+
+type xlbSiteKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint32
+	Addr      struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
 }
 
 type xlbSrcRangeKey struct {
@@ -278,11 +294,13 @@ const (
 	xlbMapFlowCache           = "flow_cache"
 	xlbMapFrags               = "frags"
 	xlbMapHandshakes          = "handshakes"
+	xlbMapIfRoles             = "if_roles"
 	xlbMapMaglevSlots         = "maglev_slots"
 	xlbMapNhCache             = "nh_cache"
 	xlbMapProgs               = "progs"
 	xlbMapReasons             = "reasons"
 	xlbMapReverse             = "reverse"
+	xlbMapSiteSources         = "site_sources"
 	xlbMapSrcRanges           = "src_ranges"
 	xlbMapSvcCache            = "svc_cache"
 	xlbMapTxPorts             = "tx_ports"
@@ -364,11 +382,13 @@ type xlbMapSpecs struct {
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
+	IfRoles      *ebpf.MapSpec `ebpf:"if_roles"`
 	MaglevSlots  *ebpf.MapSpec `ebpf:"maglev_slots"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
 	Progs        *ebpf.MapSpec `ebpf:"progs"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	Reverse      *ebpf.MapSpec `ebpf:"reverse"`
+	SiteSources  *ebpf.MapSpec `ebpf:"site_sources"`
 	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
 	SvcCache     *ebpf.MapSpec `ebpf:"svc_cache"`
 	TxPorts      *ebpf.MapSpec `ebpf:"tx_ports"`
@@ -420,11 +440,13 @@ type xlbMaps struct {
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	Handshakes   *ebpf.Map `ebpf:"handshakes"`
+	IfRoles      *ebpf.Map `ebpf:"if_roles"`
 	MaglevSlots  *ebpf.Map `ebpf:"maglev_slots"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
 	Progs        *ebpf.Map `ebpf:"progs"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	Reverse      *ebpf.Map `ebpf:"reverse"`
+	SiteSources  *ebpf.Map `ebpf:"site_sources"`
 	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
 	SvcCache     *ebpf.Map `ebpf:"svc_cache"`
 	TxPorts      *ebpf.Map `ebpf:"tx_ports"`
@@ -446,11 +468,13 @@ func (m *xlbMaps) Close() error {
 		m.FlowCache,
 		m.Frags,
 		m.Handshakes,
+		m.IfRoles,
 		m.MaglevSlots,
 		m.NhCache,
 		m.Progs,
 		m.Reasons,
 		m.Reverse,
+		m.SiteSources,
 		m.SrcRanges,
 		m.SvcCache,
 		m.TxPorts,

@@ -23,9 +23,9 @@ type benchDatapath struct {
 }
 
 // Attach, Detach and Interfaces: the benchmarks attach nothing.
-func (b *benchDatapath) Attach(string, datapath.AttachMode) error { return nil }
-func (b *benchDatapath) Detach(string) error                      { return nil }
-func (b *benchDatapath) Interfaces() ([]string, error)            { return nil, nil }
+func (b *benchDatapath) Attach(string, datapath.AttachMode, datapath.Role) error { return nil }
+func (b *benchDatapath) Detach(string) error                                     { return nil }
+func (b *benchDatapath) Interfaces() ([]string, error)                           { return nil, nil }
 
 func (b *benchDatapath) UpsertVIP(f datapath.Frontend, c datapath.VIPConfig) error {
 	b.writes.Add(1)

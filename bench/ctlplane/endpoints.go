@@ -101,7 +101,7 @@ func measureEndpointLatency() ([]time.Duration, error) {
 		}
 	}
 	cfgPath := filepath.Join(dir, "xlb.yaml")
-	cfgText := `interfaces: [{name: bench0}]
+	cfgText := `interfaces: [{name: bench0, role: both}]
 datapath: {seed: 1, backendWarmup: "off"}
 pools: [{name: bench, addresses: [198.18.100.0/24]}]
 kubernetes: {nodeHealthPort: 0, gatewayName: bench}

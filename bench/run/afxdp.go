@@ -36,7 +36,7 @@ func (x *AFXDP) Start(_ context.Context, t *topo.Topology) error {
 	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
-	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, datapath.AttachAuto) }); err != nil {
+	if err := attachGateway(t, func(ifname string, role datapath.Role) error { return d.Attach(ifname, datapath.AttachAuto, role) }); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
 	x.d = d

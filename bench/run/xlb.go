@@ -40,7 +40,7 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 	if err := configure(d); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
-	if err := attachGateway(t, func(ifname string) error { return d.Attach(ifname, datapath.AttachNative) }); err != nil {
+	if err := attachGateway(t, func(ifname string, role datapath.Role) error { return d.Attach(ifname, datapath.AttachNative, role) }); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
 	x.d = d
@@ -49,10 +49,10 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 
 // attachGateway runs attach for both gateway interfaces (in, then out) in the gateway's
 // namespace.
-func attachGateway(t *topo.Topology, attach func(ifname string) error) error {
+func attachGateway(t *topo.Topology, attach func(ifname string, role datapath.Role) error) error {
 	return t.Gateway.Do(func() error {
-		for _, ifname := range []string{t.GwIn, t.GwOut} {
-			if err := attach(ifname); err != nil {
+		for ifname, role := range map[string]datapath.Role{t.GwIn: datapath.RoleClient, t.GwOut: datapath.RoleCluster} {
+			if err := attach(ifname, role); err != nil {
 				return err
 			}
 		}

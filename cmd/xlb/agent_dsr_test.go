@@ -52,7 +52,7 @@ var (
 // dsrAgentConfig is the gateways' file: web on Pod A, dns on Pod B (with dnsOnB) and on a Pod of
 // another node.
 func dsrAgentConfig(dnsOnB bool) string {
-	s := `interfaces: [{name: gw0}]
+	s := `interfaces: [{name: gw0, role: both}]
 datapath: {forwarding: dsr}
 services:
   - name: web

@@ -430,8 +430,8 @@ func (l *lab) writeConfig(t *testing.T, backends []netip.Addr, timing ...string)
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, `interfaces:
-  - {name: %s, mode: native}
-  - {name: %s, mode: native}
+  - {name: %s, mode: native, role: client}
+  - {name: %s, mode: native, role: cluster}
 datapath:
   kind: %s
   pinPath: %s

@@ -102,8 +102,8 @@ func TestXDPPlannedTrafficFlows(t *testing.T) {
 	t.Cleanup(func() { dp.Close() })
 	var ext int
 	must(t, ns.Do(func() error {
-		for _, n := range []string{"ext0", "int0"} {
-			if err := dp.Attach(n, datapath.AttachAuto); err != nil {
+		for n, role := range map[string]datapath.Role{"ext0": datapath.RoleClient, "int0": datapath.RoleCluster} {
+			if err := dp.Attach(n, datapath.AttachAuto, role); err != nil {
 				return err
 			}
 		}

@@ -19,8 +19,8 @@ func (s *Site) ConfigYAML(g *Gateway, pods []*Pod) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# xlb lab site %s, gateway %s (generated: %s)\n", s.Prefix, g.Name, time.Now().Format(time.RFC3339))
 	fmt.Fprintf(&b, `interfaces:
-  - {name: up0, mode: native}
-  - {name: cl0, mode: native}
+  - {name: up0, mode: native, role: client}    # the router: clients
+  - {name: cl0, mode: native, role: cluster}   # the cluster L2: nodes and pods
 datapath:
   kind: %s
   pinPath: %s
@@ -28,9 +28,10 @@ datapath:
   maglevSlots: 1048576   # 64 tables of 16381 slots: every frontend's and those being replaced (old slots are reused after 1 s)
   seed: %d
   forwarding: %s
+  clusterPrefixes: [%s]
 listen: %s
 log: {format: text, level: info}
-`, s.datapathKind(g), g.PinPath, s.Opts.Seed, s.Forwarding(), g.Listen)
+`, s.datapathKind(g), g.PinPath, s.Opts.Seed, s.Forwarding(), strings.Join(s.clusterPrefixes(), ", "), g.Listen)
 	if s.Opts.Mode == Kubernetes {
 		b.WriteString(s.kubeYAML(g))
 	} else {
@@ -121,4 +122,16 @@ kubernetes:
   healthCheckTimeout: 500ms
   leaderElection: {leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 500ms}
 %s`, PoolName, PoolRange4, PoolRange6, g.kubeconfigPath(), g.GatewayName(), proxyhealth.DefaultNodePort, ipMode)
+}
+
+// clusterPrefixes are the site's own prefixes, as the gateways' config lists them: the cluster
+// L2, every node's Pod CIDRs and the cluster IP ranges. Never a client's source on up0; on cl0,
+// the in-cluster clients a gateway balances.
+func (s *Site) clusterPrefixes() []string {
+	out := []string{ClusterPrefix4.String(), ClusterPrefix6.String(), serviceClusterIPRange4, serviceIPv6Range}
+	for n := 1; n <= s.Opts.Nodes; n++ {
+		c4, c6 := podCIDRs(n)
+		out = append(out, c4.String(), c6.String())
+	}
+	return out
 }

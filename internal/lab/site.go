@@ -456,7 +456,12 @@ func (s *Site) addGateway(g int) error {
 		fmt.Sprintf("addr add %s/%d dev cl0", cl4, ClusterPrefix4.Bits()),
 		fmt.Sprintf("addr add %s/%d dev cl0 nodad", cl6, ClusterPrefix6.Bits()),
 		fmt.Sprintf("-4 route add default via %s dev up0", r4),
-		fmt.Sprintf("-6 route add default via %s dev up0", r6)); err != nil {
+		fmt.Sprintf("-6 route add default via %s dev up0", r6),
+		// The recommended set-up (docs/datapath.md, "Security model"): the VIP prefixes go
+		// nowhere in the gateway's own kernel, so what the datapath does not take (it is
+		// detached, or stopped) is dropped there, never looped back to the router.
+		fmt.Sprintf("-4 route add blackhole %s", VIPPrefix4),
+		fmt.Sprintf("-6 route add blackhole %s", VIPPrefix6)); err != nil {
 		return err
 	}
 	if err := ipc(s.Router.NS,
@@ -514,11 +519,26 @@ func (s *Site) addNode(n int) error {
 			fmt.Fprintf(&nh6, " nexthop via %s dev eth0", g6)
 		}
 	}
-	if err := ipc(ns,
+	cmds := []string{
 		fmt.Sprintf("addr add %s/%d dev eth0", a4, ClusterPrefix4.Bits()),
 		fmt.Sprintf("addr add %s/%d dev eth0 nodad", a6, ClusterPrefix6.Bits()),
-		"-4 route add default"+nh4.String(),
-		"-6 route add default"+nh6.String()); err != nil {
+		"-4 route add default" + nh4.String(),
+		"-6 route add default" + nh6.String(),
+	}
+	if s.DSR() {
+		// In-cluster clients reach the VIPs on the gateways' cluster legs, as the gateways
+		// require (the router would bring them to the client side, where a site source is
+		// forged: docs/datapath.md, "Security model").
+		var v4, v6 strings.Builder
+		for g := 1; g <= s.Opts.Gateways; g++ {
+			g4, g6 := gatewayClusterAddrs(g)
+			fmt.Fprintf(&v4, " nexthop via %s dev eth0", g4)
+			fmt.Fprintf(&v6, " nexthop via %s dev eth0", g6)
+		}
+		cmds = append(cmds, fmt.Sprintf("-4 route add %s%s", VIPPrefix4, v4.String()),
+			fmt.Sprintf("-6 route add %s%s", VIPPrefix6, v6.String()))
+	}
+	if err := ipc(ns, cmds...); err != nil {
 		return err
 	}
 	if s.DSR() {

@@ -235,7 +235,7 @@ func TestPodInterfaces(t *testing.T) {
 // fileConfig is a gateway config with web (VIP .1, backends on n1 and n2, one of n1's marked
 // dsr: false) and, with more, dns (VIP .2, a backend on n1).
 func fileConfig(more bool) string {
-	s := `interfaces: [{name: ext0}]
+	s := `interfaces: [{name: ext0, role: both}]
 datapath: {forwarding: dsr}
 services:
   - name: web

@@ -162,6 +162,12 @@ type Interface struct {
 	Name string
 	// Mode (key mode) is how the program attaches: auto (the default), native or generic.
 	Mode datapath.AttachMode
+	// Role (key role; required) is the side of the gateway the interface faces: client (the
+	// upstream routers: packets to VIPs are balanced, nothing is reverse-NATed), cluster (the
+	// nodes and Pods: backends' replies are reverse-NATed, and packets to VIPs only from the
+	// site's own prefixes are balanced) or both (a one-armed gateway: a packet whose source is
+	// in the cluster's prefixes is the cluster's). docs/datapath.md, "Security model".
+	Role datapath.Role
 }
 
 // Datapath holds the datapath's load options (key datapath). A zero field means the datapath's
@@ -222,6 +228,13 @@ type Datapath struct {
 	//     no new flows) or "returnPath" (served through the gateways).
 	// A reload applies it.
 	Forwarding lb.Forwarding
+	// ClusterPrefixes (key clusterPrefixes) are the site's own prefixes: the Pods', the
+	// nodes', the cluster IPs'. Every backend address counts too, without being listed (and,
+	// in Kubernetes mode, every node's addresses and Pod CIDRs). A packet to a VIP from one of
+	// them is an in-cluster client's: balanced when it arrives on a cluster-facing interface,
+	// dropped as forged on a client-facing one; on a one-armed interface (role both) such a
+	// source is the cluster side. A reload applies it.
+	ClusterPrefixes []netip.Prefix
 }
 
 // DatapathKind is which datapath forwards (key datapath.kind).

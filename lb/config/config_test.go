@@ -39,7 +39,7 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Interfaces: []Interface{{Name: "ext0", Mode: datapath.AttachAuto}, {Name: "ext1", Mode: datapath.AttachNative}},
+		Interfaces: []Interface{{Name: "ext0", Mode: datapath.AttachAuto, Role: datapath.RoleClient}, {Name: "ext1", Mode: datapath.AttachNative, Role: datapath.RoleCluster}},
 		Datapath: Datapath{
 			Kind:    DatapathXDP,
 			PinPath: "/sys/fs/bpf/xlb",
@@ -57,6 +57,7 @@ func TestExample(t *testing.T) {
 			MaglevTableSize: 16381,
 			BackendWarmup:   500 * time.Millisecond,
 			Forwarding:      lb.Forwarding{Mode: datapath.DSR, Fallback: lb.FallbackExclude},
+			ClusterPrefixes: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/24"), netip.MustParsePrefix("2001:db8:64::/48")},
 		},
 		Listen: "127.0.0.1:9610",
 		Log:    Log{Format: LogText, Level: slog.LevelInfo},
@@ -129,7 +130,7 @@ func TestExample(t *testing.T) {
 // TestDefaults checks what a minimal file gets.
 func TestDefaults(t *testing.T) {
 	cfg, err := Parse("min.yaml", []byte(`
-interfaces: [{name: ext0}]
+interfaces: [{name: ext0, role: both}]
 datapath:
 services:
   - name: web
@@ -141,7 +142,7 @@ services:
 		t.Fatal(err)
 	}
 	want := &Config{
-		Interfaces: []Interface{{Name: "ext0", Mode: datapath.AttachAuto}},
+		Interfaces: []Interface{{Name: "ext0", Mode: datapath.AttachAuto, Role: datapath.RoleBoth}},
 		Datapath:   Datapath{Kind: DatapathXDP},
 		Listen:     DefaultListen,
 		Log:        Log{Format: LogText, Level: slog.LevelInfo},
@@ -153,7 +154,7 @@ services:
 		t.Errorf("got\n%+v\nwant\n%+v", cfg, want)
 	}
 
-	cfg, err = Parse("min.yaml", []byte("interfaces: [{name: ext0}]\nservices: []\n"))
+	cfg, err = Parse("min.yaml", []byte("interfaces: [{name: ext0, role: both}]\nservices: []\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ services:
 // special values (off, -1, IPv4-mapped addresses).
 func TestYAMLFeatures(t *testing.T) {
 	cfg, err := Parse("f.yaml", []byte(`
-interfaces: [{name: ext0}]
+interfaces: [{name: ext0, role: both}]
 datapath: {kind: afxdp, seed: 0xdeadbeef, conntrackSize: 1_000_000, newFlowRate: -1, nextHopCacheTTL: off, backendWarmup: off}
 log: {format: json, level: debug}
 listen: "[::1]:9610"
@@ -189,7 +190,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cfg.Datapath, (Datapath{Kind: DatapathAFXDP, Settings: datapath.Settings{Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1}, BackendWarmup: -1}); got != want {
+	if got, want := cfg.Datapath, (Datapath{Kind: DatapathAFXDP, Settings: datapath.Settings{Seed: 0xdeadbeef, ConntrackSize: 1000000, NewFlowRate: -1, NextHopCacheTTL: -1}, BackendWarmup: -1}); !reflect.DeepEqual(got, want) {
 		t.Errorf("datapath %+v, want %+v", got, want)
 	}
 	if cfg.Log != (Log{Format: LogJSON, Level: slog.LevelDebug}) || cfg.Listen != "[::1]:9610" {
@@ -213,7 +214,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(absent) = %v, want an error wrapping os.ErrNotExist", err)
 	}
 	path := filepath.Join(t.TempDir(), "xlb.yaml")
-	if err := os.WriteFile(path, []byte("interfaces: [{name: ext0}]\nlisten: nowhere\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("interfaces: [{name: ext0, role: both}]\nlisten: nowhere\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Load(path)
@@ -229,7 +230,7 @@ func TestLoad(t *testing.T) {
 
 // TestAllErrors checks that Parse reports every error, sorted by line, and caps their number.
 func TestAllErrors(t *testing.T) {
-	_, err := Parse("xlb.yaml", []byte(`interfaces: [{name: ext0, mode: fast}]
+	_, err := Parse("xlb.yaml", []byte(`interfaces: [{name: ext0, mode: fast, role: both}]
 log: {level: loud}
 services:
   - name: web
@@ -248,7 +249,7 @@ xlb.yaml:7: datapath.seed: -1 is negative (want 0 to 4294967295)`
 	}
 
 	var b strings.Builder
-	b.WriteString("interfaces: [{name: ext0}]\nservices:\n")
+	b.WriteString("interfaces: [{name: ext0, role: both}]\nservices:\n")
 	for i := range 25 {
 		fmt.Fprintf(&b, "  - {name: web%d, vips: [198.18.100.1], ports: [{port: 80}], bad: 1}\n", i)
 	}

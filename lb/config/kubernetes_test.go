@@ -63,7 +63,7 @@ func TestKubernetesExample(t *testing.T) {
 
 // TestKubernetesDefaults checks what an empty kubernetes section and a minimal pool get.
 func TestKubernetesDefaults(t *testing.T) {
-	cfg, err := Parse("k.yaml", []byte("interfaces: [{name: ext0}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: {kubeconfig: kc}\n"))
+	cfg, err := Parse("k.yaml", []byte("interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: {kubeconfig: kc}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestKubernetesDefaults(t *testing.T) {
 	if want := []Pool{{Name: "edge", Addresses: []ipam.Range{rng("198.18.100.0", "198.18.100.255")}, AutoAssign: true}}; !reflect.DeepEqual(cfg.Pools, want) {
 		t.Errorf("pools %+v, want %+v", cfg.Pools, want)
 	}
-	cfg, err = Parse("/etc/xlb/xlb.yaml", []byte("interfaces: [{name: ext0}]\npools: [{name: edge, addresses: [198.18.100.1]}]\n"+
+	cfg, err = Parse("/etc/xlb/xlb.yaml", []byte("interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.1]}]\n"+
 		"kubernetes: {kubeconfig: kc, ipMode: Proxy, nodeHealthPort: 0, defaultClass: true, podRoutes: true, loadBalancerClass: lb}\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -99,16 +99,16 @@ func TestKubernetesDefaults(t *testing.T) {
 
 // kube is a file in Kubernetes mode whose kubernetes section has the given fields from line 5.
 func kube(fields string) string {
-	return "interfaces: [{name: ext0}]\npools:\n  - {name: edge, addresses: [198.18.100.0/24]}\nkubernetes:\n" + fields
+	return "interfaces: [{name: ext0, role: both}]\npools:\n  - {name: edge, addresses: [198.18.100.0/24]}\nkubernetes:\n" + fields
 }
 
 func TestKubernetesErrors(t *testing.T) {
 	for _, c := range []struct{ name, file, want string }{
-		{"pools missing", "interfaces: [{name: ext0}]\nkubernetes: {}\n",
+		{"pools missing", "interfaces: [{name: ext0, role: both}]\nkubernetes: {}\n",
 			"xlb.yaml:2: pools: missing (Kubernetes mode hands out VIPs from address pools: list at least one)"},
-		{"pools without kubernetes", "interfaces: [{name: ext0}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\n",
+		{"pools without kubernetes", "interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\n",
 			"xlb.yaml:2: pools: only apply in Kubernetes mode (add a kubernetes section, or remove the pools)"},
-		{"kubernetes a list", "interfaces: [{name: ext0}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: [a]\n",
+		{"kubernetes a list", "interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: [a]\n",
 			"xlb.yaml:3: kubernetes: want a mapping, got a list"},
 		{"unknown field", kube("  ipmode: VIP\n"), `xlb.yaml:5: kubernetes.ipmode: unknown field (did you mean "ipMode"?)`},
 		{"empty kubeconfig", kube("  kubeconfig: \"\"\n"), "xlb.yaml:5: kubernetes.kubeconfig: empty"},
@@ -146,10 +146,10 @@ func TestKubernetesErrors(t *testing.T) {
 			"xlb.yaml:6: kubernetes.leaderElection.retryPeriod: renewDeadline 10s is not more than 1.2 × retryPeriod 9s"},
 		{"negative lease duration", kube("  leaderElection: {leaseDuration: -1s}\n"),
 			"xlb.yaml:5: kubernetes.leaderElection.leaseDuration: -1s is not above zero"},
-		{"service name with a slash", "interfaces: [{name: ext0}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: {}\n" +
+		{"service name with a slash", "interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: {}\n" +
 			"services:\n  - name: default/web\n    vips: [198.18.99.1]\n    ports: [{port: 80}]\n",
 			`xlb.yaml:5: services[0].name: "default/web" contains '/': in Kubernetes mode, names of the form namespace/name are the Kubernetes Services'`},
-		{"service VIP in a pool", "interfaces: [{name: ext0}]\npools:\n  - name: edge\n    addresses: [198.18.99.0/30, 198.18.100.0/24]\nkubernetes: {}\n" +
+		{"service VIP in a pool", "interfaces: [{name: ext0, role: both}]\npools:\n  - name: edge\n    addresses: [198.18.99.0/30, 198.18.100.0/24]\nkubernetes: {}\n" +
 			"services:\n  - name: web\n    vips: [198.18.99.1, \"2001:db8::1\", 198.18.100.7]\n    ports: [{port: 80}]\n",
 			`xlb.yaml:8: services[0].vips[0]: 198.18.99.1 is in pool "edge" (pools[0].addresses[0], line 4), whose addresses go to Kubernetes Services
 xlb.yaml:8: services[0].vips[2]: 198.18.100.7 is in pool "edge" (pools[0].addresses[1], line 4), whose addresses go to Kubernetes Services`},

@@ -26,9 +26,10 @@ import (
 // The fields of each mapping of the file, in the order the documentation gives them.
 var (
 	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
-	interfaceFields = []string{"name", "mode"}
+	interfaceFields = []string{"name", "mode", "role"}
 	datapathFields  = []string{"kind", "pinPath", "conntrackSize", "handshakeSize", "maglevSlots", "maglevTableSize", "seed",
-		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup", "forwarding", "dsrFallback"}
+		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup", "forwarding", "dsrFallback",
+		"clusterPrefixes"}
 	logFields     = []string{"format", "level"}
 	serviceFields = []string{"name", "vips", "ports", "backends", "sessionAffinity", "sessionAffinityTimeout",
 		"sourceRanges", "externalTrafficPolicy", "maglevTableSize", "healthCheck", "bgp"}
@@ -157,6 +158,14 @@ func (d *decoder) interfaces(n *yaml.Node, path string) []Interface {
 				ifc.Mode = datapath.AttachMode(s)
 			}
 		}
+		// No default: a guessed side is either a reflector (replies reverse-NATed from the
+		// internet) or an outage (replies dropped). An older config, which had no roles, fails
+		// here with the fix in the message.
+		if v := d.required(o, "role", "required: the side this interface faces: client (upstream routers), cluster (nodes and Pods) or both (a one-armed gateway; see docs/datapath.md, \"Security model\")"); v != nil {
+			if s, ok := d.enum(v, o.at("role"), "role", "client", "cluster", "both"); ok {
+				ifc.Role, _ = datapath.ParseRole(s)
+			}
+		}
 		out = append(out, ifc)
 	}
 	return out
@@ -260,6 +269,11 @@ func (d *decoder) datapath(n *yaml.Node, path string) Datapath {
 	if v := o.get("forwarding"); v != nil {
 		if s, ok := d.enum(v, o.at("forwarding"), "forwarding", string(datapath.ReturnPath), string(datapath.DSR)); ok {
 			dp.Forwarding.Mode = datapath.Forwarding(s)
+		}
+	}
+	if v := o.get("clusterPrefixes"); v != nil {
+		if items, ok := d.list(v, o.at("clusterPrefixes")); ok {
+			dp.ClusterPrefixes = uniqueItems(d, items, o.at("clusterPrefixes"), d.prefix)
 		}
 	}
 	if v := o.get("dsrFallback"); v != nil {

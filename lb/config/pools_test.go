@@ -6,14 +6,14 @@ import (
 
 // poolsFile is a file in Kubernetes mode whose pools list has the given items from line 4.
 func poolsFile(items string) string {
-	return "interfaces: [{name: ext0}]\nkubernetes: {}\npools:\n" + items
+	return "interfaces: [{name: ext0, role: both}]\nkubernetes: {}\npools:\n" + items
 }
 
 // TestPoolErrors checks the exact message for each kind of mistake in pools.
 func TestPoolErrors(t *testing.T) {
 	for _, c := range []struct{ name, file, want string }{
-		{"pools a mapping", "interfaces: [{name: ext0}]\nkubernetes: {}\npools:\n  edge: {}\n", "xlb.yaml:4: pools: want a list, got a mapping"},
-		{"pools empty", "interfaces: [{name: ext0}]\nkubernetes: {}\npools: []\n", "xlb.yaml:3: pools: empty (list at least one address pool)"},
+		{"pools a mapping", "interfaces: [{name: ext0, role: both}]\nkubernetes: {}\npools:\n  edge: {}\n", "xlb.yaml:4: pools: want a list, got a mapping"},
+		{"pools empty", "interfaces: [{name: ext0, role: both}]\nkubernetes: {}\npools: []\n", "xlb.yaml:3: pools: empty (list at least one address pool)"},
 		{"name missing", poolsFile("  - addresses: [198.18.100.0/24]\n"),
 			"xlb.yaml:4: pools[0].name: missing (required: the pool annotation of a Service names it)"},
 		{"name not a label", poolsFile("  - name: Edge_1\n    addresses: [198.18.100.0/24]\n"),

@@ -113,7 +113,7 @@ func attach(dp datapath.Gateway, cfg *config.Config, log *slog.Logger) error {
 	want := map[string]bool{}
 	for _, i := range cfg.Interfaces {
 		want[i.Name] = true
-		if err := dp.Attach(i.Name, i.Mode); err != nil {
+		if err := dp.Attach(i.Name, i.Mode, i.Role); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -166,6 +166,8 @@ type Gateway struct {
 	configReloads   *prometheus.CounterVec
 	servicesInvalid prometheus.Gauge
 	serving         *prometheus.GaugeVec
+	// localVIPs: VIPs found among the gateway's own addresses, warned about once (under mu).
+	localVIPs map[netip.Addr]bool
 	// down: frontends that had no backend taking new flows at the last reconcile (logged on change).
 	down map[datapath.Frontend]bool
 

@@ -99,7 +99,7 @@ func (m *memDatapath) DeleteReverse(ep datapath.Endpoint) error {
 	return m.Balancer.DeleteReverse(ep)
 }
 
-func (m *memDatapath) Attach(ifname string, _ datapath.AttachMode) error {
+func (m *memDatapath) Attach(ifname string, _ datapath.AttachMode, _ datapath.Role) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !slices.Contains(m.ifaces, ifname) {
@@ -170,7 +170,7 @@ type daemon struct {
 	done   chan error
 }
 
-const header = `interfaces: [{name: ext0}, {name: int0}]
+const header = `interfaces: [{name: ext0, role: client}, {name: int0, role: cluster}]
 datapath: {seed: 7, maglevTableSize: 251, backendWarmup: %s}
 `
 
@@ -486,7 +486,7 @@ func TestReloadAppliesADiff(t *testing.T) {
 	}
 
 	// int0 leaves the file: detached at the reload.
-	if err := os.WriteFile(path, bytes.Replace(good, []byte("{name: ext0}, {name: int0}"), []byte("{name: ext0}"), 1), 0o600); err != nil {
+	if err := os.WriteFile(path, bytes.Replace(good, []byte("{name: ext0, role: client}, {name: int0, role: cluster}"), []byte("{name: ext0, role: client}"), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d.reload <- os.Interrupt

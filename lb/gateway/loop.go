@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/xlb-dev/xlb/lb"
@@ -72,6 +74,13 @@ func (g *Gateway) Reconcile() error {
 		g.wakeAt(due)
 	}
 	desired, errs := lb.Plan(services, planOptions(g.planOpts, cfg))
+	cluster := cfg.Datapath.ClusterPrefixes
+	if g.kube != nil {
+		cluster = append(slices.Clip(cluster), g.kube.ctrl.ClusterPrefixes()...)
+	}
+	own := g.ownAddrs()
+	desired.SetSite(cluster, own)
+	g.warnLocalVIPs(desired, own)
 	g.servicesInvalid.Set(float64(len(errs)))
 	for _, err := range errs {
 		g.log.Error("service not served", "error", err)
@@ -121,7 +130,8 @@ func (g *Gateway) Reconcile() error {
 	}
 	if res.Changes() > 0 {
 		g.log.Info("reconciled", "changes", res.Changes(), "vips", res.VIPsWritten, "tables", res.TablesWritten,
-			"backends", res.BackendsWritten, "deleted_vips", res.VIPsDeleted, "took", time.Since(start))
+			"backends", res.BackendsWritten, "deleted_vips", res.VIPsDeleted, "site_sources", res.SiteWritten,
+			"deleted_site_sources", res.SiteDeleted, "took", time.Since(start))
 	}
 	// Ready once the datapath holds the config with a verdict for every backend: a new backend
 	// is held out until its first probe, and a daemon that said ready before then would serve
@@ -178,4 +188,47 @@ func (g *Gateway) knownBackend(s lb.Service, b lb.Backend) bool {
 func planOptions(loaded lb.PlanOptions, cfg *config.Config) lb.PlanOptions {
 	loaded.Forwarding = cfg.Datapath.Forwarding
 	return loaded
+}
+
+// ownAddrs returns the gateway's own addresses (every interface's, in its network namespace):
+// no packet to a VIP arrives with one as its source. A failure to list them is logged, and
+// gives none.
+func (g *Gateway) ownAddrs() []netip.Addr {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		g.log.Warn("list the gateway's own addresses for the side checks", "error", err)
+		return nil
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// warnLocalVIPs warns, once per address, about VIPs that are also the gateway's own addresses:
+// the datapath balances their services' ports, but the gateway's own listening sockets (sshd,
+// BGP, metrics) then answer on an internet-announced address on every other port the datapath
+// passes (docs/datapath.md, "Security model": blackhole routes, not addresses on lo).
+func (g *Gateway) warnLocalVIPs(d *lb.Desired, own []netip.Addr) {
+	local := map[netip.Addr]bool{}
+	for _, a := range own {
+		local[a] = true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.localVIPs == nil {
+		g.localVIPs = map[netip.Addr]bool{}
+	}
+	for f := range d.Frontends {
+		a := f.Addr.Unmap()
+		if local[a] && !g.localVIPs[a] {
+			g.log.Warn("a VIP is an address of this gateway: its own services answer on it; use a blackhole route for the VIP prefixes instead (docs/datapath.md, Security model)", "vip", a)
+			g.localVIPs[a] = true
+		}
+	}
 }

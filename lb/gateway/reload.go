@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
@@ -64,7 +65,8 @@ func (g *Gateway) reload() {
 			"next", cfg.Datapath.Kind)
 	} else if a, b := cfg.Datapath, g.cfg.Datapath; func() bool {
 		a.BackendWarmup, b.BackendWarmup, a.Forwarding, b.Forwarding = 0, 0, lb.Forwarding{}, lb.Forwarding{}
-		return a != b
+		a.ClusterPrefixes, b.ClusterPrefixes = nil, nil // a reload applies them
+		return !reflect.DeepEqual(a, b)
 	}() {
 		g.log.Warn("datapath settings (sizes, timeouts, seed, table size) changed; they take effect at the next restart")
 	}

@@ -65,3 +65,41 @@ func (c *Controller) PodRoutes() []PodRoute {
 	})
 	return kept
 }
+
+// ClusterPrefixes returns the site's own prefixes the Nodes show: every Node's spec.podCIDRs and
+// the host prefix of each of its InternalIPs, sorted and without duplicates. Malformed ones are
+// left out. They are sources a gateway never receives from the client side.
+func (c *Controller) ClusterPrefixes() []netip.Prefix {
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, n := range nodes {
+		for _, s := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil {
+				seen[p.Masked()] = true
+			}
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type != "InternalIP" {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				ip = ip.Unmap()
+				seen[netip.PrefixFrom(ip, ip.BitLen())] = true
+			}
+		}
+	}
+	out := make([]netip.Prefix, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := out[i].Addr().Compare(out[j].Addr()); c != 0 {
+			return c < 0
+		}
+		return out[i].Bits() < out[j].Bits()
+	})
+	return out
+}

@@ -22,6 +22,9 @@ import (
 //  5. reverse: the reverse NAT entries;
 //  6. removals: stale reverse entries, frontends and backends, once everything new is in.
 //
+// Site sources (the side checks' prefixes) are added and changed before phase 1 (a new backend's
+// replies must be known as the cluster's before it takes flows) and removed last.
+//
 // A failed write is reported in the returned error and the rest is still applied; a frontend
 // whose backends could not all be written keeps its old table. Calling Apply again retries what
 // failed.
@@ -30,6 +33,7 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	defer r.mu.Unlock()
 	a := &pass{r: r, d: d, wanted: map[datapath.BackendID]bool{}, broken: map[netip.AddrPort]bool{},
 		down: downBackends(d), dsr: dsrBackends(d), ids: map[datapath.Frontend]datapath.VIPID{}}
+	a.writeSite()
 	a.writeBackends()
 	a.markAmbiguous()
 	a.writeFrontends()
@@ -38,7 +42,54 @@ func (r *Reconciler) Apply(d *lb.Desired) (Result, error) {
 	a.removeReverse(wantRev)
 	a.removeFrontends()
 	a.removeBackends()
+	a.removeSite()
 	return a.res, errors.Join(a.errs...)
+}
+
+// writeSite adds the site sources d has and the datapath lacks, and corrects changed kinds.
+func (a *pass) writeSite() {
+	for _, p := range sortedPrefixes(a.d.Site) {
+		k := a.d.Site[p]
+		if cur, ok := a.r.site[p]; ok && cur == k {
+			continue
+		}
+		if err := a.r.dp.SetSiteSource(p, k); err != nil {
+			a.fail(fmt.Errorf("site source %s: %w", p, err))
+			continue
+		}
+		a.r.site[p] = k
+		a.res.SiteWritten++
+	}
+}
+
+// removeSite removes the site sources d no longer has.
+func (a *pass) removeSite() {
+	for _, p := range sortedPrefixes(a.r.site) {
+		if _, ok := a.d.Site[p]; ok {
+			continue
+		}
+		if err := a.r.dp.DeleteSiteSource(p); err != nil {
+			a.fail(fmt.Errorf("site source %s: %w", p, err))
+			continue
+		}
+		delete(a.r.site, p)
+		a.res.SiteDeleted++
+	}
+}
+
+// sortedPrefixes returns m's prefixes in order (writes in a stable order, for logs and tests).
+func sortedPrefixes[V any](m map[netip.Prefix]V) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	return out
 }
 
 // pass is one Apply: what it wrote and learnt so far.

@@ -38,6 +38,8 @@ type Reconciler struct {
 	backendIDs map[netip.AddrPort]datapath.BackendID
 	// reverse: the datapath's reverse NAT entries.
 	reverse map[datapath.Endpoint]datapath.ReverseNAT
+	// site: the datapath's site sources.
+	site map[netip.Prefix]datapath.SiteKind
 	// nextVIP, nextBackend: where the search for a free id starts. Ids are handed out in a
 	// circle, so a deleted id (which conntrack may still name) is reused as late as possible.
 	nextVIP, nextBackend uint32
@@ -57,12 +59,13 @@ type Result struct {
 	TablesWritten                    int
 	BackendsWritten, BackendsDeleted int
 	ReverseWritten, ReverseDeleted   int
+	SiteWritten, SiteDeleted         int
 }
 
 // Changes is the total number of writes.
 func (r Result) Changes() int {
 	return r.VIPsWritten + r.VIPsDeleted + r.TablesWritten + r.BackendsWritten + r.BackendsDeleted +
-		r.ReverseWritten + r.ReverseDeleted
+		r.ReverseWritten + r.ReverseDeleted + r.SiteWritten + r.SiteDeleted
 }
 
 // New adopts the state in dp (left by an earlier process, or empty) and returns a reconciler.
@@ -101,8 +104,11 @@ func New(dp datapath.Services, log *slog.Logger) (*Reconciler, error) {
 	if r.reverse, err = dp.Reverses(); err != nil {
 		return nil, fmt.Errorf("adopt datapath state: %w", err)
 	}
+	if r.site, err = dp.SiteSources(); err != nil {
+		return nil, fmt.Errorf("adopt datapath state: %w", err)
+	}
 	log.Info("adopted datapath state", "vips", len(r.vips), "backends", len(r.backends),
-		"reverse", len(r.reverse))
+		"reverse", len(r.reverse), "site_sources", len(r.site))
 	return r, nil
 }
 

@@ -52,6 +52,7 @@ func TestPlannedTrafficFlows(t *testing.T) {
 	for port := uint16(40000); port < 40060; port++ {
 		want := fp.Backends[fp.Table[datapath.FlowHash(7, client, port, 80, datapath.TCP, false)%uint32(len(fp.Table))]].Key
 		p := forward.PacketOf(netip.AddrPortFrom(client, port), vip, datapath.TCP)
+		p.Role = datapath.RoleClient
 		p.TCPFlags = forward.TCPSYN
 		dec := b.Forward(&p, time.Second)
 		got := netip.AddrPortFrom(forward.AddrOf(dec.Addr, false), dec.Port)
@@ -95,6 +96,7 @@ func TestPlannedDSR(t *testing.T) {
 	client := netip.MustParseAddr("198.18.0.10")
 	for port := uint16(40000); port < 40020; port++ {
 		p := forward.PacketOf(netip.AddrPortFrom(client, port), vip, datapath.TCP)
+		p.Role = datapath.RoleClient
 		p.TCPFlags = forward.TCPSYN
 		dec := b.Forward(&p, time.Second)
 		if got := forward.AddrOf(dec.Addr, false); dec.Action != forward.ToBackend || got != netip.MustParseAddr("198.18.1.10") ||
@@ -111,6 +113,7 @@ func TestPlannedDSR(t *testing.T) {
 	}
 	reply := func(from string) forward.Decision {
 		p := forward.PacketOf(netip.MustParseAddrPort(from), netip.AddrPortFrom(client, 40000), datapath.TCP)
+		p.Role = datapath.RoleCluster
 		p.TCPFlags = forward.TCPACK
 		return b.Reply(&p, time.Second)
 	}
@@ -122,6 +125,7 @@ func TestPlannedDSR(t *testing.T) {
 	}
 	plan(lb.Forwarding{})
 	p := forward.PacketOf(netip.AddrPortFrom(client, 41000), vip, datapath.TCP)
+	p.Role = datapath.RoleClient
 	p.TCPFlags = forward.TCPSYN
 	if dec := b.Forward(&p, time.Second); dec.Action != forward.ToBackend || dec.Carry {
 		t.Errorf("return-path mode: %+v, want no carrier", dec)

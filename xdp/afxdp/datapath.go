@@ -167,18 +167,22 @@ func (d *Datapath) lookup(dst netip.Addr) (Hop, HopKind) {
 // Attach attaches the steer program to ifname in mode (datapath.AttachAuto: native, else generic
 // with a warning) and opens a socket on each of its receive queues. It must be called in the
 // interface's network namespace; every interface of a datapath must be in the same one.
-func (d *Datapath) Attach(ifname string, mode datapath.AttachMode) (err error) {
+func (d *Datapath) Attach(ifname string, mode datapath.AttachMode, role datapath.Role) (err error) {
 	switch mode {
 	case "", datapath.AttachAuto, datapath.AttachNative, datapath.AttachGeneric:
 	default:
 		return fmt.Errorf("attach AF_XDP datapath to %s: unknown attach mode %q (auto, native or generic)", ifname, mode)
+	}
+	if role == datapath.RoleNone || role > datapath.RoleBoth {
+		return fmt.Errorf("attach AF_XDP datapath to %s: role %d: want client, cluster or both", ifname, role)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return fmt.Errorf("attach AF_XDP datapath to %s: the datapath is closed", ifname)
 	}
-	if _, ok := d.ports[ifname]; ok {
+	if a, ok := d.ports[ifname]; ok {
+		d.Engine.setPort(a.ifindex, role)
 		return nil
 	}
 	if d.nl == nil {
@@ -258,7 +262,7 @@ func (d *Datapath) Attach(ifname string, mode datapath.AttachMode) (err error) {
 		delete(d.ports, ifname)
 		return err
 	}
-	d.Engine.setPort(a.ifindex, true)
+	d.Engine.setPort(a.ifindex, role)
 	return nil
 }
 
@@ -293,6 +297,7 @@ func (d *Datapath) Reasons() (map[string]uint64, error) {
 	}
 	out["steered_to_socket"], out["steered_passed"], out["steered_no_socket"] = s.ToSocket, s.Passed, s.NoSocket
 	out["icmp_echo_reply"], out["pass_not_vip"] = s.EchoReplies, s.NotOurs // the XDP datapath's names
+	out["drop_vip_unserved"] += s.Unserved
 	return out, nil
 }
 
@@ -317,7 +322,7 @@ func (d *Datapath) Detach(ifname string) error {
 		return nil
 	}
 	delete(d.ports, ifname)
-	d.Engine.setPort(a.ifindex, false)
+	d.Engine.setPort(a.ifindex, datapath.RoleNone)
 	err := d.publish() // starts no worker: as many queues or fewer
 	d.waitIdle()
 	return errors.Join(err, a.close())
@@ -441,6 +446,9 @@ type Steered struct {
 	EchoReplies uint64
 	// NotOurs are IP packets for no VIP and from no backend, left to the kernel.
 	NotOurs uint64
+	// Unserved are packets to a VIP address of a protocol no service has (not TCP or UDP, nor
+	// an echo request): dropped.
+	Unserved uint64
 }
 
 // Steered returns the steer programs' counters.
@@ -449,7 +457,7 @@ func (d *Datapath) Steered() (Steered, error) { return readSteered(d.steeredMap)
 // readSteered sums a steered map over CPUs.
 func readSteered(m *ebpf.Map) (Steered, error) {
 	var out Steered
-	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs} {
+	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs, &out.Unserved} {
 		var per []uint64
 		if err := m.Lookup(uint32(i), &per); err != nil {
 			return Steered{}, fmt.Errorf("read steered[%d]: %w", i, err)

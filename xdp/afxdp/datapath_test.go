@@ -101,8 +101,8 @@ func newSiteQueues(t *testing.T, clientQueues, backendQueues int) *site {
 		}
 	})
 	err = s.gw.Do(func() error {
-		for _, ifname := range []string{"gc", "gb"} {
-			if err := dp.Attach(ifname, datapath.AttachAuto); err != nil {
+		for ifname, role := range sideRoles {
+			if err := dp.Attach(ifname, datapath.AttachAuto, role); err != nil {
 				return err
 			}
 		}
@@ -291,8 +291,8 @@ func TestAFXDPForwarding(t *testing.T) {
 		if got, _ := s.dp.Interfaces(); len(got) != 0 {
 			return fmt.Errorf("still attached to %v after detaching both", got)
 		}
-		for _, ifname := range []string{"gc", "gb"} {
-			if err := s.dp.Attach(ifname, datapath.AttachAuto); err != nil {
+		for ifname, role := range sideRoles {
+			if err := s.dp.Attach(ifname, datapath.AttachAuto, role); err != nil {
 				return fmt.Errorf("attach again: %w", err)
 			}
 		}
@@ -377,7 +377,7 @@ func TestAFXDPMultiQueue(t *testing.T) {
 				return err
 			}
 			time.Sleep(50 * time.Millisecond)
-			return s.dp.Attach("gc", datapath.AttachAuto)
+			return s.dp.Attach("gc", datapath.AttachAuto, datapath.RoleClient)
 		})
 		if err != nil {
 			close(stop)
@@ -394,3 +394,6 @@ func TestAFXDPMultiQueue(t *testing.T) {
 		}
 	}
 }
+
+// sideRoles are the roles of the test gateway's interfaces: gc faces the client, gb the backend.
+var sideRoles = map[string]datapath.Role{"gc": datapath.RoleClient, "gb": datapath.RoleCluster}

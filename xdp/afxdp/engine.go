@@ -61,8 +61,10 @@ type Engine struct {
 	bal   *forward.Balancer
 	hops  NextHops
 	steer steerer
-	// ports: the interfaces frames can be sent from (those with a socket).
+	// ports: the interfaces frames can be sent from (those with a socket); roles: the side
+	// each faces (datapath.Role): what a frame arriving on it may do.
 	ports map[int]bool
+	roles map[int]datapath.Role
 	// vipAddrs counts the frontends of each VIP address; an address with any has a steer key
 	// of its own, for steer.c's echo replies.
 	vipAddrs map[netip.Addr]int
@@ -81,7 +83,7 @@ func NewEngine(s datapath.Settings, hops NextHops) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("AF_XDP engine: %w", err)
 	}
-	return &Engine{bal: bal, hops: hops, ports: map[int]bool{}, vipAddrs: map[netip.Addr]int{}}, nil
+	return &Engine{bal: bal, hops: hops, ports: map[int]bool{}, roles: map[int]datapath.Role{}, vipAddrs: map[netip.Addr]int{}}, nil
 }
 
 // The steer key constants of steer.c.
@@ -296,13 +298,29 @@ func (e *Engine) BackendTraffic(id datapath.BackendID) (datapath.Traffic, error)
 	return e.bal.BackendTraffic(id)
 }
 
-// setPort records that frames can (on) or cannot be sent out of ifindex.
-func (e *Engine) setPort(ifindex int, on bool) {
+// setPort records that frames can be sent out of ifindex and arrive on it from the side role
+// says; RoleNone: they cannot (the interface is detached).
+func (e *Engine) setPort(ifindex int, role datapath.Role) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if on {
+	if role != datapath.RoleNone {
 		e.ports[ifindex] = true
+		e.roles[ifindex] = role
 	} else {
 		delete(e.ports, ifindex)
+		delete(e.roles, ifindex)
 	}
 }
+
+// SiteSources returns the site's own prefixes by kind (datapath.Services).
+func (e *Engine) SiteSources() (map[netip.Prefix]datapath.SiteKind, error) {
+	return e.bal.SiteSources()
+}
+
+// SetSiteSource adds prefix p of kind k to the site's own prefixes (datapath.Services).
+func (e *Engine) SetSiteSource(p netip.Prefix, k datapath.SiteKind) error {
+	return e.bal.SetSiteSource(p, k)
+}
+
+// DeleteSiteSource removes prefix p from the site's own prefixes (datapath.Services).
+func (e *Engine) DeleteSiteSource(p netip.Prefix) error { return e.bal.DeleteSiteSource(p) }

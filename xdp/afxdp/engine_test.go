@@ -24,13 +24,16 @@ func testEngine(t testing.TB) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.setPort(2, true)
+	e.setPort(2, datapath.RoleCluster)
+	e.roles[1] = datapath.RoleClient // frames arrive on 1, from the clients
 	fe := datapath.Frontend{Addr: pVIP, Port: 80, Proto: datapath.TCP}
 	for _, err := range []error{
 		e.UpsertVIP(fe, datapath.VIPConfig{ID: 1}),
 		e.UpsertBackend(1, datapath.Backend{Addr: pBE[0], Port: 8080}),
 		e.SetMaglevTable(1, []datapath.BackendID{1, 1, 1}),
 		e.SetReverse(datapath.Endpoint{Addr: pBE[0], Port: 8080, Proto: datapath.TCP}, datapath.ReverseNAT{VIP: 1}),
+		// The site, as the reconciler writes it: every backend address.
+		e.SetSiteSource(netip.PrefixFrom(pBE[0], 32), datapath.SiteCluster),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +123,8 @@ func TestEngineConntrackBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.setPort(2, true)
+	e.setPort(2, datapath.RoleCluster)
+	e.roles[1] = datapath.RoleClient
 	fe := datapath.Frontend{Addr: pVIP, Port: 53, Proto: datapath.UDP}
 	if err := e.UpsertVIP(fe, datapath.VIPConfig{ID: 1}); err != nil {
 		t.Fatal(err)
@@ -158,17 +162,29 @@ func FuzzProcess(f *testing.F) {
 	be := netip.AddrPortFrom(pBE[0], 8080)
 	fe := netip.AddrPortFrom(pVIP, 80)
 	f.Fuzz(func(t *testing.T, frame []byte) {
+		// Every frame arrives from the client side (ifindex 1). Invariants of the spec, not
+		// of the engine: from there, a frame is sent only to the backend, from an allowed
+		// client outside the site (never from a VIP or a backend's address), and never with
+		// a VIP as its source (no reverse NAT from the client side: a reflector).
+		var in packet
+		inOK := parse(append([]byte(nil), frame...), &in) == parsedOK
 		if v := e.Process(frame, 1, time.Second); !v.Send {
 			return
 		}
 		var p packet
-		if parse(frame, &p) != parsedOK {
+		if parse(frame, &p) != parsedOK || !inOK {
 			t.Fatalf("sent a frame that does not parse: %x", frame)
 		}
 		src := netip.AddrPortFrom(p.srcAddr(), p.sport)
 		dst := netip.AddrPortFrom(p.dstAddr(), p.dport)
-		if dst != be && src != fe {
-			t.Errorf("sent %s -> %s: neither to the backend %s nor from the VIP %s", src, dst, be, fe)
+		if dst != be {
+			t.Errorf("sent %s -> %s from the client side: not to the backend %s", src, dst, be)
+		}
+		if src.Addr() == fe.Addr() || in.srcAddr() == fe.Addr() || in.srcAddr() == be.Addr() {
+			t.Errorf("sent %s -> %s (arrived from %s): a VIP or the backend as source", src, dst, in.srcAddr())
+		}
+		if in.dstAddr() != fe.Addr() {
+			t.Errorf("sent %s -> %s: arrived to %s, not to the VIP", src, dst, in.dstAddr())
 		}
 	})
 }

@@ -55,6 +55,7 @@ type configurer interface {
 	UpsertBackend(datapath.BackendID, datapath.Backend) error
 	SetMaglevTable(datapath.VIPID, []datapath.BackendID) error
 	SetReverse(datapath.Endpoint, datapath.ReverseNAT) error
+	SetSiteSource(netip.Prefix, datapath.SiteKind) error
 }
 
 var (
@@ -108,7 +109,7 @@ func newParity(t *testing.T) *parity {
 	var h *netlink.Handle
 	err = ns.Do(func() (err error) {
 		for _, ifname := range []string{"ext0", "int0"} {
-			if err := dp.Attach(ifname, datapath.AttachNative); err != nil {
+			if err := dp.Attach(ifname, datapath.AttachNative, map[string]datapath.Role{"ext0": datapath.RoleClient, "int0": datapath.RoleCluster}[ifname]); err != nil {
 				return err
 			}
 		}
@@ -129,8 +130,8 @@ func newParity(t *testing.T) *parity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px.eng.setPort(px.ext, true)
-	px.eng.setPort(px.int, true)
+	px.eng.setPort(px.ext, datapath.RoleClient)
+	px.eng.setPort(px.int, datapath.RoleCluster)
 	for _, c := range []configurer{dp, px.eng} {
 		configureParity(t, c)
 	}
@@ -204,6 +205,10 @@ func configureParity(t *testing.T, c configurer) {
 	fill(7, 11, 12)
 	fill(8, 13)
 	fill(9, 14)
+	// The site: the backends' networks and the gateway's client-side address.
+	must(c.SetSiteSource(netip.MustParsePrefix("198.18.1.0/24"), datapath.SiteCluster))
+	must(c.SetSiteSource(netip.MustParsePrefix("2001:db8:1::/64"), datapath.SiteCluster))
+	must(c.SetSiteSource(netip.MustParsePrefix("198.18.0.1/32"), datapath.SiteGateway))
 }
 
 // check runs frame through both datapaths, arriving on ifindex: both must send it, byte for
@@ -431,6 +436,19 @@ func TestParityWithXDP(t *testing.T) {
 			opts: append([]byte{1, 1, 1, 1}, forged...)}, px.ext)
 	}
 
+	// Neither sends: packets that may not do what they ask from where they arrive (side.h).
+	for i := range 20 {
+		c := randClient(r)
+		be := netip.AddrPortFrom(pBE[i%3], 8080)
+		ok(fmt.Sprintf("reply from the client side %d", i), frameSpec{src: be, dst: c, proto: protoTCP, flags: tcpACK}, px.ext)
+		ok(fmt.Sprintf("site source from the client side %d", i), frameSpec{src: netip.AddrPortFrom(pBE[i%3], uint16(30000+i)),
+			dst: vipTCP, proto: protoTCP, flags: tcpSYN}, px.ext)
+		ok(fmt.Sprintf("VIP source %d", i), frameSpec{src: netip.AddrPortFrom(pVIPAll, uint16(30000+i)), dst: vipTCP, proto: protoTCP, flags: tcpSYN}, px.ext)
+		ok(fmt.Sprintf("client on the cluster side %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN}, px.int)
+		ok(fmt.Sprintf("in-cluster client %d", i), frameSpec{src: netip.AddrPortFrom(netip.MustParseAddr("198.18.1.77"), uint16(30000+i)),
+			dst: vipTCP, proto: protoTCP, flags: tcpSYN}, px.int)
+		ok(fmt.Sprintf("unserved UDP port %d", i), frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoUDP, payload: payload()}, px.ext)
+	}
 	// Neither sends: an expiring TTL, a VIP port nothing serves.
 	c := randClient(r)
 	ok("TTL 1", frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, ttl: 1}, px.ext)
@@ -444,7 +462,8 @@ func TestParityWithXDP(t *testing.T) {
 	rs := px.eng.ReasonCounts()
 	for _, r := range []forward.Reason{forward.ReasonNATForward, forward.ReasonNATReverse, forward.ReasonNATReverseMaglev,
 		forward.ReasonFwdRedirect, forward.ReasonHandshakeHit, forward.ReasonDropReverseNoCT, forward.ReasonDropTTL,
-		forward.ReasonDSRCarried, forward.ReasonDSRNoRoom, forward.ReasonDSRTooBig, forward.ReasonDropCarrierForged} {
+		forward.ReasonDSRCarried, forward.ReasonDSRNoRoom, forward.ReasonDSRTooBig, forward.ReasonDropCarrierForged,
+		forward.ReasonDropSiteSource, forward.ReasonDropWrongSide, forward.ReasonDropReplyWrongSide, forward.ReasonDropVIPUnserved} {
 		if rs[r] == 0 {
 			t.Errorf("no %s among the engine's verdicts %v: a path the comparison did not cover", r, rs)
 		}
@@ -562,8 +581,9 @@ func TestSteerProgram(t *testing.T) {
 		{"UDP to a frontend", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}.bytes(), px.ext, true},
 		{"all-ports frontend", frameSpec{src: c, dst: netip.AddrPortFrom(pVIPAll, 4321), proto: protoTCP, flags: tcpACK}.bytes(), px.ext, true},
 		{"IPv6 frontend", frameSpec{src: netip.MustParseAddrPort("[2001:db8:80::7]:40000"), dst: netip.AddrPortFrom(pVIP6, 443), proto: protoTCP, flags: tcpSYN}.bytes(), px.ext, true},
-		{"a port no frontend has", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoTCP, flags: tcpSYN}.bytes(), px.ext, false},
-		{"UDP to a TCP frontend's port", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoUDP}.bytes(), px.ext, false},
+		// A VIP address on a port no frontend has: the engine drops it (drop_vip_unserved).
+		{"a port no frontend has", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoTCP, flags: tcpSYN}.bytes(), px.ext, true},
+		{"UDP to a TCP frontend's port", frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoUDP}.bytes(), px.ext, true},
 		{"a backend's reply", frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: c, proto: protoTCP, flags: tcpACK}.bytes(), px.int, true},
 		{"a backend's reply to this host", frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: netip.MustParseAddrPort("198.18.1.1:5555"), proto: protoTCP, flags: tcpACK}.bytes(), px.int, false},
 		{"another port of a backend", frameSpec{src: netip.AddrPortFrom(pBE[0], 22), dst: c, proto: protoTCP, flags: tcpACK}.bytes(), px.int, false},

@@ -39,7 +39,8 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 		SrcPort: p.sport, DstPort: p.dport, TCPFlags: p.tcpFlags, Seq: p.seq, Len: len(frame),
 		UDPNoChecksum: p.v6 && p.proto == protoUDP && frame[p.l4+6] == 0 && frame[p.l4+7] == 0,
 		// IPv6 extension headers are never steered here (steer.c passes them).
-		Carrier: !p.v6 && p.l4 > ethLen+ipv4MinLen && frame[ethLen+ipv4MinLen] == datapath.CarrierOpt4Type}
+		Carrier: !p.v6 && p.l4 > ethLen+ipv4MinLen && frame[ethLen+ipv4MinLen] == datapath.CarrierOpt4Type,
+		Role:    e.roles[ingress]}
 	d := e.bal.Forward(&fp, now)
 	if d.Action == forward.NotOurs {
 		d = e.bal.Reply(&fp, now)

@@ -183,6 +183,15 @@ enum reason {
 				      * ICMP "too big" for the MTU less the carrier */
 	REASON_DROP_CARRIER_FORGED,  /* a packet to a VIP that arrived with a carrier of direct server
 				      * return: only gateways write them (carrier_forged) */
+	REASON_DROP_NO_ROLE,         /* to a VIP or from a backend, on an interface without a role
+				      * (not attached by xlb) */
+	REASON_DROP_SITE_SOURCE,     /* to a VIP from a source that never arrives there: a VIP, the
+				      * gateway's own address, or (client side) a site prefix */
+	REASON_DROP_WRONG_SIDE,      /* to a VIP on a cluster-facing interface from outside the site */
+	REASON_DROP_REPLY_WRONG_SIDE, /* a backend's reply that arrived from the client side: never
+				       * reverse-NATed (a reflector otherwise) */
+	REASON_DROP_VIP_UNSERVED,    /* to a VIP address, no service on that port or protocol:
+				      * dropped, never looped back or given to the gateway's kernel */
 	REASON_MAX,
 };
 

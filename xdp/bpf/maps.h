@@ -115,6 +115,30 @@ struct {
 	PIN;
 } src_ranges SEC(".maps");
 
+/* if_roles: ingress ifindex -> ROLE_*: which side of the gateway an interface faces. Written by
+ * Go when it attaches (ROLE_NONE, 0, for every interface it did not). Read per packet to a VIP
+ * or from a backend (side.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, MAX_IFINDEX);
+	PIN;
+} if_roles SEC(".maps");
+
+/* site_sources: {family, prefix} -> SITE_* bits: the site's own addresses (Pods, nodes, cluster
+ * prefixes, every backend; the gateway's own addresses), which a client-facing interface never
+ * receives as a source. Written by Go (the reconciler, from the plan), read on the full path of
+ * packets to a VIP and of backends' replies on one-armed interfaces (side.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct site_key);
+	__type(value, __u8);
+	__uint(max_entries, MAX_SITE_SOURCES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	PIN;
+} site_sources SEC(".maps");
+
 /* tx_ports: ifindex -> ifindex, the interfaces XDP_REDIRECT may use. Written by Go on attach. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);

@@ -92,6 +92,13 @@ struct frag_ports {
 };
 
 /* Key of src_ranges (LPM trie). prefixlen counts the 32 bits of vip_id plus the prefix bits. */
+/* Key of site_sources: a prefix of one family. */
+struct site_key {
+	__u32 prefixlen;   /* 32 (the family word) + the prefix's length */
+	__u32 family;      /* FAMILY_V4 or FAMILY_V6, big-endian, matched first */
+	struct addr addr;
+};
+
 struct src_range_key {
 	__u32 prefixlen;
 	__u32 vip_id; /* big-endian, so the trie's byte-wise match covers it first */
@@ -147,7 +154,8 @@ struct flow_cache_entry {
 	__u32 gen;         /* generation when filled; 0 = empty */
 	__u8 flags;        /* CT_F_* */
 	__u8 vip_flags;    /* the VIP's VIP_F_* when the record was made */
-	__u8 pad[2];
+	__u8 in_role;      /* ROLE_* of the interface the flow arrived on: replayed only there */
+	__u8 pad;
 	/* The record; replayed only while the clock is below fast_until (0 = no record). */
 	__u64 fast_until;  /* min(refreshed + CT_REFRESH_NS, the next hop's expiry) */
 	struct addr to_addr; /* the destination address written (the backend's) */

@@ -21,6 +21,7 @@
 #include "fib.h"
 #include "icmp.h"
 #include "dsr.h"
+#include "side.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -162,12 +163,14 @@ static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *d
  * the next hop's expiry; the generation covers every change of VIPs, backends and attachments.
  * Whatever a record does not cover (a SYN, a flow's first FIN or RST, a VLAN tag, a fragment, a
  * longer packet, an expiring TTL, an IPv6 UDP datagram without checksum) returns -1: the full
- * path decides. */
+ * path decides, as it does for a packet that arrived on an interface of another role than the
+ * flow's first (role: side.h; the record's source passed the side checks on its own). */
 static __always_inline int flow_replay(struct xdp_md *ctx, struct packet *p, void *data_end,
 				       struct flow_cache_entry *fc, const struct flow_key *fk,
-				       __u64 now, __u32 gen)
+				       __u64 now, __u32 gen, __u32 role)
 {
-	if (!fc || !gen || fc->gen != gen || now >= fc->fast_until || !flow_key_eq(&fc->key, fk))
+	if (!fc || !gen || fc->gen != gen || now >= fc->fast_until || !flow_key_eq(&fc->key, fk) ||
+	    fc->in_role != role)
 		return -1;
 	if (p->vlan || p->is_frag || ip_len(p) > fc->mtu || ttl_expiring(p, data_end))
 		return -1;
@@ -187,13 +190,14 @@ static __always_inline int flow_replay(struct xdp_md *ctx, struct packet *p, voi
 	return send_to(ctx, p, fc->ifindex, fc->smac, fc->dmac);
 }
 
-/* lb_forward handles a packet to a VIP address that flow_replay did not take: fk is its flow, fc
- * this CPU's flow_cache slot for it (NULL for a non-first fragment). An established flow is usually found
+/* lb_forward handles a packet to a VIP address that flow_replay did not take, arrived on an
+ * interface of role: fk is its flow, fc this CPU's flow_cache slot for it (NULL for a non-first
+ * fragment). Whatever frontend it finds, the packet must pass vip_side_check (side.h). An established flow is usually found
  * in fc, else in conntrack (and then copied to fc); anything else looks up the VIP (through
  * svc_cache) and picks a backend with its Maglev table. Returns -1 when the packet is for no VIP. */
 static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void *data_end,
 				      const struct flow_key *fk, struct flow_cache_entry *fc,
-				      struct cpu_state *cs, __u64 now, __u32 gen)
+				      struct cpu_state *cs, __u64 now, __u32 gen, __u32 role)
 {
 	int syn = p->proto == PROTO_TCP && (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN;
 	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
@@ -204,6 +208,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	struct vip_info *vi;
 	struct vip_ref *ref;
 	__u32 bid, vip_id;
+	int rc;
 
 	/* A SYN never inserts into conntrack (it writes handshakes): a SYN flood cannot evict
 	 * established flows. */
@@ -236,6 +241,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 					fc->backend_id = bid;
 					fc->vip_id = vip_id;
 					fc->flags = ct->flags;
+					fc->in_role = role;
 					fc->gen = gen;
 					fc->fast_until = 0; /* forward records anew */
 					rec = fc;
@@ -250,6 +256,9 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	vi = svc_lookup_cached(SVC_CACHE_VIPS, &p->dst, p->family, p->dport, p->proto, gen);
 	if (!vi || (vi->flags & VIP_F_MARKER))
 		return -1;
+	rc = side_verdict(ctx, role, 0);
+	if (rc >= 0)
+		return rc;
 	vip_id = vi->id;
 	if ((vi->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
 		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
@@ -312,6 +321,9 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		       gen, NULL, 0, 1);
 
 established:
+	rc = side_verdict(ctx, role, 0);
+	if (rc >= 0)
+		return rc;
 	if ((ref->flags & VIP_F_SRC_RANGES) && !src_allowed(p, vip_id))
 		return verdict(REASON_DROP_SRC_RANGE, XDP_DROP);
 	if (ttl_expiring(p, data_end))
@@ -319,10 +331,11 @@ established:
 	return forward(ctx, p, data_end, vip_id, bid, be, 0, now, gen, rec, ref->flags, 0);
 }
 
-/* lb_reverse handles a reply from a backend: the VIP becomes its source. Returns -1 when the
- * packet is not a backend reply. */
+/* lb_reverse handles a reply from a backend, arrived on an interface of role: the VIP becomes its
+ * source if it passes reply_side_check (side.h). Returns -1 when the packet is not a backend
+ * reply. */
 static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void *data_end,
-				      __u64 now, __u32 gen)
+				      __u64 now, __u32 gen, __u32 role)
 {
 	struct svc_key *vip;
 	struct hop h = {};
@@ -333,6 +346,11 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 
 	if (rc == -1)
 		return -1;
+	if (role != ROLE_CLUSTER) {
+		hop = side_verdict(ctx, role, 1);
+		if (hop >= 0)
+			return hop;
+	}
 	if (rc == -2)
 		return verdict(REASON_PASS_REVERSE_NO_CT, XDP_PASS);
 	if (ttl_expiring(p, data_end))
@@ -358,12 +376,16 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	struct flow_key fk = {};
 	int to_vip, from_backend, rc, ports = -1;
 	struct cpu_state *cs;
+	__u32 gen, role;
 	__u64 now;
-	__u32 gen;
 
 	p->family = fam; /* a constant from here on */
-	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP)
+	if (p->proto != PROTO_TCP && p->proto != PROTO_UDP) {
+		/* No service is of another protocol: never the gateway's own (see below). */
+		if (is_vip_addr(&p->dst, fam))
+			return verdict(REASON_DROP_VIP_UNSERVED, XDP_DROP);
 		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
+	}
 
 	/* The backend bitmap is only asked when the VIP one says no (or lb_forward finds no VIP):
 	 * to_vip alone decides everything in between. Traffic that is none of ours stops here. */
@@ -372,6 +394,7 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	if (!to_vip && !from_backend)
 		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 
+	role = in_role(ctx);
 	cs = cpu_state_get();
 	now = now_gen(cs, &gen);
 	if (p->l4)
@@ -383,7 +406,7 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 	}
 	/* The fast path: an established flow with a fresh record. */
 	if (fc && !p->is_frag) {
-		rc = flow_replay(ctx, p, data_end, fc, &fk, now, gen);
+		rc = flow_replay(ctx, p, data_end, fc, &fk, now, gen, role);
 		if (rc >= 0)
 			return rc;
 	}
@@ -428,13 +451,18 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 		flow_key_of(&fk, p);
 	}
 	if (to_vip) {
-		rc = lb_forward(ctx, p, data_end, &fk, fc, cs, now, gen);
+		rc = lb_forward(ctx, p, data_end, &fk, fc, cs, now, gen, role);
 		if (rc >= 0)
 			return rc;
+		/* A VIP address, but no service on this port or protocol. Passed on, it would reach
+		 * the gateway's own services on an internet-announced address, or loop between the
+		 * gateway and its router until its TTL ran out (the gateway routes VIPs upstream). */
+		if (is_vip_addr(&p->dst, fam))
+			return verdict(REASON_DROP_VIP_UNSERVED, XDP_DROP);
 		from_backend = filter_has(1, &p->src, fam);
 	}
 	if (from_backend) {
-		rc = lb_reverse(ctx, p, data_end, now, gen);
+		rc = lb_reverse(ctx, p, data_end, now, gen, role);
 		if (rc >= 0)
 			return rc;
 	}
@@ -465,7 +493,7 @@ static __always_inline int fast_process(struct xdp_md *ctx, struct packet *p, vo
 			return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 		cs = cpu_state_get();
 		now = now_gen(cs, &gen);
-		rc = lb_reverse(ctx, p, data_end, now, gen);
+		rc = lb_reverse(ctx, p, data_end, now, gen, in_role(ctx));
 		return rc >= 0 ? rc : verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 	}
 	if (parse_ports(data_end, p) ||
@@ -475,7 +503,7 @@ static __always_inline int fast_process(struct xdp_md *ctx, struct packet *p, vo
 	fc = flow_cache_slot(&fk);
 	cs = cpu_state_get();
 	now = now_gen(cs, &gen);
-	return flow_replay(ctx, p, data_end, fc, &fk, now, gen);
+	return flow_replay(ctx, p, data_end, fc, &fk, now, gen, in_role(ctx));
 }
 
 /* fast_path is tried on every packet before anything else. It parses only the common packet:

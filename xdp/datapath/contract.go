@@ -40,6 +40,13 @@ type Services interface {
 	// none), so that a new reconciler does not give an id flows still point at to another
 	// backend.
 	MaxFlowBackend() (BackendID, error)
+	// SiteSources returns the site's own prefixes by kind: the sources the side checks know
+	// (docs/datapath.md, "Security model").
+	SiteSources() (map[netip.Prefix]SiteKind, error)
+	// SetSiteSource adds prefix p (masked) of kind k, or changes its kind.
+	SetSiteSource(p netip.Prefix, k SiteKind) error
+	// DeleteSiteSource removes prefix p; a missing one is no error.
+	DeleteSiteSource(p netip.Prefix) error
 }
 
 // Gateway is a gateway datapath as the appliance (lb/gateway) runs it: its services, the
@@ -47,8 +54,9 @@ type Services interface {
 // *afxdp.Datapath.
 type Gateway interface {
 	Services
-	// Attach attaches the datapath to interface ifname (again: no change).
-	Attach(ifname string, mode AttachMode) error
+	// Attach attaches the datapath to interface ifname, facing the side role says (again: only
+	// the role may change).
+	Attach(ifname string, mode AttachMode, role Role) error
 	// Detach detaches it from ifname.
 	Detach(ifname string) error
 	// Interfaces lists the interfaces it is attached to.

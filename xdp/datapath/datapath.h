@@ -72,6 +72,21 @@
 #define DSR_OPT6_HDRLEN 24 /* the whole Destination Options header */
 #define PROTO_DSTOPTS_HDR 60 /* IPv6 next header value of a Destination Options header */
 
+/* Interface roles: which side of the gateway an interface faces (if_roles; Go's datapath.Role).
+ * docs/datapath.md, "Security model". */
+#define ROLE_NONE    0 /* not attached by xlb: VIP traffic and replies are dropped */
+#define ROLE_CLIENT  1 /* clients: packets to VIPs are balanced, nothing is reverse-NATed */
+#define ROLE_CLUSTER 2 /* the cluster: replies are reverse-NATed; packets to VIPs only from
+			* the site's own prefixes (in-cluster clients) */
+#define ROLE_BOTH    3 /* one-armed: the source decides (site_sources' SITE_CLUSTER or not) */
+#define MAX_IFINDEX  65536 /* interfaces with an index at or above it cannot be attached */
+
+/* Kinds of site source (site_sources; Go's datapath.SiteKind): addresses that belong to the
+ * site, and so never arrive from the client side. */
+#define SITE_CLUSTER 1 /* Pods, nodes, the cluster's prefixes, every backend */
+#define SITE_GATEWAY 2 /* the gateway's own addresses: never a packet's source on arrival */
+#define MAX_SITE_SOURCES 300000 /* prefixes: every backend of MAX_BACKENDS and room for more */
+
 /* An IPv4 or IPv6 address. IPv4 uses w[0] (network order) and leaves w[1..3] zero. */
 struct addr {
 	__u32 w[4];

@@ -28,6 +28,9 @@ func TestHeaderMatchesGo(t *testing.T) {
 		"REV_MAX_CANDIDATES": MaxReverseCandidates,
 		"DSR_OPT4_TYPE":      CarrierOpt4Type, "DSR_OPT4_LEN": CarrierOpt4Len,
 		"DSR_OPT6_TYPE": CarrierOpt6Type, "DSR_OPT6_DATA": CarrierOpt6Data, "DSR_OPT6_HDRLEN": CarrierOpt6HdrLen,
+		"ROLE_NONE": uint64(RoleNone), "ROLE_CLIENT": uint64(RoleClient), "ROLE_CLUSTER": uint64(RoleCluster),
+		"ROLE_BOTH": uint64(RoleBoth), "MAX_IFINDEX": MaxIfindex,
+		"SITE_CLUSTER": uint64(SiteCluster), "SITE_GATEWAY": uint64(SiteGateway), "MAX_SITE_SOURCES": MaxSiteSources,
 	} {
 		got, ok := defs[name]
 		switch {

@@ -200,6 +200,72 @@ const (
 	AttachGeneric AttachMode = "generic"
 )
 
+// Role is which side of the gateway an interface faces (configuration key interfaces[].role):
+// what a packet arriving on it may do (docs/datapath.md, "Security model").
+type Role uint8
+
+// The roles (datapath.h's ROLE_*).
+const (
+	// RoleNone: not an interface of the balancer. Packets to VIPs and backends' replies that
+	// arrive on one are dropped.
+	RoleNone Role = iota
+	// RoleClient ("client") faces the clients (the upstream routers): packets to VIPs are
+	// balanced, unless their source belongs to the site (a VIP, a site prefix, the gateway's
+	// own address); nothing is reverse-NATed.
+	RoleClient
+	// RoleCluster ("cluster") faces the cluster: backends' replies are reverse-NATed, and
+	// packets to VIPs are balanced only from the site's own prefixes (in-cluster clients).
+	RoleCluster
+	// RoleBoth ("both") is a one-armed gateway's interface: a packet whose source is a site
+	// prefix of kind SiteCluster is the cluster's, any other a client's.
+	RoleBoth
+)
+
+// MaxIfindex bounds the index of an interface a datapath can attach to.
+const MaxIfindex = 65536
+
+// String is the role's configuration name.
+func (r Role) String() string {
+	switch r {
+	case RoleClient:
+		return "client"
+	case RoleCluster:
+		return "cluster"
+	case RoleBoth:
+		return "both"
+	}
+	return "none"
+}
+
+// ParseRole reads a role's configuration name: client, cluster or both.
+func ParseRole(s string) (Role, error) {
+	switch s {
+	case "client":
+		return RoleClient, nil
+	case "cluster":
+		return RoleCluster, nil
+	case "both":
+		return RoleBoth, nil
+	}
+	return RoleNone, fmt.Errorf("unknown role %q (want client, cluster or both)", s)
+}
+
+// SiteKind says what a site source prefix is (bits; datapath.h's SITE_*).
+type SiteKind uint8
+
+// The kinds of site source.
+const (
+	// SiteCluster: the cluster's addresses (Pods, nodes, the cluster's prefixes, every
+	// backend): never a client's source on a client-facing interface, and the cluster side on
+	// a one-armed one.
+	SiteCluster SiteKind = 1
+	// SiteGateway: the gateway's own addresses: never the source of a packet to a VIP.
+	SiteGateway SiteKind = 2
+)
+
+// MaxSiteSources bounds the number of site source prefixes.
+const MaxSiteSources = 300000
+
 // ConnectFrontend is what the socket load balancer does with new connections to one frontend
 // (a cluster IP, port and protocol).
 type ConnectFrontend struct {

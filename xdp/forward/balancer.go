@@ -43,6 +43,8 @@ type Balancer struct {
 	// rateStart, rateCT and rateHS are the rate guard's window and its two counts.
 	rateStart      int64
 	rateCT, rateHS int64
+	// site: the site's own prefixes by kind (the XDP datapath's site_sources).
+	site siteSet
 	// vipTraffic and backendTraffic count what Forward sends, by VIP and backend id.
 	vipTraffic     map[datapath.VIPID]*datapath.Traffic
 	backendTraffic map[datapath.BackendID]*datapath.Traffic
@@ -104,7 +106,7 @@ func New(s datapath.Settings) (*Balancer, error) {
 		settings: s.WithDefaults(),
 		vips:     map[feKey]*vip{}, vipByID: map[datapath.VIPID]*vip{}, vipAddrs: map[addrKey]int{},
 		backends: map[datapath.BackendID]backend{}, reverse: map[feKey]reverse{},
-		ct: map[flowKey]ctEntry{}, hs: map[flowKey]hsEntry{},
+		ct: map[flowKey]ctEntry{}, hs: map[flowKey]hsEntry{}, site: siteSet{prefixes: map[netip.Prefix]datapath.SiteKind{}},
 		vipTraffic: map[datapath.VIPID]*datapath.Traffic{}, backendTraffic: map[datapath.BackendID]*datapath.Traffic{},
 	}, nil
 }

@@ -235,9 +235,16 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 	}
 	v := b.lookupVIP(p)
 	if v == nil {
+		if b.vipAddrs[addrKey{p.Dst, p.V6}] > 0 {
+			// A VIP address, but no service on this port or protocol: never the gateway's own.
+			return drop(d, ReasonDropVIPUnserved)
+		}
 		return d // NotOurs (an entry whose frontend matched p would have found it)
 	}
 	d.VIP, d.Frontend = v.cfg.ID, v.fe
+	if r, ok := b.sideCheck(p); !ok {
+		return drop(d, r)
+	}
 	if r, ok := admit(v, p, &d); !ok {
 		return drop(d, r)
 	}
@@ -291,6 +298,9 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 // established checks what every forwarded packet must pass, counts it and sends it to be.
 func (b *Balancer) established(p *Packet, v *vip, bid datapath.BackendID, be backend, newFlow bool, d Decision) Decision {
 	d.VIP, d.Frontend, d.Backend = v.cfg.ID, v.fe, bid
+	if r, ok := b.sideCheck(p); !ok {
+		return drop(d, r)
+	}
 	if r, ok := admit(v, p, &d); !ok {
 		return drop(d, r)
 	}
@@ -362,6 +372,9 @@ func (b *Balancer) Reply(p *Packet, now time.Duration) Decision {
 	r, ok := b.reverseOf(p.Src, p.V6, p.SrcPort, uint8(p.Proto))
 	if !ok {
 		return d
+	}
+	if r, ok := b.replySideCheck(p); !ok {
+		return drop(d, r)
 	}
 	var id datapath.VIPID
 	var vport uint16

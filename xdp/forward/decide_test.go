@@ -58,7 +58,7 @@ func table(ids ...datapath.BackendID) []datapath.BackendID {
 }
 
 func tcp(sport uint16, flags uint8, seq uint32) Packet {
-	p := PacketOf(netip.AddrPortFrom(client4, sport), netip.AddrPortFrom(vip4, 80), datapath.TCP)
+	p := sidedPacketOf(netip.AddrPortFrom(client4, sport), netip.AddrPortFrom(vip4, 80), datapath.TCP)
 	p.TCPFlags, p.Seq, p.Len = flags, seq, 60
 	return p
 }
@@ -120,7 +120,7 @@ func TestHandshakeFollowsItsSYN(t *testing.T) {
 // names another frontend is not taken by it.
 func TestConntrackStates(t *testing.T) {
 	b := setup(t, datapath.Settings{UDPTimeout: 5 * time.Second})
-	q := PacketOf(netip.AddrPortFrom(client4, 5000), netip.AddrPortFrom(vip4, 53), datapath.UDP)
+	q := sidedPacketOf(netip.AddrPortFrom(client4, 5000), netip.AddrPortFrom(vip4, 53), datapath.UDP)
 	first := b.Forward(&q, time.Second)
 	if !first.NewFlow || first.Conntrack != CTNone {
 		t.Fatalf("first datagram: %+v", first)
@@ -163,7 +163,7 @@ func TestDrops(t *testing.T) {
 		t.Errorf("TTL 1: %+v", d)
 	}
 	must(t, b.UpsertVIP(datapath.Frontend{Addr: vip6, Port: 53, Proto: datapath.UDP}, datapath.VIPConfig{ID: 4}))
-	q := PacketOf(netip.MustParseAddrPort("[2001:db8:80::1]:5"), netip.AddrPortFrom(vip6, 53), datapath.UDP)
+	q := sidedPacketOf(netip.MustParseAddrPort("[2001:db8:80::1]:5"), netip.AddrPortFrom(vip6, 53), datapath.UDP)
 	q.UDPNoChecksum = true
 	if d := b.Forward(&q, time.Second); d.Action != Drop || d.Reason != ReasonDropUDP6ZeroCsum {
 		t.Errorf("IPv6 UDP without checksum: %+v", d)
@@ -172,7 +172,7 @@ func TestDrops(t *testing.T) {
 	if d := b.Forward(&q, time.Second); d.Action != Drop || d.Reason != ReasonDropNoBackend || d.M != 0 {
 		t.Errorf("a frontend without a table: %+v", d)
 	}
-	other := PacketOf(netip.AddrPortFrom(client4, 1), netip.MustParseAddrPort("198.18.100.9:80"), datapath.TCP)
+	other := sidedPacketOf(netip.AddrPortFrom(client4, 1), netip.MustParseAddrPort("198.18.100.9:80"), datapath.TCP)
 	if d := b.Forward(&other, time.Second); d.Action != NotOurs {
 		t.Errorf("a packet for no frontend: %+v", d)
 	}
@@ -183,7 +183,7 @@ func TestRateGuard(t *testing.T) {
 	b := setup(t, datapath.Settings{NewFlowRate: 2})
 	limited := 0
 	for i := range 5 {
-		q := PacketOf(netip.AddrPortFrom(client4, uint16(6000+i)), netip.AddrPortFrom(vip4, 53), datapath.UDP)
+		q := sidedPacketOf(netip.AddrPortFrom(client4, uint16(6000+i)), netip.AddrPortFrom(vip4, 53), datapath.UDP)
 		d := b.Forward(&q, time.Second)
 		if d.Action != ToBackend {
 			t.Fatalf("datagram %d: %+v", i, d)
@@ -202,12 +202,12 @@ func TestRateGuard(t *testing.T) {
 // Maglev tables; a packet from no backend endpoint is not ours.
 func TestReply(t *testing.T) {
 	b := setup(t, datapath.Settings{Seed: 3})
-	r := PacketOf(netip.AddrPortFrom(bes[0], 8080), netip.AddrPortFrom(client4, 4000), datapath.TCP)
+	r := sidedPacketOf(netip.AddrPortFrom(bes[0], 8080), netip.AddrPortFrom(client4, 4000), datapath.TCP)
 	d := b.Reply(&r, time.Second)
 	if d.Action != ToClient || addr(d) != netip.AddrPortFrom(vip4, 80) || d.VIP != 1 {
 		t.Fatalf("a reply: %+v, want from %s:80", d, vip4)
 	}
-	stranger := PacketOf(netip.MustParseAddrPort("198.18.1.99:8080"), netip.AddrPortFrom(client4, 4000), datapath.TCP)
+	stranger := sidedPacketOf(netip.MustParseAddrPort("198.18.1.99:8080"), netip.AddrPortFrom(client4, 4000), datapath.TCP)
 	if d := b.Reply(&stranger, time.Second); d.Action != NotOurs {
 		t.Errorf("a packet from no backend: %+v", d)
 	}
@@ -222,10 +222,10 @@ func TestReply(t *testing.T) {
 	}
 	// A flow to api through this balancer: its SYN records the reverse entry, so the reply
 	// is api's whatever the tables say.
-	syn := PacketOf(netip.AddrPortFrom(client4, 4100), netip.AddrPortFrom(api.Addr, 80), datapath.TCP)
+	syn := sidedPacketOf(netip.AddrPortFrom(client4, 4100), netip.AddrPortFrom(api.Addr, 80), datapath.TCP)
 	syn.TCPFlags = TCPSYN
 	fwd := b.Forward(&syn, time.Second)
-	back := PacketOf(addr(fwd), netip.AddrPortFrom(client4, 4100), datapath.TCP)
+	back := sidedPacketOf(addr(fwd), netip.AddrPortFrom(client4, 4100), datapath.TCP)
 	if d := b.Reply(&back, time.Second); d.Action != ToClient || d.VIP != 5 || d.Conntrack != CTUsed || d.ReverseByHash {
 		t.Fatalf("an ambiguous endpoint's reply with a reverse entry: %+v, want api's by conntrack", d)
 	}
@@ -236,15 +236,28 @@ func TestReply(t *testing.T) {
 	for sport := uint16(7000); sport < 7010; sport++ {
 		fwdPort := datapath.FlowHash(3, client4, sport, 80, datapath.TCP, false)
 		be := bes[table(1, 2, 3)[fwdPort%251]-1]
-		rp := PacketOf(netip.AddrPortFrom(be, 8080), netip.AddrPortFrom(client4, sport), datapath.TCP)
+		rp := sidedPacketOf(netip.AddrPortFrom(be, 8080), netip.AddrPortFrom(client4, sport), datapath.TCP)
 		if d := b.Reply(&rp, time.Second); d.Action != ToClient || d.VIP != 1 || !d.ReverseByHash {
 			t.Fatalf("port %d: an ambiguous endpoint's reply without entry: %+v, want web's by Maglev", sport, d)
 		}
 	}
 	must(t, b.SetMaglevTable(5, table(1, 2, 3)))
-	rp := PacketOf(netip.AddrPortFrom(bes[0], 8080), netip.AddrPortFrom(client4, 7777), datapath.TCP)
+	rp := sidedPacketOf(netip.AddrPortFrom(bes[0], 8080), netip.AddrPortFrom(client4, 7777), datapath.TCP)
 	if d := b.Reply(&rp, time.Second); d.Action != Drop || d.Reason != ReasonDropReverseNoCT {
 		// Either none or both candidates name it: never a guess.
 		t.Fatalf("an ambiguous reply both tables (or none) explain: %+v", d)
 	}
+}
+
+// sidedPacketOf is PacketOf arrived on the side its source says: a backend's (198.18.1.0/24,
+// 2001:db8:1::/64) on a cluster-facing interface, anyone else's on a client-facing one.
+func sidedPacketOf(src, dst netip.AddrPort, proto datapath.Protocol) Packet {
+	p := PacketOf(src, dst, proto)
+	p.Role = datapath.RoleClient
+	for _, c := range []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("2001:db8:1::/64")} {
+		if c.Contains(src.Addr()) {
+			p.Role = datapath.RoleCluster
+		}
+	}
+	return p
 }

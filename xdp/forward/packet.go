@@ -35,6 +35,9 @@ type Packet struct {
 	// Destination Options header right after the fixed header starts with
 	// datapath.CarrierOpt6Type): Forward drops it when it is addressed to a VIP.
 	Carrier bool
+	// Role is the role of the interface the packet arrived on: what it may do from there
+	// (datapath.Role; docs/datapath.md, "Security model").
+	Role datapath.Role
 }
 
 // PacketOf returns the packet of a flow from src to dst (the same family): TTL 64, no TCP

@@ -11,33 +11,38 @@ type Reason uint8
 
 // The reasons.
 const (
-	ReasonNATForward        Reason = iota // forwarded to a backend (DNAT)
-	ReasonNATReverse                      // a backend's reply forwarded with the VIP as source
-	ReasonNATReverseMaglev                // among those, an ambiguous endpoint's reply re-derived by Maglev
-	ReasonFwdTX                           // sent back out of the interface it came in on
-	ReasonFwdRedirect                     // sent out of another interface
-	ReasonCTRateLimited                   // a flow not recorded: the new-flow rate guard
-	ReasonCTReselect                      // an established flow balanced again (backend gone or down, or idle)
-	ReasonHandshakeHit                    // a TCP handshake packet sent where its SYN went
-	ReasonHandshakeLimited                // a SYN not recorded: the handshake rate guard
-	ReasonDropMalformed                   // truncated or inconsistent headers
-	ReasonDropNotOurs                     // steered, but no VIP or backend endpoint (a configuration change raced it)
-	ReasonDropSrcRange                    // the client is outside the VIP's source ranges
-	ReasonDropNoBackend                   // the VIP's table has no usable backend for the flow
-	ReasonDropUDP6ZeroCsum                // an IPv6 UDP datagram without checksum
-	ReasonDropTTL                         // TTL or hop limit would expire (the steer program passes these; a race)
-	ReasonDropReverseNoCT                 // an ambiguous endpoint's reply whose VIP neither conntrack nor Maglev gives
-	ReasonDropLocal                       // the destination is this host (the steer program passes these; a race)
-	ReasonHeldNoNeigh                     // held while the next hop's MAC is resolved (sent or dropped later)
-	ReasonDropNoNeigh                     // held, but the next hop's MAC was not resolved in time (or too many held)
-	ReasonDropUnreachable                 // no route to the destination
-	ReasonDropNoPort                      // the egress interface has no socket of this datapath
-	ReasonDropMTU                         // longer than the egress MTU
-	ReasonDropTxFull                      // the egress socket's ring or frames were full
-	ReasonDSRCarried                      // of nat_forward: sent with the carrier (direct server return)
-	ReasonDSRNoRoom                       // of nat_forward: sent without the carrier, which would not fit
-	ReasonDSRTooBig                       // a UDP datagram the carrier would not fit on, answered with an ICMP "too big"
-	ReasonDropCarrierForged               // a packet to a VIP that arrived with a carrier (only gateways write them)
+	ReasonNATForward         Reason = iota // forwarded to a backend (DNAT)
+	ReasonNATReverse                       // a backend's reply forwarded with the VIP as source
+	ReasonNATReverseMaglev                 // among those, an ambiguous endpoint's reply re-derived by Maglev
+	ReasonFwdTX                            // sent back out of the interface it came in on
+	ReasonFwdRedirect                      // sent out of another interface
+	ReasonCTRateLimited                    // a flow not recorded: the new-flow rate guard
+	ReasonCTReselect                       // an established flow balanced again (backend gone or down, or idle)
+	ReasonHandshakeHit                     // a TCP handshake packet sent where its SYN went
+	ReasonHandshakeLimited                 // a SYN not recorded: the handshake rate guard
+	ReasonDropMalformed                    // truncated or inconsistent headers
+	ReasonDropNotOurs                      // steered, but no VIP or backend endpoint (a configuration change raced it)
+	ReasonDropSrcRange                     // the client is outside the VIP's source ranges
+	ReasonDropNoBackend                    // the VIP's table has no usable backend for the flow
+	ReasonDropUDP6ZeroCsum                 // an IPv6 UDP datagram without checksum
+	ReasonDropTTL                          // TTL or hop limit would expire (the steer program passes these; a race)
+	ReasonDropReverseNoCT                  // an ambiguous endpoint's reply whose VIP neither conntrack nor Maglev gives
+	ReasonDropLocal                        // the destination is this host (the steer program passes these; a race)
+	ReasonHeldNoNeigh                      // held while the next hop's MAC is resolved (sent or dropped later)
+	ReasonDropNoNeigh                      // held, but the next hop's MAC was not resolved in time (or too many held)
+	ReasonDropUnreachable                  // no route to the destination
+	ReasonDropNoPort                       // the egress interface has no socket of this datapath
+	ReasonDropMTU                          // longer than the egress MTU
+	ReasonDropTxFull                       // the egress socket's ring or frames were full
+	ReasonDSRCarried                       // of nat_forward: sent with the carrier (direct server return)
+	ReasonDSRNoRoom                        // of nat_forward: sent without the carrier, which would not fit
+	ReasonDSRTooBig                        // a UDP datagram the carrier would not fit on, answered with an ICMP "too big"
+	ReasonDropCarrierForged                // a packet to a VIP that arrived with a carrier (only gateways write them)
+	ReasonDropNoRole                       // to a VIP or from a backend, on an interface without a role
+	ReasonDropSiteSource                   // to a VIP from a VIP, the gateway's own address, or (client side) a site prefix
+	ReasonDropWrongSide                    // to a VIP, on a cluster-facing interface, from outside the site
+	ReasonDropReplyWrongSide               // a backend's reply that arrived from the client side
+	ReasonDropVIPUnserved                  // to a VIP address on a port or protocol no service has
 	NumReasons
 )
 
@@ -47,7 +52,8 @@ var reasonNames = [NumReasons]string{
 	"drop_malformed", "drop_not_ours", "drop_src_range", "drop_no_backend", "drop_udp6_zero_csum",
 	"drop_ttl", "drop_reverse_no_ct", "drop_local", "held_no_neigh", "drop_no_neigh", "drop_unreachable",
 	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
-	"drop_carrier_forged",
+	"drop_carrier_forged", "drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side",
+	"drop_vip_unserved",
 }
 
 // String returns the counter's name.

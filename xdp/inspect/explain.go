@@ -103,6 +103,7 @@ func (s *snapshot) decide(q FlowQuery) (first, est forward.Decision, err error) 
 		return first, est, err
 	}
 	p := forward.PacketOf(q.Client, q.To, q.Proto)
+	p.Role = datapath.RoleClient // a client's packet, from the client side
 	if q.Proto != datapath.TCP {
 		return fb.Forward(&p, snapshotNow), eb.Forward(&p, snapshotNow), nil
 	}

@@ -56,7 +56,7 @@ func TestExplainFlow(t *testing.T) {
 	}
 	a, b := netlab.New(t, netlab.Prefix()+"a"), netlab.New(t, netlab.Prefix()+"b")
 	netlab.Veth(t, a, "x0", "02:00:00:00:00:01", b, "x1", "02:00:00:00:00:02")
-	l.must(t, a.Do(func() error { return l.d.Attach("x0", datapath.AttachAuto) }))
+	l.must(t, a.Do(func() error { return l.d.Attach("x0", datapath.AttachAuto, datapath.RoleBoth) }))
 
 	// The settings the attached program runs with, all of them.
 	st, iface, err := l.p.Settings()

@@ -62,6 +62,10 @@ func newLab(t *testing.T) *lab {
 	if l.d, err = xdp.Load(l.opts); err != nil {
 		t.Fatal(err)
 	}
+	// The lab's packets are run with BPF_PROG_TEST_RUN: they arrive on lo, a client's side.
+	if err := l.d.SetIfindexRole(1, datapath.RoleClient); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if err := l.d.Remove(); err != nil {
 			t.Errorf("remove: %v", err)

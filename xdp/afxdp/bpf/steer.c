@@ -9,7 +9,8 @@
  * Frames of ours that the engine leaves to the kernel are passed here, as the XDP datapath passes
  * them: IPv4 fragments and an expiring TTL (the kernel answers with ICMP). VLAN-tagged frames,
  * IPv6 extension headers and anything but TCP/UDP are never steered. An echo request to a VIP
- * address is answered here, as the XDP datapath answers it. */
+ * address is answered here, as the XDP datapath answers it; anything else to a VIP address that
+ * no frontend has is dropped (another protocol: here; TCP/UDP: by the engine). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -73,7 +74,8 @@ struct {
 #define STEERED_NO_SOCKET 2 /* ours, but its queue has no socket: passed to the kernel */
 #define STEERED_ECHO 3      /* an echo request to a VIP address, answered here (XDP_TX) */
 #define STEERED_NOT_OURS 4  /* an IP packet for no VIP and from no backend: the kernel's */
-#define STEERED_MAX 5
+#define STEERED_UNSERVED 5  /* to a VIP address, of a protocol no service has: dropped */
+#define STEERED_MAX 6
 
 /* steered: per CPU, STEERED_* -> frames. Written by the program, read by Go. */
 struct {
@@ -89,6 +91,15 @@ static __always_inline void count(__u32 i)
 
 	if (n)
 		(*n)++;
+}
+
+/* vip_addr reports whether the destination of key k is a VIP address (any frontend). */
+static __always_inline int vip_addr(const struct steer_key *k)
+{
+	struct steer_key a = { .family = k->family, .dir = STEER_VIP_ADDR };
+
+	__builtin_memcpy(a.addr, k->addr, sizeof(a.addr));
+	return bpf_map_lookup_elem(&steer, &a) != NULL;
 }
 
 static __always_inline int hit(struct steer_key *k, __be16 port)
@@ -232,14 +243,22 @@ int xlb_steer(struct xdp_md *ctx)
 		}
 		return echo_reply(eth, l3, ic, to.family == FAMILY_V6);
 	}
-	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
+		/* No service is of another protocol: never the gateway's own, as in the XDP datapath. */
+		if (vip_addr(&to)) {
+			count(STEERED_UNSERVED);
+			return XDP_DROP;
+		}
 		return not_ours();
+	}
 	if ((void *)(ports + 2) > data_end)
 		return not_ours();
 	to.proto = from.proto = proto;
 	to.dir = STEER_TO_VIP;
 	from.dir = STEER_FROM_BACKEND;
-	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || !routed(ctx, &from, &to)))
+	/* A VIP address on a port no service has goes to the engine too, which drops it
+	 * (drop_vip_unserved): passed, it would reach the gateway's own services or loop. */
+	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || !routed(ctx, &from, &to)) && !vip_addr(&to))
 		return not_ours();
 	if (expiring || frag) {
 		count(STEERED_PASSED);
