@@ -473,3 +473,38 @@ func (h *heldUDP) close() {
 	}
 	h.cmd.Wait()
 }
+
+// TestAgentPrefixFlags: --external-ip-allow and --service-cidr take prefixes (a bare address
+// is its /32 or /128) repeated or comma-separated, masked and without duplicates; anything
+// else is refused, and so are both flags in file mode. (No root: refused before anything is
+// loaded.)
+func TestAgentPrefixFlags(t *testing.T) {
+	var l prefixList
+	for _, v := range []string{"198.18.99.0/24,2001:db8:99::/64", " 198.18.99.7/24 , 198.18.98.1", ""} {
+		if err := l.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.String(); got != "198.18.99.0/24,2001:db8:99::/64,198.18.98.1/32" {
+		t.Errorf("prefixes: %q", got)
+	}
+	for _, bad := range []string{"198.18.99.0/33", "eth0", "::ffff:198.18.99.0/120", "fe80::1%eth0"} {
+		if err := new(prefixList).Set(bad); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+	var errb bytes.Buffer
+	if rc := cli([]string{"agent", "--listen", "", "--node", "n1", "--external-ip-allow", "nope"}, &errb); rc == 0 || !strings.Contains(errb.String(), `"nope" is not an IP prefix`) {
+		t.Errorf("--external-ip-allow nope: exit %d, %q", rc, errb.String())
+	}
+	errb.Reset()
+	cfg := filepath.Join(t.TempDir(), "xlb.yaml")
+	if err := os.WriteFile(cfg, []byte(dsrAgentConfig(true)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"agent", "--listen", "", "--config", cfg, "--node", "n1", "--dsr-interface", "n0", "--external-ip-allow", "198.18.99.0/24", "--service-cidr", "198.18.96.0/24"}
+	if rc := cli(args, &errb); rc != 1 || !strings.Contains(errb.String(), "--external-ip-allow, --service-cidr: not flags of file mode") {
+		t.Errorf("file mode with the policy's flags: exit %d, %q", rc, errb.String())
+	}
+}
+
