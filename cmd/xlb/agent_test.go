@@ -507,4 +507,3 @@ func TestAgentPrefixFlags(t *testing.T) {
 		t.Errorf("file mode with the policy's flags: exit %d, %q", rc, errb.String())
 	}
 }
-
