@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -504,11 +505,13 @@ func (a *Agent) policy() AddressPolicy {
 
 // watchServiceCIDRs sets up the watch of the cluster's ServiceCIDR objects, unless the
 // apiserver does not serve them (before Kubernetes 1.33, or the API turned off) or the agent
-// may not list them: its error says which.
+// may not list them: its error says which. Any other error (an apiserver not reachable yet) is
+// the informers' to retry, as for Services.
 func (a *Agent) watchServiceCIDRs(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := a.client.NetworkingV1().ServiceCIDRs().List(lctx, metav1.ListOptions{Limit: 1}); err != nil {
+	_, err := a.client.NetworkingV1().ServiceCIDRs().List(lctx, metav1.ListOptions{Limit: 1})
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err) {
 		return fmt.Errorf("list servicecidrs.networking.k8s.io: %w", err)
 	}
 	a.cidrs = a.factory.Networking().V1().ServiceCIDRs().Lister()
