@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -30,6 +31,9 @@ type agentOptions struct {
 	cleanup    bool   // detach and unpin at exit
 	netnsDir   string // where Pods' network namespaces are pinned ("" = the agent's own only)
 	sockets    int    // size of the socket load balancer's LRU maps (socklb.Options.Sockets)
+
+	serviceCIDRs prefixList // the cluster IP ranges, besides the cluster's ServiceCIDR objects
+	externalIPs  prefixList // where spec.externalIPs may be to be balanced (none: nowhere)
 
 	config       string   // the gateways' YAML file: file mode ("" = Kubernetes mode)
 	dsrIfaces    nameList // the uplinks direct server return attaches to ("" = DSR off)
@@ -59,6 +63,41 @@ func (l *nameList) Set(v string) error {
 	return nil
 }
 
+// prefixList is a flag.Value of IP prefixes: repeatable, each value comma-separated; a bare
+// address is its /32 or /128.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	parts := make([]string, len(*l))
+	for i, p := range *l {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *prefixList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil || a.Zone() != "" {
+				return fmt.Errorf("%q is not an IP prefix (such as 198.18.96.0/24 or 2001:db8:96::/112): %w", s, err)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Is4In6() {
+			return fmt.Errorf("%q: give IPv4 prefixes in IPv4 form", s)
+		}
+		if p = p.Masked(); !slices.Contains(*l, p) {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
 // DefaultAgentListen is where `xlb agent` serves /metrics and /healthz unless told otherwise.
 const DefaultAgentListen = "127.0.0.1:9612"
 
@@ -72,6 +111,8 @@ func agentFlags(fs *flag.FlagSet, o *agentOptions) {
 	fs.BoolVar(&o.cleanup, "cleanup-on-exit", false, "on SIGTERM/SIGINT, detach and unpin everything instead of leaving balancing in place")
 	fs.IntVar(&o.sockets, "max-sockets", socklb.DefaultSockets, fmt.Sprintf("`entries` of each of the four LRU maps (live {socket, endpoint} pairs per protocol remembered; ~120 bytes each, preallocated: %d to %d; 0: the default)", socklb.MinSockets, socklb.MaxSockets))
 	fs.StringVar(&o.netnsDir, "netns-dir", socklb.DefaultNetnsDir, "`directory` where the container runtime pins Pods' network namespaces: their connected UDP sockets to removed endpoints are closed (\"\" for the agent's own namespace only)")
+	fs.Var(&o.serviceCIDRs, "service-cidr", "the cluster's cluster IP `prefix`es (the apiserver's --service-cluster-ip-range), besides its ServiceCIDR objects, which the agent reads: no external or load-balancer address inside one is balanced (repeat, or separate with commas)")
+	fs.Var(&o.externalIPs, "external-ip-allow", "`prefix`es a Service's spec.externalIPs must be inside to be balanced (repeat, or separate with commas; none, the default: no external IP is balanced, as any user who may write a Service may set them; 0.0.0.0/0,::/0 balances every one outside the service CIDRs, as kube-proxy does)")
 	fs.StringVar(&o.config, "config", "", "the gateways' YAML config `file`: file mode (direct server return only, its pairs from the file's backends on this node; no apiserver, no socket load balancer); SIGHUP reloads it")
 	fs.Var(&o.dsrIfaces, "dsr-interface", "the node's uplink `name` where the gateways' packets arrive: direct server return's programs attach to it both ways (repeat, or separate with commas, for several; none: DSR off)")
 	fs.StringVar(&o.dsrPinPath, "dsr-pin-path", dsr.DefaultPinPath, "bpffs `directory` of direct server return's pins (\"\" pins nothing: DSR stops with the agent)")
@@ -82,7 +123,7 @@ func agentFlags(fs *flag.FlagSet, o *agentOptions) {
 }
 
 // kubeOnlyFlags are the flags that mean nothing in file mode.
-var kubeOnlyFlags = []string{"kubeconfig", "cgroup", "pin-path", "max-sockets", "netns-dir", "class", "default-class"}
+var kubeOnlyFlags = []string{"kubeconfig", "cgroup", "pin-path", "max-sockets", "netns-dir", "class", "default-class", "service-cidr", "external-ip-allow"}
 
 // runAgent runs the node agent (lb/agent) until ctx ends. In Kubernetes mode: the socket load
 // balancer attached to the node's cgroup, fed with every Service's cluster IPs, and with
@@ -180,6 +221,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 		NetnsDir:     opts.netnsDir,
 		Class:        opts.class,
 		DefaultClass: opts.defaultClass,
+		Policy:       kube.AddressPolicy{ServiceCIDRs: opts.serviceCIDRs, ExternalIPs: opts.externalIPs},
 		ConfigPath:   opts.config,
 		Reload:       opts.reload,
 		Log:          log,

@@ -93,7 +93,9 @@ func agentHold(addr string) int {
 
 // TestAgentE2E runs `xlb agent` against a real kube-apiserver (cluster IPs from a lab range)
 // as its own ServiceAccount with deploy/agent.yaml's RBAC, and a client process in the agent's
-// cgroup reaching a ClusterIP Service whose endpoints are servers in a namespace.
+// cgroup reaching a ClusterIP Service whose endpoints are servers in a namespace. A Service
+// claiming that cluster IP as an external IP (issue 19's takeover) does not get its
+// connections, and gets an Event; its allowed external IP is balanced.
 func TestAgentE2E(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Fatal("needs root")
@@ -124,7 +126,7 @@ func TestAgentE2E(t *testing.T) {
 
 	// Backends b10 and b11 on the loopback of a namespace that routes nothing else.
 	ns := netlab.New(t, netlab.Prefix()+"ag")
-	for name, a := range map[string]string{"b10": "198.18.1.10", "b11": "198.18.1.11"} {
+	for name, a := range map[string]string{"b10": "198.18.1.10", "b11": "198.18.1.11", "b66": "198.18.1.66"} {
 		ns.MustIP(t, "addr add "+a+"/32 dev lo")
 		ns.ServeName(t, "tcp", netip.MustParseAddrPort(a+":8080"), name)
 		ns.ServeName(t, "udp", netip.MustParseAddrPort(a+":5353"), name)
@@ -160,7 +162,7 @@ func TestAgentE2E(t *testing.T) {
 	startAgent := func() (stop func()) {
 		t.Helper()
 		agent := exec.Command(os.Args[0], "agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup,
-			"--listen", listen, "--pin-path", pin, "--max-sockets", "16384")
+			"--listen", listen, "--pin-path", pin, "--max-sockets", "16384", "--external-ip-allow", "198.18.99.0/24")
 		agent.Env = append(os.Environ(), envDaemon+"=1")
 		logs, err := agent.StderrPipe()
 		if err != nil {
@@ -264,6 +266,45 @@ func TestAgentE2E(t *testing.T) {
 		}
 		return len(answers) == 80 && seen["b10"] && seen["b11"] && len(seen) == 2
 	})
+
+	// The takeover of issue 19: a Service named to sort first, its endpoint b66, with web's
+	// cluster IP as an external IP on web's port. Its allowed external IP is balanced (the
+	// agent has seen it), its claim on web's cluster IP is not: web's connections still reach
+	// web's endpoints only, and the Service gets its Event from the agent's role.
+	evil, err := admin.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "aaa-evil"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			ExternalIPs: []string{svc.Spec.ClusterIP, "198.18.99.9"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "aaa-evil-1", Labels: map[string]string{discoveryv1.LabelServiceName: "aaa-evil"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &pn, Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"198.18.1.66"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &yes}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("aaa-evil's allowed external IP reaches b66", func() bool {
+		return strings.Join(client("198.18.99.9:80"), " ") == "b66 198.18.99.9:80"
+	})
+	answers = client(vip + "*40")
+	if joined := strings.Join(answers, " "); len(answers) != 80 || strings.Contains(joined, "b66") {
+		t.Errorf("web's cluster IP with aaa-evil claiming it: %v, want web's endpoints only", answers)
+	}
+	eventually("aaa-evil gets an ExternalIPRefused Event", func() bool {
+		l, err := admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=aaa-evil,reason=ExternalIPRefused"})
+		return err == nil && len(l.Items) == 1 && strings.Contains(l.Items[0].Message, svc.Spec.ClusterIP+" is inside the service CIDR 198.18.96.0/24")
+	})
+	if err := admin.CoreV1().Services("default").Delete(ctx, evil.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("aaa-evil's external IP is no longer balanced", func() bool {
+		return strings.Join(client("198.18.99.9:80"), " ") != "b66 198.18.99.9:80"
+	})
+
 	sl.Endpoints = sl.Endpoints[1:]
 	if sl, err = admin.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -431,4 +472,38 @@ func (h *heldUDP) close() {
 		h.cmd.Process.Kill()
 	}
 	h.cmd.Wait()
+}
+
+// TestAgentPrefixFlags: --external-ip-allow and --service-cidr take prefixes (a bare address
+// is its /32 or /128) repeated or comma-separated, masked and without duplicates; anything
+// else is refused, and so are both flags in file mode. (No root: refused before anything is
+// loaded.)
+func TestAgentPrefixFlags(t *testing.T) {
+	var l prefixList
+	for _, v := range []string{"198.18.99.0/24,2001:db8:99::/64", " 198.18.99.7/24 , 198.18.98.1", ""} {
+		if err := l.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.String(); got != "198.18.99.0/24,2001:db8:99::/64,198.18.98.1/32" {
+		t.Errorf("prefixes: %q", got)
+	}
+	for _, bad := range []string{"198.18.99.0/33", "eth0", "::ffff:198.18.99.0/120", "fe80::1%eth0"} {
+		if err := new(prefixList).Set(bad); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+	var errb bytes.Buffer
+	if rc := cli([]string{"agent", "--listen", "", "--node", "n1", "--external-ip-allow", "nope"}, &errb); rc == 0 || !strings.Contains(errb.String(), `"nope" is not an IP prefix`) {
+		t.Errorf("--external-ip-allow nope: exit %d, %q", rc, errb.String())
+	}
+	errb.Reset()
+	cfg := filepath.Join(t.TempDir(), "xlb.yaml")
+	if err := os.WriteFile(cfg, []byte(dsrAgentConfig(true)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"agent", "--listen", "", "--config", cfg, "--node", "n1", "--dsr-interface", "n0", "--external-ip-allow", "198.18.99.0/24", "--service-cidr", "198.18.96.0/24"}
+	if rc := cli(args, &errb); rc != 1 || !strings.Contains(errb.String(), "--external-ip-allow, --service-cidr: not flags of file mode") {
+		t.Errorf("file mode with the policy's flags: exit %d, %q", rc, errb.String())
+	}
 }

@@ -299,6 +299,24 @@ func TestAgentRBAC(t *testing.T) {
 			}
 			return err
 		}},
+		{"list and watch servicecidrs", func(ctx context.Context) error {
+			if _, err := agent.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{}); err != nil {
+				return err
+			}
+			w, err := agent.NetworkingV1().ServiceCIDRs().Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		}},
+		{"create an event on a service", func(ctx context.Context) error {
+			_, err := agent.CoreV1().Events("default").Create(ctx, &corev1.Event{
+				ObjectMeta:     metav1.ObjectMeta{Name: "kubernetes.xlb-test"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: "default", Name: "kubernetes"},
+				Reason:         "FrontendConflict", Message: "test", Type: corev1.EventTypeWarning,
+			}, metav1.CreateOptions{})
+			return err
+		}},
 		{"get its node", func(ctx context.Context) error {
 			_, err := agent.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 			return err
@@ -347,6 +365,14 @@ func TestAgentRBAC(t *testing.T) {
 		{"patch a service", func(ctx context.Context) error {
 			_, err := agent.CoreV1().Services("default").Patch(ctx, "kubernetes", types.MergePatchType,
 				[]byte(`{"metadata":{"labels":{"a":"b"}}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"update an event", func(ctx context.Context) error {
+			ev, err := admin.CoreV1().Events("default").Get(ctx, "kubernetes.xlb-test", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = agent.CoreV1().Events("default").Update(ctx, ev, metav1.UpdateOptions{})
 			return err
 		}},
 		{"list secrets", func(ctx context.Context) error {

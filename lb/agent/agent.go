@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +59,11 @@ type Options struct {
 	// kube.DefaultClass.
 	Class        string
 	DefaultClass bool
+	// Policy says which external and load-balancer addresses of the Services are balanced
+	// besides their cluster IPs (--service-cidr, --external-ip-allow; Kubernetes mode). The
+	// zero value balances no external IP, and load-balancer addresses outside the cluster's
+	// ServiceCIDR objects.
+	Policy kube.AddressPolicy
 	// ConfigPath is the gateways' YAML file (lb/config) in file mode: the pairs are those of
 	// its services' backends on Node whose dsr is true (lb.DSRServices).
 	ConfigPath string
@@ -128,10 +132,10 @@ type agent struct {
 	dsr  *dsrSide        // nil: direct server return off
 	ctx  context.Context // Run's, for the Node writes of kube.Agent's callbacks (which get none)
 
-	mu        sync.Mutex    // guards dp between apply and /metrics
-	applied   atomic.Bool   // a plan was applied: /healthz answers 200
-	udpClosed atomic.Uint64 // connected UDP sockets closed
-	lastErrs  string        // the planning errors last logged (apply's goroutine only)
+	mu        sync.Mutex     // guards dp between apply and /metrics
+	applied   atomic.Bool    // a plan was applied: /healthz answers 200
+	udpClosed atomic.Uint64  // connected UDP sockets closed
+	refused   map[string]int // Services with something not balanced, by reason (kube.ClusterIPs.Refused; guarded by mu)
 
 	// Kubernetes mode with DSR (the informers' goroutine only):
 	clusterLocal []netip.Prefix // the addresses of this node's endpoints of every Service
@@ -180,25 +184,21 @@ func newAgent(opts Options) (*agent, error) {
 
 // kubeOptions are the options of the Kubernetes watcher.
 func (a *agent) kubeOptions() kube.AgentOptions {
-	o := kube.AgentOptions{Node: a.opts.Node, Log: a.log, Apply: a.apply, Class: a.opts.Class, DefaultClass: a.opts.DefaultClass}
+	o := kube.AgentOptions{Node: a.opts.Node, Log: a.log, Apply: a.apply, Class: a.opts.Class, DefaultClass: a.opts.DefaultClass,
+		Policy: a.opts.Policy}
 	if a.dsr != nil {
 		o.LoadBalancers = a.applyLoadBalancers
 	}
 	return o
 }
 
-// apply plans models and applies the plan (kube.AgentOptions.Apply). Its error, a frontend
-// that could not be written, has the plan applied again later.
-func (a *agent) apply(models []lb.Service) error {
-	plan, errs := lb.PlanConnect(models)
-	if msg := joinErrors(errs); msg != a.lastErrs {
-		a.lastErrs = msg
-		for _, e := range errs {
-			a.log.Warn("service not balanced", "err", e)
-		}
-	}
+// apply applies a pass's plan (kube.AgentOptions.Apply). Its error, a frontend that could not
+// be written, has the plan applied again later.
+func (a *agent) apply(pass kube.ClusterIPs) error {
+	models := pass.Services
 	a.mu.Lock()
-	res, err := a.rec.Apply(plan)
+	a.refused = pass.Refused
+	res, err := a.rec.Apply(pass.Plan)
 	frontends := a.rec.Frontends()
 	a.mu.Unlock()
 	if res.Changes() > 0 {
@@ -255,14 +255,4 @@ func (a *agent) stop() {
 		a.log.Error("closing the socket load balancer", "err", err)
 	}
 	a.log.Info("node agent stopped: cluster IPs stay balanced as last applied", "pin_path", a.opts.PinPath)
-}
-
-// joinErrors is the errors' texts, one per line.
-func joinErrors(errs []error) string {
-	var b strings.Builder
-	for _, e := range errs {
-		b.WriteString(e.Error())
-		b.WriteByte('\n')
-	}
-	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlb-dev/xlb/lb"
+	"github.com/xlb-dev/xlb/lb/kube"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -34,6 +35,16 @@ func service(name, vip string, port, target uint16, proto datapath.Protocol, add
 	return s
 }
 
+// pass is the agent's pass over services (as kube.Agent makes it): their plan.
+func pass(services ...lb.Service) kube.ClusterIPs {
+	in := make([]lb.ConnectService, len(services))
+	for i, s := range services {
+		in[i] = lb.ConnectService{Service: s}
+	}
+	plan, _, _ := lb.PlanConnect(in)
+	return kube.ClusterIPs{Plan: plan, Services: services}
+}
+
 // The metrics' help, as dashboards and docs/agent.md know them.
 var wantHelp = []string{
 	"# HELP xlb_agent_frontends Cluster IP frontends (address, port, protocol) balanced on this node.",
@@ -41,8 +52,7 @@ var wantHelp = []string{
 	"# HELP xlb_agent_scrape_errors Counters that could not be read during this scrape.",
 }
 
-// TestApply: each plan is applied through the reconciler; a Service that cannot be planned is
-// logged once; /healthz answers once a plan is applied; the connected UDP sockets of a UDP
+// TestApply: each plan is applied through the reconciler; /healthz answers once a plan is applied; the connected UDP sockets of a UDP
 // frontend that lost an endpoint are closed in NetnsDir and counted (udp_closed), unless the
 // datapath cannot; /metrics exports the datapath's counters under today's names.
 func TestApply(t *testing.T) {
@@ -65,12 +75,9 @@ func TestApply(t *testing.T) {
 	dnsFront := datapath.Frontend{Addr: netip.MustParseAddr("198.18.96.10"), Port: 53, Proto: datapath.UDP}
 
 	for range 2 {
-		if err := a.apply([]lb.Service{web, dns, all}); err != nil {
+		if err := a.apply(pass(web, dns, all)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if n := logs.count(`msg="service not balanced"`); n != 1 {
-		t.Errorf("the all-ports Service was logged %d times, want once", n)
 	}
 	if n := logs.count(`msg="cluster IPs applied" frontends=2 added=2 updated=0 removed=0`); n != 1 {
 		t.Errorf("%d applies logged, want the first only (the second changed nothing)", n)
@@ -91,7 +98,7 @@ func TestApply(t *testing.T) {
 	}
 	dp.closed = []datapath.ClosedSocket{sock("198.18.1.22:5353", nil), sock("198.18.1.22:5353", nil), sock("198.18.1.22:5353", errors.New("EBUSY"))}
 	dns = service("dns", "198.18.96.10", 53, 5353, datapath.UDP, "198.18.1.20", "198.18.1.21")
-	if err := a.apply([]lb.Service{web, dns}); err != nil {
+	if err := a.apply(pass(web, dns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(dp.closeCalls) != 1 || dp.closeCalls[0] != "/run/netns-test" {
@@ -120,7 +127,7 @@ func TestApply(t *testing.T) {
 	// failure is a warning, and what was closed anyway counts.
 	dp.closed, dp.closeErr = nil, fmt.Errorf("socklb: no UDP socket iterator: %w", datapath.ErrUnsupported)
 	dns = service("dns", "198.18.96.10", 53, 5353, datapath.UDP, "198.18.1.20")
-	if err := a.apply([]lb.Service{web, dns}); err != nil {
+	if err := a.apply(pass(web, dns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(dp.closeCalls) != 2 || logs.count("closing connected UDP sockets of removed endpoints") != 0 {
@@ -128,7 +135,7 @@ func TestApply(t *testing.T) {
 	}
 	dp.closed, dp.closeErr = []datapath.ClosedSocket{sock("198.18.1.20:5353", nil)}, errors.New("socklb: list network namespaces in /run/netns-test: permission denied")
 	dns = service("dns", "198.18.96.10", 53, 5353, datapath.UDP, "198.18.1.21")
-	if err := a.apply([]lb.Service{web, dns}); err != nil {
+	if err := a.apply(pass(web, dns)); err != nil {
 		t.Fatal(err)
 	}
 	if logs.count(`msg="closing connected UDP sockets of removed endpoints" err="socklb: list network namespaces`) != 1 {
@@ -136,7 +143,7 @@ func TestApply(t *testing.T) {
 	}
 	// A TCP frontend that loses an endpoint closes nothing.
 	web = service("web", "198.18.96.1", 80, 8080, datapath.TCP)
-	if err := a.apply([]lb.Service{web, dns}); err != nil {
+	if err := a.apply(pass(web, dns)); err != nil {
 		t.Fatal(err)
 	}
 	if len(dp.closeCalls) != 3 {
@@ -146,7 +153,7 @@ func TestApply(t *testing.T) {
 	// A write that fails is Apply's error (the agent retries it); the agent stays healthy.
 	dp.fail[dnsFront] = true
 	dns = service("dns", "198.18.96.10", 53, 5353, datapath.UDP, "198.18.1.21", "198.18.1.22")
-	if err := a.apply([]lb.Service{web, dns}); !errors.Is(err, errRefused) {
+	if err := a.apply(pass(web, dns)); !errors.Is(err, errRefused) {
 		t.Errorf("apply with a write refused: %v, want the datapath's error", err)
 	}
 	if code, _ := get(h, "/healthz"); code != http.StatusOK {

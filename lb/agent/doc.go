@@ -1,6 +1,7 @@
 // Package agent is the node agent (xlb agent). In Kubernetes mode it watches every Service and
-// EndpointSlice of the cluster (lb/kube's Agent), plans each node's cluster IP frontends
-// (lb.PlanConnect), applies them to the node's socket load balancer through lb/reconcile's
+// EndpointSlice of the cluster through lb/kube's Agent, which plans the node's cluster IP
+// frontends (lb.PlanConnect: which external IPs pass the policy, who has a frontend several
+// Services claim), applies them to the node's socket load balancer through lb/reconcile's
 // ConnectReconciler, and closes the connected UDP sockets whose endpoint went. With direct server
 // return it also applies the {frontend, local endpoint} pairs of the gateways' LoadBalancer
 // Services (lb.DSRServices) to the node side of DSR through lb/reconcile's DSRReconciler, attaches

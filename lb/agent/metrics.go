@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/xlb-dev/xlb/lb/kube"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
@@ -35,7 +36,7 @@ func (a *agent) handler() (http.Handler, error) {
 // collector exports the datapaths' state and counters, read at each scrape.
 type collector struct {
 	a                                   *agent
-	frontends, events, errors           *prometheus.Desc
+	frontends, events, errors, refused  *prometheus.Desc
 	dsrPackets, dsrPairs, dsrInterfaces *prometheus.Desc
 }
 
@@ -45,6 +46,9 @@ func newCollector(a *agent) *collector {
 		frontends: prometheus.NewDesc("xlb_agent_frontends", "Cluster IP frontends (address, port, protocol) balanced on this node.", nil, nil),
 		events:    prometheus.NewDesc("xlb_agent_socket_events_total", "Socket calls the programs acted on: connect (sent to an endpoint), refused (no endpoint serves), datagram (unconnected UDP sent to an endpoint), datagram_kept (of those, to the socket's earlier endpoint), revnat (cluster IP given back by recvmsg or getpeername), affinity_kept (a connection sent to its client's endpoint, sessionAffinity: ClientIP), no_slot (never, unless a map write failed), udp_closed (a connected UDP socket closed by the agent: its endpoint left the frontend).", []string{"event"}, nil),
 		errors:    prometheus.NewDesc("xlb_agent_scrape_errors", "Counters that could not be read during this scrape.", nil, nil),
+		refused: prometheus.NewDesc("xlb_agent_refused_services",
+			"Services with an address or frontend the agent does not balance, by reason (their Warning Event's): ExternalIPRefused (an external IP inside a service CIDR or outside --external-ip-allow), LoadBalancerIPRefused (a load-balancer address inside a service CIDR), FrontendConflict (a frontend that is another Service's: its cluster IP, or claimed by an older Service).",
+			[]string{"reason"}, nil),
 		dsrPackets: prometheus.NewDesc("xlb_agent_dsr_packets_total",
 			"Packets the node side of direct server return acted on, by counter (docs/dsr.md, Counters): carrier_accepted, carrier_frag_stripped, reply_rewritten, reply_frag_rewritten, icmp_rewritten, reply_expired, record_failed and the drop_* reasons.", []string{"counter"}, nil),
 		dsrPairs: prometheus.NewDesc("xlb_agent_dsr_pairs",
@@ -56,7 +60,7 @@ func newCollector(a *agent) *collector {
 
 // Describe sends the metrics' descriptions.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.frontends, c.events, c.errors, c.dsrPackets, c.dsrPairs, c.dsrInterfaces} {
+	for _, d := range []*prometheus.Desc{c.frontends, c.events, c.errors, c.refused, c.dsrPackets, c.dsrPairs, c.dsrInterfaces} {
 		ch <- d
 	}
 }
@@ -68,8 +72,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		c.a.mu.Lock()
 		n := c.a.rec.Frontends()
 		cnt, err := c.a.dp.Counters()
+		refused := c.a.refused
 		c.a.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(c.frontends, prometheus.GaugeValue, float64(n))
+		for _, reason := range []string{kube.ReasonExternalIPRefused, kube.ReasonLoadBalancerIPRefused, kube.ReasonFrontendConflict} {
+			ch <- prometheus.MustNewConstMetric(c.refused, prometheus.GaugeValue, float64(refused[reason]), reason)
+		}
 		if err != nil {
 			errs++
 		} else {

@@ -35,14 +35,21 @@ func clusterIPService(name string, ips ...string) *corev1.Service {
 	return s
 }
 
-// connectPlan is PlanConnect of models, failing the test on errors.
-func connectPlan(t *testing.T, models ...lb.Service) lb.ConnectPlan {
+// connectPlan is PlanConnect of models, failing the test on errors and conflicts.
+func connectPlan(t *testing.T, models ...lb.ConnectService) lb.ConnectPlan {
 	t.Helper()
-	p, errs := lb.PlanConnect(models)
-	if len(errs) > 0 {
-		t.Fatalf("PlanConnect: %v", errs)
+	p, conflicts, errs := lb.PlanConnect(models)
+	if len(errs) > 0 || len(conflicts) > 0 {
+		t.Fatalf("PlanConnect: %v, conflicts %v", errs, conflicts)
 	}
 	return p
+}
+
+// labPolicy is the address policy of the lab's cluster: its service CIDRs, and external IPs
+// allowed in 198.18.99.0/24.
+var labPolicy = AddressPolicy{
+	ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.96.0/24"), netip.MustParsePrefix("2001:db8:96::/112")},
+	ExternalIPs:  []netip.Prefix{netip.MustParsePrefix("198.18.99.0/24")},
 }
 
 func TestClusterIPModel(t *testing.T) {
@@ -63,7 +70,7 @@ func TestClusterIPModel(t *testing.T) {
 	}
 
 	t.Run("dual-stack, cluster policy", func(t *testing.T) {
-		m, problems, ok := ClusterIPModel(clusterIPService("web", "198.18.96.1", "2001:db8:96::1"), []*discoveryv1.EndpointSlice{v4, v6}, "n1")
+		m, problems, ok := ClusterIPModel(clusterIPService("web", "198.18.96.1", "2001:db8:96::1"), []*discoveryv1.EndpointSlice{v4, v6}, "n1", labPolicy)
 		if !ok || len(problems) != 0 {
 			t.Fatalf("ok %v, problems %v", ok, problems)
 		}
@@ -80,7 +87,7 @@ func TestClusterIPModel(t *testing.T) {
 	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
 		svc := clusterIPService("web", "198.18.96.1", "2001:db8:96::1")
 		svc.Spec.InternalTrafficPolicy = &local
-		m, _, _ := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4, v6}, "n1")
+		m, _, _ := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4, v6}, "n1", labPolicy)
 		p := connectPlan(t, m)
 		// n1's ready endpoint only; no IPv6 endpoint on n1: that frontend refuses.
 		want := lb.ConnectPlan{front("198.18.96.1"): eps("198.18.1.10:8080"), front("2001:db8:96::1"): eps()}
@@ -90,7 +97,7 @@ func TestClusterIPModel(t *testing.T) {
 		// Without its ready endpoint, n1's serving-terminating one takes over.
 		noReady := e.slice("web", "web-v4", discoveryv1.AddressTypeIPv4, 8080,
 			ready("198.18.1.11", "n2"), endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
-		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{noReady}, "n1")
+		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{noReady}, "n1", labPolicy)
 		if p := connectPlan(t, m); !p[front("198.18.96.1")].Equal(eps("198.18.1.12:8080")) {
 			t.Errorf("without a local ready endpoint: %v, want the local serving-terminating one", p)
 		}
@@ -98,7 +105,7 @@ func TestClusterIPModel(t *testing.T) {
 		// nor stops the local serving-terminating one from taking over.
 		nodeless := e.slice("web", "web-v4", discoveryv1.AddressTypeIPv4, 8080,
 			ready("198.18.1.13", ""), endpoint{addr: "198.18.1.12", node: "n1", serving: true, terminating: true})
-		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{nodeless}, "n1")
+		m, _, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{nodeless}, "n1", labPolicy)
 		if p := connectPlan(t, m); !p[front("198.18.96.1")].Equal(eps("198.18.1.12:8080")) {
 			t.Errorf("with a nodeless ready endpoint: %v, want the local serving-terminating one", p)
 		}
@@ -110,10 +117,56 @@ func TestClusterIPModel(t *testing.T) {
 		proxy := corev1.LoadBalancerIPModeProxy
 		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
 			{IP: "198.18.100.1"}, {IP: "198.18.100.2", IPMode: &proxy}, {Hostname: "lb.example.org"}, {IP: "198.18.96.1"}}
-		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1")
+		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1", labPolicy)
 		want := []netip.Addr{netip.MustParseAddr("198.18.96.1"), netip.MustParseAddr("198.18.99.7"), netip.MustParseAddr("198.18.100.1")}
 		if !ok || len(problems) != 0 || !slices.Equal(m.VIPs, want) {
 			t.Errorf("VIPs %v (ok %v, problems %v), want %v: ipMode Proxy and hostnames left out, no duplicate", m.VIPs, ok, problems, want)
+		}
+	})
+	t.Run("address policy", func(t *testing.T) {
+		svc := clusterIPService("web", "198.18.96.1", "2001:db8:96::1")
+		created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		svc.CreationTimestamp = metav1.NewTime(created)
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		// Inside a service CIDR (another Service's cluster IP, of either family), outside the
+		// allowed prefixes, allowed, and its own cluster IP (nothing to say).
+		svc.Spec.ExternalIPs = []string{"198.18.96.10", "2001:db8:96::a", "198.19.5.5", "198.18.99.8", "198.18.96.1"}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.18.96.11"}, {IP: "198.18.100.1"}}
+		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1", labPolicy)
+		a := netip.MustParseAddr
+		if want := []netip.Addr{a("198.18.96.1"), a("2001:db8:96::1"), a("198.18.99.8"), a("198.18.100.1")}; !ok || !slices.Equal(m.VIPs, want) {
+			t.Errorf("VIPs %v (ok %v), want %v", m.VIPs, ok, want)
+		}
+		if want := []netip.Addr{a("198.18.96.1"), a("2001:db8:96::1")}; !slices.Equal(m.Owned, want) || !m.Created.Equal(created) {
+			t.Errorf("owned %v created %v, want the cluster IPs %v and %v", m.Owned, m.Created, want, created)
+		}
+		got := map[string]string{}
+		for _, p := range problems {
+			got[p.Reason] = p.Message
+		}
+		for reason, want := range map[string][]string{
+			ReasonExternalIPRefused: {"3 spec.externalIPs not balanced", "198.18.96.10 is inside the service CIDR 198.18.96.0/24",
+				"2001:db8:96::a is inside the service CIDR 2001:db8:96::/112", "198.19.5.5 is outside the allowed prefixes", "--external-ip-allow 198.18.99.0/24"},
+			ReasonLoadBalancerIPRefused: {"1 status.loadBalancer.ingress addresses not balanced: 198.18.96.11 is inside the service CIDR 198.18.96.0/24"},
+		} {
+			for _, w := range want {
+				if !strings.Contains(got[reason], w) {
+					t.Errorf("%s: %q lacks %q", reason, got[reason], w)
+				}
+			}
+		}
+		if len(problems) != 2 {
+			t.Errorf("problems %v, want the two refusals", problems)
+		}
+		// The default policy: no external IP at all; load-balancer addresses outside the
+		// service CIDRs still are.
+		m, problems, _ = ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1", AddressPolicy{})
+		if want := []netip.Addr{a("198.18.96.1"), a("2001:db8:96::1"), a("198.18.96.11"), a("198.18.100.1")}; !slices.Equal(m.VIPs, want) {
+			t.Errorf("without a policy: VIPs %v, want %v", m.VIPs, want)
+		}
+		if len(problems) != 1 || problems[0].Reason != ReasonExternalIPRefused || !strings.Contains(problems[0].Message, "4 spec.externalIPs not balanced") ||
+			!strings.Contains(problems[0].Message, "--external-ip-allow is empty") {
+			t.Errorf("without a policy: problems %v", problems)
 		}
 	})
 	t.Run("nothing to balance", func(t *testing.T) {
@@ -123,7 +176,7 @@ func TestClusterIPModel(t *testing.T) {
 		sctp := clusterIPService("s", "198.18.96.10")
 		sctp.Spec.Ports[0].Protocol = corev1.ProtocolSCTP
 		for _, s := range []*corev1.Service{headless, ext, sctp, clusterIPService("pending"), nil} {
-			if _, _, ok := ClusterIPModel(s, []*discoveryv1.EndpointSlice{v4}, "n1"); ok {
+			if _, _, ok := ClusterIPModel(s, []*discoveryv1.EndpointSlice{v4}, "n1", labPolicy); ok {
 				t.Errorf("%v: ok, want nothing to balance", s)
 			}
 		}
@@ -131,7 +184,7 @@ func TestClusterIPModel(t *testing.T) {
 	t.Run("bad input", func(t *testing.T) {
 		svc := clusterIPService("web", "not-an-ip", "198.18.96.1")
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "sctp", Port: 9, Protocol: corev1.ProtocolSCTP})
-		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1")
+		m, problems, ok := ClusterIPModel(svc, []*discoveryv1.EndpointSlice{v4}, "n1", labPolicy)
 		var reasons []string
 		for _, p := range problems {
 			reasons = append(reasons, p.Reason)
@@ -153,11 +206,10 @@ func TestAgent(t *testing.T) {
 	a, err := NewAgent(e.admin, AgentOptions{
 		Node: "n1",
 		Log:  slog.New(slog.NewTextHandler(testWriter{t, "agent"}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Apply: func(models []lb.Service) error {
-			p, _ := lb.PlanConnect(models)
+		Apply: func(pass ClusterIPs) error {
 			mu.Lock()
 			defer mu.Unlock()
-			plan = p
+			plan = pass.Plan
 			applies++
 			return nil
 		},
@@ -273,13 +325,13 @@ func BenchmarkClusterIPRebuild10k(b *testing.B) {
 			ready(fmt.Sprintf("198.21.%d.%d", i>>8, i&255), "n3"))}
 	}
 	for b.Loop() {
-		models := make([]lb.Service, 0, n)
+		models := make([]lb.ConnectService, 0, n)
 		for i, svc := range svcs {
-			if m, _, ok := ClusterIPModel(svc, slices[i], "n1"); ok {
+			if m, _, ok := ClusterIPModel(svc, slices[i], "n1", labPolicy); ok {
 				models = append(models, m)
 			}
 		}
-		p, errs := lb.PlanConnect(models)
+		p, _, errs := lb.PlanConnect(models)
 		if len(errs) > 0 || len(p) != n {
 			b.Fatalf("PlanConnect: %d frontends, %v", len(p), errs)
 		}
