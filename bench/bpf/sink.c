@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* sink.c: the sink. Attached to the sink's veth, it counts every frame that arrives by class
- * (see consts.h) and drops it: what it counts is what got through the gateway. */
+ * (see consts.h) and drops it: what it counts is what got through the gateway. Of the frames
+ * to the backend it also counts those that hold direct server return's carrier (the gateway's
+ * IPv4 option, xdp/datapath's DSR_OPT4_*: IHL 7, first option 0x9e of length 8), so that a DSR
+ * row can show which of the frames it forwarded carried one. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -28,7 +31,12 @@ struct {
 struct sink_count {
 	__u64 packets;
 	__u64 bytes;
+	__u64 carried; /* CLASS_BACKEND only: frames with the DSR carrier */
 };
+
+/* The carrier as the gateway writes it (xdp/datapath/datapath.h DSR_OPT4_TYPE, _LEN). */
+#define DSR_OPT4_TYPE 0x9e
+#define DSR_OPT4_LEN 8
 
 
 /* sink_counts: per CPU, class -> {packets, bytes}. Written by the program, read by Go. */
@@ -45,6 +53,7 @@ int bench_sink(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 zero = 0, class = CLASS_NONIP;
+	int carried = 0;
 	struct sink_cfg *cfg = bpf_map_lookup_elem(&sink_config, &zero);
 
 	if (cfg && data + OFF_L4 <= data_end) {
@@ -56,6 +65,12 @@ int bench_sink(struct xdp_md *ctx)
 			class = daddr == cfg->backend ? CLASS_BACKEND
 				: daddr == cfg->vip   ? CLASS_VIP
 						      : CLASS_OTHER;
+			if (class == CLASS_BACKEND && data + OFF_L4 + 2 <= data_end) {
+				__u8 *opt = data + OFF_L4; /* the first option, when IHL > 5 */
+
+				carried = (*(__u8 *)(data + ETH_HLEN_) & 0x0f) == 5 + DSR_OPT4_LEN / 4 &&
+					  opt[0] == DSR_OPT4_TYPE && opt[1] == DSR_OPT4_LEN;
+			}
 		} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 			class = CLASS_OTHER;
 		}
@@ -64,6 +79,7 @@ int bench_sink(struct xdp_md *ctx)
 	if (c) {
 		c->packets++;
 		c->bytes += data_end - data;
+		c->carried += carried;
 		if (class <= CLASS_VIP && c->packets % PROGRESS_STEP == 0) {
 			struct gen_progress *pr = bpf_map_lookup_elem(&progress, &zero);
 

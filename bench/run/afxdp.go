@@ -33,7 +33,7 @@ func (x *AFXDP) Start(_ context.Context, t *topo.Topology) error {
 	if err != nil {
 		return fmt.Errorf("start afxdp: %w", err)
 	}
-	if err := configure(d); err != nil {
+	if err := configure(d, false); err != nil {
 		return errors.Join(fmt.Errorf("start afxdp: %w", err), d.Close())
 	}
 	if err := attachGateway(t, func(ifname string, role datapath.Role) error { return d.Attach(ifname, datapath.AttachAuto, role) }); err != nil {

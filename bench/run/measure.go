@@ -67,6 +67,8 @@ func (r *Runner) Close() error { return r.gen.Close() }
 type Sample struct {
 	// Sent is what the generator transmitted; Received what the sink counted as forwarded.
 	Sent, Received uint64
+	// Carried is how many of Received held direct server return's carrier (the xlb-dsr rows).
+	Carried uint64 `json:",omitempty"`
 	// CountedDrops is the sum of the counted drop counters (see countedDrop); Drops every
 	// drop counter that moved, by name.
 	CountedDrops uint64
@@ -227,6 +229,7 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 	smp := Sample{
 		Sent:      res.Sent,
 		Received:  after.received - before.received,
+		Carried:   after.carried - before.carried,
 		Elapsed:   res.Elapsed,
 		Drops:     diff(before.drops, after.drops),
 		Throttled: res.Throttled,
@@ -243,8 +246,8 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 
 // snapshot is what the sink has counted and every drop counter, at one moment.
 type snapshot struct {
-	received uint64
-	drops    map[string]uint64
+	received, carried uint64
+	drops             map[string]uint64
 }
 
 func (r *Runner) counters(t *topo.Topology, s *sink.Sink, dp Datapath) (snapshot, error) {
@@ -263,7 +266,7 @@ func (r *Runner) counters(t *topo.Topology, s *sink.Sink, dp Datapath) (snapshot
 	for k, v := range own {
 		drops[k] = v
 	}
-	return snapshot{received: c.Forwarded(), drops: drops}, nil
+	return snapshot{received: c.Forwarded(), carried: c.Carried(), drops: drops}, nil
 }
 
 // Draining: after the generator stops, frames still queued in the veth rings reach the sink

@@ -20,6 +20,11 @@ const xlbMaglevM = 16381
 type XLB struct {
 	// ConntrackSize is the datapath's conntrack capacity; 0 means xdp's default.
 	ConntrackSize uint32
+	// DSR makes the backend one of direct server return (the row "xlb-dsr"): a packet that
+	// opens its flow at the gateway (every SYN of the new mix, the populating pass of the
+	// others) gets the carrier; established flows are plain DNAT. The sink counts the frames
+	// that arrive with it (Sample.Carried).
+	DSR bool
 	// Log receives the datapath's warnings.
 	Log *slog.Logger
 
@@ -27,7 +32,12 @@ type XLB struct {
 }
 
 // Name implements Datapath.
-func (x *XLB) Name() string { return "xlb" }
+func (x *XLB) Name() string {
+	if x.DSR {
+		return "xlb-dsr"
+	}
+	return "xlb"
+}
 
 // Start implements Datapath. Nothing is pinned (NoPin): the program and maps live as long as
 // this process holds them, so a killed benchmark leaves no XDP program behind. The new-flow rate
@@ -37,7 +47,7 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 	if err != nil {
 		return fmt.Errorf("start xlb: %w", err)
 	}
-	if err := configure(d); err != nil {
+	if err := configure(d, x.DSR); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
 	}
 	if err := attachGateway(t, func(ifname string, role datapath.Role) error { return d.Attach(ifname, datapath.AttachNative, role) }); err != nil {
@@ -68,15 +78,15 @@ type configurer interface {
 }
 
 // configure gives d one VIP per protocol (TCP and UDP on VIPPort) with one backend (the sink,
-// BackendPort) filling its Maglev table.
-func configure(d configurer) error {
+// BackendPort) filling its Maglev table; dsr makes it a backend of direct server return.
+func configure(d configurer, dsr bool) error {
 	for i, proto := range []datapath.Protocol{datapath.TCP, datapath.UDP} {
 		id, bid := datapath.VIPID(i+1), datapath.BackendID(i+1)
 		fe := datapath.Frontend{Addr: topo.VIP, Port: VIPPort, Proto: proto}
 		if err := d.UpsertVIP(fe, datapath.VIPConfig{ID: id}); err != nil {
 			return err
 		}
-		if err := d.UpsertBackend(bid, datapath.Backend{Addr: topo.Backend, Port: BackendPort}); err != nil {
+		if err := d.UpsertBackend(bid, datapath.Backend{Addr: topo.Backend, Port: BackendPort, DSR: dsr}); err != nil {
 			return err
 		}
 		table := make([]datapath.BackendID, xlbMaglevM)

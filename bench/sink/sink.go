@@ -37,6 +37,9 @@ func (c Class) String() string {
 // Count is packets and bytes of one class.
 type Count struct {
 	Packets, Bytes uint64
+	// Carried is, of the Backend class, the frames that held direct server return's carrier
+	// (the gateway's IPv4 option).
+	Carried uint64
 }
 
 // Counts are a sink's counts by class.
@@ -44,6 +47,9 @@ type Counts [numClasses]Count
 
 // Forwarded is what a load balancer or forwarder delivered: the Backend and VIP classes.
 func (c Counts) Forwarded() uint64 { return c[Backend].Packets + c[VIP].Packets }
+
+// Carried is how many of the frames to the backend held direct server return's carrier.
+func (c Counts) Carried() uint64 { return c[Backend].Carried }
 
 // Sink is the loaded sink program, attached to one interface.
 type Sink struct {
@@ -110,6 +116,7 @@ func (s *Sink) Counts() (Counts, error) {
 		for _, p := range per {
 			c[class].Packets += p.Packets
 			c[class].Bytes += p.Bytes
+			c[class].Carried += p.Carried
 		}
 	}
 	return c, nil

@@ -28,6 +28,7 @@ type sinkSinkCount struct {
 	_       structs.HostLayout
 	Packets uint64
 	Bytes   uint64
+	Carried uint64
 }
 
 // Names of all BPF objects in the ELF.
