@@ -60,6 +60,8 @@ type xlbDsrMeta struct {
 	Vport  uint16
 	Family uint8
 	Pad    uint8
+	Mtu    uint16
+	Pad2   [2]uint8
 }
 
 type xlbFlowCacheEntry struct {
@@ -165,42 +167,47 @@ type xlbNexthop struct {
 type xlbReason uint32
 
 const (
-	xlbReasonREASON_PASS_NOT_IP         xlbReason = 0
-	xlbReasonREASON_PASS_MALFORMED_L3   xlbReason = 1
-	xlbReasonREASON_PASS_NOT_VIP        xlbReason = 2
-	xlbReasonREASON_PASS_IPV6EXT        xlbReason = 3
-	xlbReasonREASON_PASS_TTL            xlbReason = 4
-	xlbReasonREASON_PASS_NO_NEIGH       xlbReason = 5
-	xlbReasonREASON_PASS_FIB            xlbReason = 6
-	xlbReasonREASON_PASS_NO_TXPORT      xlbReason = 7
-	xlbReasonREASON_PASS_VLAN_EGRESS    xlbReason = 8
-	xlbReasonREASON_PASS_REVERSE_NO_CT  xlbReason = 9
-	xlbReasonREASON_PASS_ICMP           xlbReason = 10
-	xlbReasonREASON_PASS_LOCAL          xlbReason = 11
-	xlbReasonREASON_DROP_MALFORMED_L4   xlbReason = 12
-	xlbReasonREASON_DROP_SRC_RANGE      xlbReason = 13
-	xlbReasonREASON_DROP_NO_BACKEND     xlbReason = 14
-	xlbReasonREASON_DROP_FRAG_UNKNOWN   xlbReason = 15
-	xlbReasonREASON_DROP_FIB            xlbReason = 16
-	xlbReasonREASON_DROP_UDP6ZERO_CSUM  xlbReason = 17
-	xlbReasonREASON_FWD_TX              xlbReason = 18
-	xlbReasonREASON_FWD_REDIRECT        xlbReason = 19
-	xlbReasonREASON_NAT_FORWARD         xlbReason = 20
-	xlbReasonREASON_NAT_REVERSE         xlbReason = 21
-	xlbReasonREASON_ICMP_ECHO_REPLY     xlbReason = 22
-	xlbReasonREASON_ICMP_TO_BACKEND     xlbReason = 23
-	xlbReasonREASON_ICMP_TO_CLIENT      xlbReason = 24
-	xlbReasonREASON_CT_RATE_LIMITED     xlbReason = 25
-	xlbReasonREASON_CT_RESELECT         xlbReason = 26
-	xlbReasonREASON_HS_HIT              xlbReason = 27
-	xlbReasonREASON_HS_RATE_LIMITED     xlbReason = 28
-	xlbReasonREASON_NAT_REVERSE_MAGLEV  xlbReason = 29
-	xlbReasonREASON_PASS_TAIL_CALL      xlbReason = 30
-	xlbReasonREASON_DSR_CARRIED         xlbReason = 31
-	xlbReasonREASON_DSR_NO_ROOM         xlbReason = 32
-	xlbReasonREASON_DSR_TOO_BIG         xlbReason = 33
-	xlbReasonREASON_DROP_CARRIER_FORGED xlbReason = 34
-	xlbReasonREASON_MAX                 xlbReason = 35
+	xlbReasonREASON_PASS_NOT_IP          xlbReason = 0
+	xlbReasonREASON_PASS_MALFORMED_L3    xlbReason = 1
+	xlbReasonREASON_PASS_NOT_VIP         xlbReason = 2
+	xlbReasonREASON_PASS_IPV6EXT         xlbReason = 3
+	xlbReasonREASON_PASS_TTL             xlbReason = 4
+	xlbReasonREASON_PASS_NO_NEIGH        xlbReason = 5
+	xlbReasonREASON_PASS_FIB             xlbReason = 6
+	xlbReasonREASON_PASS_NO_TXPORT       xlbReason = 7
+	xlbReasonREASON_PASS_VLAN_EGRESS     xlbReason = 8
+	xlbReasonREASON_PASS_REVERSE_NO_CT   xlbReason = 9
+	xlbReasonREASON_PASS_ICMP            xlbReason = 10
+	xlbReasonREASON_PASS_LOCAL           xlbReason = 11
+	xlbReasonREASON_DROP_MALFORMED_L4    xlbReason = 12
+	xlbReasonREASON_DROP_SRC_RANGE       xlbReason = 13
+	xlbReasonREASON_DROP_NO_BACKEND      xlbReason = 14
+	xlbReasonREASON_DROP_FRAG_UNKNOWN    xlbReason = 15
+	xlbReasonREASON_DROP_FIB             xlbReason = 16
+	xlbReasonREASON_DROP_UDP6ZERO_CSUM   xlbReason = 17
+	xlbReasonREASON_FWD_TX               xlbReason = 18
+	xlbReasonREASON_FWD_REDIRECT         xlbReason = 19
+	xlbReasonREASON_NAT_FORWARD          xlbReason = 20
+	xlbReasonREASON_NAT_REVERSE          xlbReason = 21
+	xlbReasonREASON_ICMP_ECHO_REPLY      xlbReason = 22
+	xlbReasonREASON_ICMP_TO_BACKEND      xlbReason = 23
+	xlbReasonREASON_ICMP_TO_CLIENT       xlbReason = 24
+	xlbReasonREASON_CT_RATE_LIMITED      xlbReason = 25
+	xlbReasonREASON_CT_RESELECT          xlbReason = 26
+	xlbReasonREASON_HS_HIT               xlbReason = 27
+	xlbReasonREASON_HS_RATE_LIMITED      xlbReason = 28
+	xlbReasonREASON_NAT_REVERSE_MAGLEV   xlbReason = 29
+	xlbReasonREASON_PASS_TAIL_CALL       xlbReason = 30
+	xlbReasonREASON_DSR_CARRIED          xlbReason = 31
+	xlbReasonREASON_DSR_NO_ROOM          xlbReason = 32
+	xlbReasonREASON_DSR_TOO_BIG          xlbReason = 33
+	xlbReasonREASON_DROP_CARRIER_FORGED  xlbReason = 34
+	xlbReasonREASON_DROP_ICMP_UNKNOWN    xlbReason = 35
+	xlbReasonREASON_DROP_ICMP_SRC_RANGE  xlbReason = 36
+	xlbReasonREASON_DROP_ICMP_PTB_LOW    xlbReason = 37
+	xlbReasonREASON_ICMP_TOO_BIG_CLIENT  xlbReason = 38
+	xlbReasonREASON_ICMP_TOO_BIG_BACKEND xlbReason = 39
+	xlbReasonREASON_MAX                  xlbReason = 40
 )
 
 type xlbRevValue struct {
@@ -293,6 +300,8 @@ const (
 	xlbProgXlbDsr             = "xlb_dsr"
 	xlbProgXlbFull            = "xlb_full"
 	xlbProgXlbIcmp            = "xlb_icmp"
+	xlbProgXlbTooBigBackend   = "xlb_too_big_backend"
+	xlbProgXlbTooBigClient    = "xlb_too_big_client"
 	xlbProgXlbXdp             = "xlb_xdp"
 	xlbVarCfgHashSeed         = "cfg_hash_seed"
 	xlbVarCfgNewFlowRate      = "cfg_new_flow_rate"
@@ -344,10 +353,12 @@ type xlbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbProgramSpecs struct {
-	XlbDsr  *ebpf.ProgramSpec `ebpf:"xlb_dsr"`
-	XlbFull *ebpf.ProgramSpec `ebpf:"xlb_full"`
-	XlbIcmp *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
-	XlbXdp  *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
+	XlbDsr           *ebpf.ProgramSpec `ebpf:"xlb_dsr"`
+	XlbFull          *ebpf.ProgramSpec `ebpf:"xlb_full"`
+	XlbIcmp          *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
+	XlbTooBigBackend *ebpf.ProgramSpec `ebpf:"xlb_too_big_backend"`
+	XlbTooBigClient  *ebpf.ProgramSpec `ebpf:"xlb_too_big_client"`
+	XlbXdp           *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
 }
 
 // xlbMapSpecs contains maps before they are loaded into the kernel.
@@ -477,10 +488,12 @@ type xlbVariables struct {
 //
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbPrograms struct {
-	XlbDsr  *ebpf.Program `ebpf:"xlb_dsr"`
-	XlbFull *ebpf.Program `ebpf:"xlb_full"`
-	XlbIcmp *ebpf.Program `ebpf:"xlb_icmp"`
-	XlbXdp  *ebpf.Program `ebpf:"xlb_xdp"`
+	XlbDsr           *ebpf.Program `ebpf:"xlb_dsr"`
+	XlbFull          *ebpf.Program `ebpf:"xlb_full"`
+	XlbIcmp          *ebpf.Program `ebpf:"xlb_icmp"`
+	XlbTooBigBackend *ebpf.Program `ebpf:"xlb_too_big_backend"`
+	XlbTooBigClient  *ebpf.Program `ebpf:"xlb_too_big_client"`
+	XlbXdp           *ebpf.Program `ebpf:"xlb_xdp"`
 }
 
 func (p *xlbPrograms) Close() error {
@@ -488,6 +501,8 @@ func (p *xlbPrograms) Close() error {
 		p.XlbDsr,
 		p.XlbFull,
 		p.XlbIcmp,
+		p.XlbTooBigBackend,
+		p.XlbTooBigClient,
 		p.XlbXdp,
 	)
 }
