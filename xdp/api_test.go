@@ -48,7 +48,7 @@ func TestConstantsMatchBPF(t *testing.T) {
 		xlbMapConntrack:    datapath.DefaultConntrackSize,
 		xlbMapHandshakes:   datapath.DefaultHandshakeSize,
 		xlbMapMaglevSlots:  DefaultMaglevSlots,
-		xlbMapProgs:        progDSR + 1,
+		xlbMapProgs:        progsMax,
 	} {
 		if got := spec.Maps[name].MaxEntries; got != want {
 			t.Errorf("map %s: %d entries in BPF, %d in Go", name, got, want)
@@ -323,6 +323,7 @@ func TestFlagsMatchBPF(t *testing.T) {
 		"VIP_F_MARKER": vipFlagMarker, "BACKEND_F_DOWN": backendFlagDown,
 		"BACKEND_F_REVERSE_CT": backendFlagReverseCT, "BACKEND_F_DSR": backendFlagDSR,
 		"REV_F_AMBIGUOUS": revFlagAmbiguous, "CT_F_CLOSING": ctFlagClosing, "CT_F_REVERSE": ctFlagReverse,
+		"ECHO_RANGES_ID_BIT": echoRangesIDBit,
 	} {
 		if got, ok := defs[name]; !ok || got != want {
 			t.Errorf("bpf/consts.h %s = %d (defined: %v), Go says %d", name, got, ok, want)

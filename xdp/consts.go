@@ -3,17 +3,23 @@ package xdp
 // Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree). The
 // limits every datapath shares are datapath.MaxVIPs and the like (datapath.h).
 const (
-	progICMP        = 0
-	progFull        = 1
-	progDSR         = 2
-	addrFilterLog2  = 16
-	addrFilterBits  = 1 << addrFilterLog2
-	addrFilterWords = addrFilterBits / 64
-	nhCacheLog2     = 10
+	progICMP = 0
+	progFull = 1
+	progDSR  = 2
+	// progTooBigClient and progTooBigBackend answer a packet too big for its path (pmtu.h).
+	progTooBigClient  = 3
+	progTooBigBackend = 4
+	progsMax          = 5
+	addrFilterLog2    = 16
+	addrFilterBits    = 1 << addrFilterLog2
+	addrFilterWords   = addrFilterBits / 64
+	nhCacheLog2       = 10
 
 	vipFlagAffinityClientIP = 1 << 0
 	vipFlagSrcRanges        = 1 << 1
 	vipFlagMarker           = 1 << 2
+	// echoRangesIDBit marks the src_ranges id of a VIP address's echo ranges (ECHO_RANGES_ID_BIT).
+	echoRangesIDBit = 1 << 31
 
 	backendFlagDown      = 1 << 0
 	backendFlagReverseCT = 1 << 1
@@ -88,7 +94,21 @@ const (
 	ReasonDropReplyWrongSide = Reason(xlbReasonREASON_DROP_REPLY_WRONG_SIDE)
 	// ReasonDropVIPUnserved: to a VIP address on a port or protocol no service has.
 	ReasonDropVIPUnserved = Reason(xlbReasonREASON_DROP_VIP_UNSERVED)
-	numReasons            = int(xlbReasonREASON_MAX)
+	// ReasonDropICMPUnknown: an ICMP error to a VIP address, or quoting a backend endpoint, about
+	// no flow this gateway knows (no conntrack or handshake entry), or too short to tell.
+	ReasonDropICMPUnknown = Reason(xlbReasonREASON_DROP_ICMP_UNKNOWN)
+	// ReasonDropICMPSrcRange: an echo request to a VIP address, or an ICMP error about a flow,
+	// whose client is outside the VIP's source ranges.
+	ReasonDropICMPSrcRange = Reason(xlbReasonREASON_DROP_ICMP_SRC_RANGE)
+	// ReasonDropICMPPTBLow: a "fragmentation needed" below 552 or a "packet too big" below 1280
+	// bytes about a VIP flow: not relayed.
+	ReasonDropICMPPTBLow = Reason(xlbReasonREASON_DROP_ICMP_PTB_LOW)
+	// ReasonICMPTooBigClient: a client's packet too big for the path to its backend answered with
+	// an ICMP "too big" from the VIP; ReasonICMPTooBigBackend: a backend's reply too big for the
+	// path to its client answered with one to the backend.
+	ReasonICMPTooBigClient  = Reason(xlbReasonREASON_ICMP_TOO_BIG_CLIENT)
+	ReasonICMPTooBigBackend = Reason(xlbReasonREASON_ICMP_TOO_BIG_BACKEND)
+	numReasons              = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -100,6 +120,8 @@ var reasonNames = [...]string{
 	"handshake_hit", "handshake_rate_limited", "nat_reverse_maglev", "pass_tail_call",
 	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
 	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
+	"drop_icmp_unknown", "drop_icmp_src_range", "drop_icmp_ptb_low", "icmp_too_big_client",
+	"icmp_too_big_backend",
 }
 
 // String returns the counter's name, as used in metrics.

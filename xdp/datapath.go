@@ -216,6 +216,12 @@ func (d *Datapath) start() error {
 	if err := d.objs.Progs.Put(uint32(progDSR), d.objs.XlbDsr); err != nil {
 		return fmt.Errorf("install the direct server return program in tail-call table: %w", err)
 	}
+	if err := d.objs.Progs.Put(uint32(progTooBigClient), d.objs.XlbTooBigClient); err != nil {
+		return fmt.Errorf("install the client's too-big program in tail-call table: %w", err)
+	}
+	if err := d.objs.Progs.Put(uint32(progTooBigBackend), d.objs.XlbTooBigBackend); err != nil {
+		return fmt.Errorf("install the backend's too-big program in tail-call table: %w", err)
+	}
 	if err := d.filter.rebuild(&d.objs); err != nil {
 		return fmt.Errorf("rebuild address filter from maps: %w", err)
 	}

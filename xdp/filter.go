@@ -17,10 +17,13 @@ type addrFilter struct {
 	backendAddrs map[netip.Addr]int
 	// vipAddrs: VIP address -> number of VIP frontends on it (the marker's count).
 	vipAddrs map[netip.Addr]int
+	// restricted: VIP address -> number of its frontends with source ranges. When it equals
+	// vipAddrs, echo requests to the address obey the union of their ranges (syncEchoRanges).
+	restricted map[netip.Addr]int
 }
 
 func (f *addrFilter) rebuild(objs *xlbObjects) error {
-	*f = addrFilter{backendAddrs: map[netip.Addr]int{}, vipAddrs: map[netip.Addr]int{}}
+	*f = addrFilter{backendAddrs: map[netip.Addr]int{}, vipAddrs: map[netip.Addr]int{}, restricted: map[netip.Addr]int{}}
 	var k xlbSvcKey
 	var vi xlbVipInfo
 	it := objs.Vips.Iterate()
@@ -29,6 +32,9 @@ func (f *addrFilter) rebuild(objs *xlbObjects) error {
 			f.vipBits[filterBit(fromWire(k.Addr, k.Family))]++
 		} else {
 			f.vipAddrs[fromWire(k.Addr, k.Family)]++
+			if vi.Flags&vipFlagSrcRanges != 0 {
+				f.restricted[fromWire(k.Addr, k.Family)]++
+			}
 		}
 	}
 	if err := it.Err(); err != nil {

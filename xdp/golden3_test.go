@@ -7,12 +7,16 @@ import (
 	"github.com/google/gopacket/layers"
 )
 
-// TestGoldenICMP: echo requests to a VIP are answered; ICMP errors about a VIP flow are relayed
-// to its backend (from the client side) or to its client (from the backend side), with outer and
-// quoted headers rewritten and every checksum right.
+// TestGoldenICMP: echo requests to a VIP are answered; ICMP errors about a VIP flow the gateway
+// knows are relayed to its backend (from the client side) or to its client (from the backend
+// side), with outer and quoted headers rewritten and every checksum right.
 func TestGoldenICMP(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
+	// The flows the errors below are about.
+	g.open(t, pk{Src: ap(client4, 40000), Dst: ap(vip4, 80), Proto: layers.IPProtocolTCP, Flags: "A"})
+	g.open(t, pk{Src: ap(client4, 5000), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP, Payload: []byte("query")})
+	g.open(t, pk{Src: ap(client6, 40000), Dst: ap(vip6, 80), Proto: layers.IPProtocolTCP, Flags: "A"})
 
 	t.Run("echo to VIP v4", func(t *testing.T) {
 		req := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 0), Dst: ap(vip4, 0), Proto: layers.IPProtocolICMPv4}

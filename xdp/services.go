@@ -66,6 +66,9 @@ func (d *Datapath) UpsertVIP(f datapath.Frontend, cfg datapath.VIPConfig) (err e
 	if !exists {
 		d.filter.vipAddrs[f.Addr.Unmap()]++
 	}
+	if was, is := exists && old.Flags&vipFlagSrcRanges != 0, flags&vipFlagSrcRanges != 0; was != is {
+		d.filter.restrict(f.Addr, is)
+	}
 	// Every CPU must see the new flags before the prefixes no longer wanted go.
 	if err := d.invalidateCaches(); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
@@ -106,6 +109,9 @@ func (d *Datapath) DeleteVIP(f datapath.Frontend) (err error) {
 	if d.filter.vipAddrs[f.Addr.Unmap()]--; d.filter.vipAddrs[f.Addr.Unmap()] <= 0 {
 		delete(d.filter.vipAddrs, f.Addr.Unmap())
 	}
+	if vi.Flags&vipFlagSrcRanges != 0 {
+		d.filter.restrict(f.Addr, false)
+	}
 	if err := d.syncMarker(f.Addr); err != nil {
 		return fmt.Errorf("VIP %s: %w", f, err)
 	}
@@ -132,22 +138,121 @@ func (d *Datapath) syncMarker(a netip.Addr) error {
 	}
 	present := err == nil
 	n := d.filter.vipAddrs[a]
+	// Echo requests: restricted when every frontend on the address has source ranges.
+	want := xlbVipInfo{Id: uint32(n), Flags: vipFlagMarker}
+	var echo []netip.Prefix
+	if n > 0 && d.filter.restricted[a] == n {
+		id, ranges, err := d.echoRanges(a)
+		if err != nil {
+			return fmt.Errorf("echo ranges of %s: %w", a, err)
+		}
+		want.Flags |= vipFlagSrcRanges
+		want.TableOff = echoRangesIDBit | uint32(id)
+		echo = ranges
+		// The prefixes first, so the flag never points at a half-written list.
+		if err := d.addSourceRanges(datapath.VIPID(want.TableOff), echo); err != nil {
+			return fmt.Errorf("echo ranges of %s: %w", a, err)
+		}
+	}
 	switch {
 	case n == 0 && present:
 		if err := d.objs.Vips.Delete(&key); err != nil {
 			return fmt.Errorf("delete marker of %s: %w", a, err)
 		}
+		if err := d.pruneEchoRanges(vi, xlbVipInfo{}, nil); err != nil {
+			return err
+		}
 		return d.filter.delVIP(&d.objs, a)
 	case n == 0:
 		return nil
-	case present && vi.Id == uint32(n):
+	case present && vi == want && want.Flags&vipFlagSrcRanges == 0:
 		return nil
 	}
-	if err := d.objs.Vips.Put(&key, &xlbVipInfo{Id: uint32(n), Flags: vipFlagMarker}); err != nil {
+	if err := d.objs.Vips.Put(&key, &want); err != nil {
 		return fmt.Errorf("write marker of %s: %w", a, err)
+	}
+	if present {
+		if err := d.pruneEchoRanges(vi, want, echo); err != nil {
+			return err
+		}
 	}
 	if !present {
 		return d.filter.addVIP(&d.objs, a)
+	}
+	return nil
+}
+
+// restrict counts a frontend on address a gaining (or losing) source ranges.
+func (f *addrFilter) restrict(a netip.Addr, gained bool) {
+	a = a.Unmap()
+	if gained {
+		f.restricted[a]++
+		return
+	}
+	if f.restricted[a]--; f.restricted[a] <= 0 {
+		delete(f.restricted, a)
+	}
+}
+
+// echoRanges returns the lowest VIP id among the frontends on address a and the union of their
+// source ranges: who may ping an address whose every frontend has source ranges. It reads the
+// maps (only addresses whose frontends all have source ranges pay for it).
+func (d *Datapath) echoRanges(a netip.Addr) (datapath.VIPID, []netip.Prefix, error) {
+	ids := map[uint32]bool{}
+	var low uint32
+	var k xlbSvcKey
+	var vi xlbVipInfo
+	it := d.objs.Vips.Iterate()
+	for it.Next(&k, &vi) {
+		if vi.Flags&vipFlagMarker != 0 || fromWire(k.Addr, k.Family) != a {
+			continue
+		}
+		ids[vi.Id] = true
+		if low == 0 || vi.Id < low {
+			low = vi.Id
+		}
+	}
+	if err := it.Err(); err != nil {
+		return 0, nil, fmt.Errorf("list VIPs: %w", err)
+	}
+	fam := uint8(datapath.FamilyV6)
+	if a.Is4() {
+		fam = datapath.FamilyV4
+	}
+	seen := map[netip.Prefix]bool{}
+	var out []netip.Prefix
+	var rk xlbSrcRangeKey
+	var v uint8
+	rit := d.objs.SrcRanges.Iterate()
+	for rit.Next(&rk, &v) {
+		b := nativeBytes(rk.VipId)
+		id := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+		if !ids[id] {
+			continue
+		}
+		p := netip.PrefixFrom(fromWire(rk.Addr, fam), int(rk.Prefixlen)-32)
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	if err := rit.Err(); err != nil {
+		return 0, nil, fmt.Errorf("list source ranges: %w", err)
+	}
+	return datapath.VIPID(low), out, nil
+}
+
+// pruneEchoRanges deletes the echo ranges marker old pointed at that marker now no longer
+// holds (keep, under now's id).
+func (d *Datapath) pruneEchoRanges(old, now xlbVipInfo, keep []netip.Prefix) error {
+	if old.Flags&vipFlagSrcRanges == 0 {
+		return nil
+	}
+	if now.Flags&vipFlagSrcRanges == 0 || now.TableOff != old.TableOff {
+		keep = nil
+	}
+	if err := d.pruneSourceRanges(datapath.VIPID(old.TableOff), keep); err != nil {
+		return fmt.Errorf("echo ranges: %w", err)
 	}
 	return nil
 }

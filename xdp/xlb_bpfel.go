@@ -60,6 +60,8 @@ type xlbDsrMeta struct {
 	Vport  uint16
 	Family uint8
 	Pad    uint8
+	Mtu    uint16
+	Pad2   [2]uint8
 }
 
 type xlbFlowCacheEntry struct {
@@ -206,7 +208,12 @@ const (
 	xlbReasonREASON_DROP_WRONG_SIDE       xlbReason = 37
 	xlbReasonREASON_DROP_REPLY_WRONG_SIDE xlbReason = 38
 	xlbReasonREASON_DROP_VIP_UNSERVED     xlbReason = 39
-	xlbReasonREASON_MAX                   xlbReason = 40
+	xlbReasonREASON_DROP_ICMP_UNKNOWN     xlbReason = 40
+	xlbReasonREASON_DROP_ICMP_SRC_RANGE   xlbReason = 41
+	xlbReasonREASON_DROP_ICMP_PTB_LOW     xlbReason = 42
+	xlbReasonREASON_ICMP_TOO_BIG_CLIENT   xlbReason = 43
+	xlbReasonREASON_ICMP_TOO_BIG_BACKEND  xlbReason = 44
+	xlbReasonREASON_MAX                   xlbReason = 45
 )
 
 type xlbRevValue struct {
@@ -311,6 +318,8 @@ const (
 	xlbProgXlbDsr             = "xlb_dsr"
 	xlbProgXlbFull            = "xlb_full"
 	xlbProgXlbIcmp            = "xlb_icmp"
+	xlbProgXlbTooBigBackend   = "xlb_too_big_backend"
+	xlbProgXlbTooBigClient    = "xlb_too_big_client"
 	xlbProgXlbXdp             = "xlb_xdp"
 	xlbVarCfgHashSeed         = "cfg_hash_seed"
 	xlbVarCfgNewFlowRate      = "cfg_new_flow_rate"
@@ -362,10 +371,12 @@ type xlbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbProgramSpecs struct {
-	XlbDsr  *ebpf.ProgramSpec `ebpf:"xlb_dsr"`
-	XlbFull *ebpf.ProgramSpec `ebpf:"xlb_full"`
-	XlbIcmp *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
-	XlbXdp  *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
+	XlbDsr           *ebpf.ProgramSpec `ebpf:"xlb_dsr"`
+	XlbFull          *ebpf.ProgramSpec `ebpf:"xlb_full"`
+	XlbIcmp          *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
+	XlbTooBigBackend *ebpf.ProgramSpec `ebpf:"xlb_too_big_backend"`
+	XlbTooBigClient  *ebpf.ProgramSpec `ebpf:"xlb_too_big_client"`
+	XlbXdp           *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
 }
 
 // xlbMapSpecs contains maps before they are loaded into the kernel.
@@ -501,10 +512,12 @@ type xlbVariables struct {
 //
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbPrograms struct {
-	XlbDsr  *ebpf.Program `ebpf:"xlb_dsr"`
-	XlbFull *ebpf.Program `ebpf:"xlb_full"`
-	XlbIcmp *ebpf.Program `ebpf:"xlb_icmp"`
-	XlbXdp  *ebpf.Program `ebpf:"xlb_xdp"`
+	XlbDsr           *ebpf.Program `ebpf:"xlb_dsr"`
+	XlbFull          *ebpf.Program `ebpf:"xlb_full"`
+	XlbIcmp          *ebpf.Program `ebpf:"xlb_icmp"`
+	XlbTooBigBackend *ebpf.Program `ebpf:"xlb_too_big_backend"`
+	XlbTooBigClient  *ebpf.Program `ebpf:"xlb_too_big_client"`
+	XlbXdp           *ebpf.Program `ebpf:"xlb_xdp"`
 }
 
 func (p *xlbPrograms) Close() error {
@@ -512,6 +525,8 @@ func (p *xlbPrograms) Close() error {
 		p.XlbDsr,
 		p.XlbFull,
 		p.XlbIcmp,
+		p.XlbTooBigBackend,
+		p.XlbTooBigClient,
 		p.XlbXdp,
 	)
 }

@@ -158,6 +158,9 @@ func FuzzProcess(f *testing.F) {
 	f.Add(frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: c, proto: protoTCP, flags: tcpACK}.bytes())
 	f.Add(frameSpec{src: netip.MustParseAddrPort("[2001:db8::1]:5"), dst: netip.MustParseAddrPort("[2001:db8:100::1]:80"), proto: protoUDP}.bytes())
 	f.Add([]byte{})
+	// A hostile ICMP error: "fragmentation needed" to the VIP about a flow that does not exist.
+	f.Add(icmpErrorFrame(netip.MustParseAddr("198.18.0.2"), pVIP, 3, 4, 68,
+		frameSpec{src: netip.AddrPortFrom(pVIP, 80), dst: c, proto: protoTCP, flags: tcpACK}.bytes()[ethLen:]))
 	e := testEngine(f)
 	be := netip.AddrPortFrom(pBE[0], 8080)
 	fe := netip.AddrPortFrom(pVIP, 80)
@@ -168,7 +171,21 @@ func FuzzProcess(f *testing.F) {
 		// a VIP as its source (no reverse NAT from the client side: a reflector).
 		var in packet
 		inOK := parse(append([]byte(nil), frame...), &in) == parsedOK
-		if v := e.Process(frame, 1, time.Second); !v.Send {
+		v := e.Process(frame, 1, time.Second)
+		if !v.Send {
+			return
+		}
+		// An ICMP error reaches a backend only about a flow that exists.
+		if dst, _, client, front, ok := quotedFlow(v.Frame); ok {
+			if dst == be.Addr() {
+				found := false
+				for _, fl := range e.Flows(time.Second) {
+					found = found || (!fl.Reverse && fl.Src == client && fl.Dst == front)
+				}
+				if !found {
+					t.Errorf("sent an ICMP error to backend %s about %s -> %s, a flow that does not exist", dst, client, front)
+				}
+			}
 			return
 		}
 		var p packet

@@ -643,3 +643,170 @@ func TestSteerProgram(t *testing.T) {
 		t.Errorf("ping a VIP with no frontend left: verdict %d, want XDP_PASS", res.Verdict)
 	}
 }
+
+// quotedFlow reads an ICMP error frame (untagged, IPv4 without options or IPv6 without extension
+// headers): its destination, the advertised path MTU (0 unless a "too big"), and the flow its
+// quote names, turned into the client -> frontend direction it would be keyed by (the quote is
+// of a packet toward the client). ok is false when the frame is not such an error.
+func quotedFlow(frame []byte) (dst netip.Addr, mtu uint32, client, front netip.AddrPort, ok bool) {
+	if len(frame) < ethLen+ipv4MinLen {
+		return
+	}
+	var ic, q []byte
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case etherTypeIPv4:
+		ip := frame[ethLen:]
+		if ip[9] != 1 || len(ip) < ipv4MinLen+8+ipv4MinLen+4 {
+			return
+		}
+		dst = netip.AddrFrom4([4]byte(ip[16:20]))
+		ic = ip[ipv4MinLen:]
+		if ic[0] != 3 && ic[0] != 11 {
+			return
+		}
+		if ic[0] == 3 && ic[1] == 4 {
+			mtu = uint32(binary.BigEndian.Uint16(ic[6:]))
+		}
+		q = ic[8:]
+		src4, dst4 := netip.AddrFrom4([4]byte(q[12:16])), netip.AddrFrom4([4]byte(q[16:20]))
+		l4 := q[int(q[0]&0xf)*4:]
+		if len(l4) < 4 {
+			return
+		}
+		front = netip.AddrPortFrom(src4, binary.BigEndian.Uint16(l4[0:]))
+		client = netip.AddrPortFrom(dst4, binary.BigEndian.Uint16(l4[2:]))
+	case etherTypeIPv6:
+		ip := frame[ethLen:]
+		if len(ip) < ipv6Len+8+ipv6Len+4 || ip[6] != 58 {
+			return
+		}
+		dst = netip.AddrFrom16([16]byte(ip[24:40]))
+		ic = ip[ipv6Len:]
+		if ic[0] < 1 || ic[0] > 3 {
+			return
+		}
+		if ic[0] == 2 {
+			mtu = binary.BigEndian.Uint32(ic[4:])
+		}
+		q = ic[8:]
+		l4 := q[ipv6Len:]
+		front = netip.AddrPortFrom(netip.AddrFrom16([16]byte(q[8:24])), binary.BigEndian.Uint16(l4[0:]))
+		client = netip.AddrPortFrom(netip.AddrFrom16([16]byte(q[24:40])), binary.BigEndian.Uint16(l4[2:]))
+	default:
+		return
+	}
+	return dst, mtu, client, front, true
+}
+
+// icmpErrorFrame is an ICMP (ICMPv6) error of type typ/code advertising mtu, from src to dst,
+// quoting quote; checksums computed here.
+func icmpErrorFrame(src, dst netip.Addr, typ, code uint8, mtu uint32, quote []byte) []byte {
+	ic := append([]byte{typ, code, 0, 0, 0, 0, 0, 0}, quote...)
+	binary.BigEndian.PutUint32(ic[4:], mtu)
+	f := echoRequest(src, dst) // Ethernet and IP headers, then replaced
+	v4 := src.Is4()
+	hdr := ipv4MinLen
+	if !v4 {
+		hdr = ipv6Len
+		var ph []byte
+		ph = append(ph, src.AsSlice()...)
+		ph = append(ph, dst.AsSlice()...)
+		ph = binary.BigEndian.AppendUint32(ph, uint32(len(ic)))
+		ph = append(ph, 0, 0, 0, 58)
+		binary.BigEndian.PutUint16(ic[2:], onesSum(append(ph, ic...)))
+	} else {
+		binary.BigEndian.PutUint16(ic[2:], onesSum(ic))
+	}
+	f = append(f[:ethLen+hdr], ic...)
+	l3 := f[ethLen:]
+	if v4 {
+		binary.BigEndian.PutUint16(l3[2:], uint16(hdr+len(ic)))
+		l3[10], l3[11] = 0, 0
+		binary.BigEndian.PutUint16(l3[10:], onesSum(l3[:hdr]))
+	} else {
+		binary.BigEndian.PutUint16(l3[4:], uint16(len(ic)))
+	}
+	return f
+}
+
+// TestHostileICMPReachesOnlyKnownFlows: random ICMP errors from the client side, about flows
+// that went through the gateway and flows that never did, with path MTUs of any size and quotes
+// cut anywhere, run through the XDP program. Whatever it sends to the cluster side must be about
+// a flow that exists (the engine, fed the same traffic, has its conntrack entry) and advertise
+// no path MTU below the floors; the AF_XDP engine relays none.
+func TestHostileICMPReachesOnlyKnownFlows(t *testing.T) {
+	px := newParity(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	vipTCP := netip.AddrPortFrom(pVIP, 80)
+	vip6 := netip.AddrPortFrom(pVIP6, 443)
+	var known []netip.AddrPort
+	for range 40 {
+		c := randClient(r)
+		px.check(t, "open", frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpACK, seq: r.Uint32()}.bytes(), px.ext)
+		known = append(known, c)
+		c6 := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("2001:db8:80::%x", 1+r.IntN(0xfffe))), c.Port())
+		px.check(t, "open v6", frameSpec{src: c6, dst: vip6, proto: protoTCP, flags: tcpACK, seq: r.Uint32()}.bytes(), px.ext)
+		known = append(known, c6)
+	}
+	exists := map[[2]netip.AddrPort]bool{}
+	for _, f := range px.eng.Flows(px.now) {
+		if !f.Reverse {
+			exists[[2]netip.AddrPort{f.Src, f.Dst}] = true
+		}
+	}
+	relayed, dropped := 0, 0
+	for i := range 2000 {
+		c := known[r.IntN(len(known))]
+		if r.IntN(2) == 0 { // a flow that never went through
+			if c.Addr().Is4() {
+				c = randClient(r)
+			} else {
+				c = netip.AddrPortFrom(c.Addr(), uint16(1024+r.IntN(60000)))
+			}
+		}
+		front := vipTCP
+		router := netip.MustParseAddr("198.18.0.2")
+		typ, code := uint8(3), uint8(4)
+		if c.Addr().Is6() {
+			front, router, typ, code = vip6, netip.MustParseAddr("2001:db8::2"), 2, 0
+		}
+		if r.IntN(8) == 0 {
+			front = netip.AddrPortFrom(front.Addr(), uint16(r.IntN(65536))) // any port of the VIP
+		}
+		quoted := frameSpec{src: front, dst: c, proto: protoTCP, flags: tcpACK, payload: make([]byte, 64)}.bytes()[ethLen:]
+		quoted = quoted[:r.IntN(len(quoted)+1)]
+		mtu := uint32(r.IntN(1600))
+		in := icmpErrorFrame(router, front.Addr(), typ, code, mtu, quoted)
+		var res progrun.Result
+		if err := px.ns.Do(func() (err error) {
+			res, err = progrun.XDP(px.dp.Program(), in, px.ext, 0)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if v := px.eng.Process(append([]byte(nil), in...), px.ext, px.now); v.Send {
+			t.Errorf("error %d: the AF_XDP engine sent an ICMP error", i)
+		}
+		if res.Verdict != xdpTX && res.Verdict != xdpRedirect {
+			dropped++
+			continue
+		}
+		relayed++
+		_, gotMTU, cl, _, ok := quotedFlow(res.Data)
+		if !ok {
+			t.Errorf("error %d: sent something that is no ICMP error: %x", i, res.Data)
+			continue
+		}
+		// The quote now names the backend; the flow is keyed client -> frontend.
+		if !exists[[2]netip.AddrPort{cl, front}] {
+			t.Errorf("error %d: relayed an error about %s -> %s, a flow that does not exist", i, cl, front)
+		}
+		if gotMTU != 0 && (c.Addr().Is4() && gotMTU < 552 || c.Addr().Is6() && gotMTU < 1280) {
+			t.Errorf("error %d: relayed a path MTU of %d", i, gotMTU)
+		}
+	}
+	if relayed == 0 || dropped == 0 {
+		t.Errorf("%d relayed, %d dropped: the cases did not cover both", relayed, dropped)
+	}
+	t.Logf("%d errors relayed, %d not", relayed, dropped)
+}

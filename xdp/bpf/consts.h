@@ -44,10 +44,13 @@
 #define SVC_CACHE_REVERSE 2
 
 /* Indexes in the progs tail-call table: the ICMP program, the full path, the carrier of direct
- * server return. */
+ * server return, the two answers to a packet too big for its path. */
 #define PROG_ICMP 0
 #define PROG_FULL 1
 #define PROG_DSR  2
+#define PROG_TOO_BIG_CLIENT  3 /* xlb_too_big_client: "too big" to a client, from the VIP (pmtu.h) */
+#define PROG_TOO_BIG_BACKEND 4 /* xlb_too_big_backend: "too big" to a backend (pmtu.h) */
+#define PROGS_MAX 5
 
 /* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
  * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array
@@ -60,6 +63,11 @@
 #define VIP_F_AFFINITY_CLIENTIP (1u << 0) /* hash the client address only (sessionAffinity: ClientIP) */
 #define VIP_F_SRC_RANGES        (1u << 1) /* check src_ranges; clients outside are dropped */
 #define VIP_F_MARKER            (1u << 2) /* address marker {addr, 0, 0}: "this address is a VIP" */
+/* An address marker with VIP_F_SRC_RANGES answers echo requests only from clients some frontend
+ * on the address admits: its table_off holds the src_ranges id of the union of their ranges,
+ * ECHO_RANGES_ID_BIT | the lowest VIP id on the address (written by Go, syncMarker). Without
+ * the flag (some frontend on the address has no source ranges), everyone may ping it. */
+#define ECHO_RANGES_ID_BIT (1u << 31)
 
 /* backend.flags */
 #define BACKEND_F_DOWN       (1u << 0) /* unusable: even established flows are moved off it */
@@ -192,6 +200,17 @@ enum reason {
 				       * reverse-NATed (a reflector otherwise) */
 	REASON_DROP_VIP_UNSERVED,    /* to a VIP address, no service on that port or protocol:
 				      * dropped, never looped back or given to the gateway's kernel */
+	REASON_DROP_ICMP_UNKNOWN,    /* an ICMP error to a VIP address, or quoting a backend endpoint,
+				      * about no flow this gateway knows (no conntrack or handshakes
+				      * entry for the quoted tuple), or too short to tell: never relayed */
+	REASON_DROP_ICMP_SRC_RANGE,  /* an echo request to a VIP address, or an ICMP error about a flow,
+				      * whose client is outside the VIP's loadBalancerSourceRanges */
+	REASON_DROP_ICMP_PTB_LOW,    /* a "fragmentation needed" below PMTU_MIN4 or a "packet too big"
+				      * below PMTU_MIN6 (icmp.h) about a VIP flow: not relayed */
+	REASON_ICMP_TOO_BIG_CLIENT,  /* a client's packet too big for the path to its backend (IPv4 with
+				      * DF, or IPv6) answered with an ICMP "too big" from the VIP (pmtu.h) */
+	REASON_ICMP_TOO_BIG_BACKEND, /* a backend's reply too big for the path to its client (IPv4 with
+				      * DF, or IPv6) answered with an ICMP "too big" to the backend */
 	REASON_MAX,
 };
 

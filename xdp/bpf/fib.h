@@ -56,6 +56,8 @@ enum hop_result {
 	HOP_NO_TXPORT,     /* egress is an interface XDP does not redirect to */
 	HOP_VLAN,          /* a tagged frame: the kernel owns the VLAN device */
 	HOP_DROP,          /* blackhole, unreachable or prohibited */
+	HOP_TOO_BIG,       /* longer than the egress MTU (h->mtu): the kernel fragments it, or the
+			    * sender is told (pmtu.h) */
 };
 
 /* Where a packet goes next. */
@@ -133,7 +135,10 @@ static __always_inline int next_hop(struct xdp_md *ctx, struct packet *p, void *
 	case BPF_FIB_LKUP_RET_UNREACHABLE:
 	case BPF_FIB_LKUP_RET_PROHIBIT:
 		return HOP_DROP;
-	default: /* forwarding disabled, frag needed, lwt */
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		h->mtu = fib.mtu_result;
+		return HOP_TOO_BIG;
+	default: /* forwarding disabled, lwt */
 		return HOP_KERNEL;
 	}
 

@@ -1,12 +1,24 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* icmp.h: ICMP and ICMPv6 for VIPs.
- * - Echo requests to a VIP address are answered by the gateway itself (XDP_TX).
+ * - Echo requests to a VIP address are answered by the gateway itself (XDP_TX), unless every
+ *   frontend on the address has loadBalancerSourceRanges and none admits the client: then they
+ *   are dropped (ECHO_RANGES_ID_BIT).
  * - Errors (destination unreachable incl. fragmentation needed, packet too big, time exceeded)
- *   quoting a packet of a VIP flow are relayed: toward the flow's backend when they come from
- *   the client side (the quoted packet is VIP -> client), toward the client when they come from
- *   the cluster side (the quoted packet is client -> backend). The outer and the quoted headers
- *   are rewritten and all four checksums (outer IP, ICMP, quoted IP, quoted L4) fixed.
- * Everything else ICMP passes to the host unchanged. */
+ *   quoting a packet of a VIP flow that this gateway knows are relayed: toward the flow's
+ *   backend when they come from the client side (the quoted packet is VIP -> client), toward
+ *   the client when they come from the cluster side (the quoted packet is client -> backend).
+ *   The outer and the quoted headers are rewritten and all four checksums (outer IP, ICMP,
+ *   quoted IP, quoted L4 when quoted) fixed. "Knows" is state, never a guess: the flow's
+ *   conntrack entry (for this VIP, not expired, its backend the quoted one) or, for a TCP
+ *   handshake, its handshakes entry. An error about any other flow, or whose quote is too short
+ *   to name one, is dropped: relayed, it would let anyone reset or slow a backend's connections
+ *   (or, passed to the kernel, poison its path MTU cache) with errors about flows that do not
+ *   exist. Source ranges apply to the flow's client, the quoted packet's destination (client
+ *   side) or source (cluster side), not to the error's sender: that is any router on the path.
+ *   A "fragmentation needed" below PMTU_MIN4 or a "packet too big" below PMTU_MIN6 is dropped:
+ *   no real path is that narrow, and relayed it would make the backend send tiny segments.
+ * Everything else ICMP passes to the host unchanged. Path MTU answers the gateway generates
+ * itself are pmtu.h's. */
 #ifndef XLB_ICMP_H
 #define XLB_ICMP_H
 
@@ -15,6 +27,7 @@
 #include "lb.h"
 #include "nat.h"
 #include "fib.h"
+#include "pmtu.h"
 
 /* The packet quoted inside an ICMP error. */
 struct inner {
@@ -28,7 +41,15 @@ struct inner {
 };
 
 #define ICMP_HDR_LEN 8
+#define ICMP_L4_QUOTE 8 /* the bytes of the quoted L4 header every error carries (RFC 792) */
 
+/* The least path MTU an error may advertise to be relayed: IPv4's 552 (RFC 1191's 576-byte
+ * datagram less options, Linux's min_pmtu) and IPv6's minimum link MTU (RFC 8200). */
+#define PMTU_MIN4 552
+#define PMTU_MIN6 1280
+
+/* parse_inner reads the packet quoted in ICMP error p: its IP header and the first ICMP_L4_QUOTE
+ * bytes of TCP or UDP, all within the error's IP datagram (not an Ethernet trailer). */
 static __always_inline int parse_inner(struct packet *p, void *data_end, struct inner *in)
 {
 	void *l3 = p->l4 + ICMP_HDR_LEN;
@@ -56,7 +77,7 @@ static __always_inline int parse_inner(struct packet *p, void *data_end, struct 
 	}
 	if (in->proto != PROTO_TCP && in->proto != PROTO_UDP)
 		return -1;
-	if (in->l4 + 4 > data_end)
+	if (in->l4 + ICMP_L4_QUOTE > data_end || in->l4 + ICMP_L4_QUOTE > p->l3_end)
 		return -1;
 	in->l3 = l3;
 	in->sport = ((__be16 *)in->l4)[0];
@@ -98,7 +119,8 @@ static __always_inline void icmp_rewrite(struct packet *p, struct inner *in, voi
 		idiff = adiff;
 	}
 
-	/* Quoted port, and the quoted L4 checksum when the quote reaches it. */
+	/* Quoted port, and the quoted L4 checksum when the quote reaches it: the quote ends with the
+	 * error's IP datagram, whatever trailer the frame has. */
 	pf = (__be16 *)in->l4 + (inner_src ? 0 : 1);
 	if ((void *)(pf + 1) > data_end)
 		return;
@@ -106,7 +128,7 @@ static __always_inline void icmp_rewrite(struct packet *p, struct inner *in, voi
 	*pf = port;
 	idiff = diff16(idiff, oldp, port);
 	c = (__u16 *)(in->l4 + (in->proto == PROTO_TCP ? 16 : 6));
-	if ((void *)(c + 1) <= data_end) {
+	if ((void *)(c + 1) <= data_end && (void *)(c + 1) <= p->l3_end) {
 		oldc = *c;
 		if (in->proto == PROTO_TCP)
 			*c = csum_apply(oldc, diff16(adiff, oldp, port));
@@ -205,15 +227,57 @@ static __always_inline int icmp_echo_reply(struct packet *p, void *data_end)
 	return verdict(REASON_ICMP_ECHO_REPLY, XDP_TX);
 }
 
+/* addr_allowed checks client address a against VIP (or echo ranges) id's source ranges. */
+static __always_inline int addr_allowed(const struct addr *a, __u8 family, __u32 id)
+{
+	struct src_range_key k = { .prefixlen = 32 + (family == FAMILY_V6 ? 128 : 32),
+				   .vip_id = bpf_htonl(id), .addr = *a };
+
+	return bpf_map_lookup_elem(&src_ranges, &k) != NULL;
+}
+
+/* ptb_too_low reports whether error p advertises a path MTU below the floors. */
+static __always_inline int ptb_too_low(struct packet *p)
+{
+	struct icmp_hdr *ic = p->l4;
+
+	if (p->family == FAMILY_V4)
+		return ic->type == ICMP_DEST_UNREACH && ic->code == ICMP_FRAG_NEEDED &&
+		       bpf_ntohl(ic->rest) < PMTU_MIN4; /* the low 16 bits; the high ones unused */
+	return ic->type == ICMPV6_PKT_TOOBIG && bpf_ntohl(ic->rest) < PMTU_MIN6;
+}
+
+/* flow_backend returns the backend of the flow fk (client -> VIP, of VIP vip_id) as this gateway
+ * knows it: its conntrack entry (forward, this VIP's, not expired) or, for TCP, its handshakes
+ * entry. NULL when it knows no such flow. */
+static __always_inline struct backend *flow_backend(const struct flow_key *fk, __u32 vip_id,
+						    __u64 now)
+{
+	struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, fk);
+
+	if (ct && !(ct->flags & CT_F_REVERSE) && ct->vip_id == vip_id &&
+	    elapsed(now, ct->last_seen) <= ct_timeout(fk->proto, ct->flags))
+		return backend_get(ct->backend_id);
+	if (fk->proto != PROTO_TCP)
+		return NULL;
+	/* A half-open connection: the backend its SYN went to. */
+	return backend_get(hs_backend(bpf_map_lookup_elem(&handshakes, fk), vip_id, now,
+				      HS_MATCH_ANY, 0));
+}
+
 /* icmp_relay relays an ICMP error about a VIP flow; see the top of this file. */
 static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void *data_end)
 {
+	__u64 now = now_ns(cpu_state_get());
 	struct inner in = {};
 	struct svc_key *vip;
+	struct backend *be;
 	__be16 vport;
 
 	if (parse_inner(p, data_end, &in) < 0)
-		return verdict(REASON_PASS_ICMP, XDP_PASS);
+		/* Too short to name a flow: to a VIP address, nothing of ours can use it. */
+		return is_vip_addr(&p->dst, p->family) ? verdict(REASON_DROP_ICMP_UNKNOWN, XDP_DROP)
+						       : verdict(REASON_PASS_ICMP, XDP_PASS);
 
 	/* From the client side: quoted packet VIP:vport -> client:cport, outer dst the VIP. */
 	if (filter_has(0, &in.src, p->family) &&
@@ -221,44 +285,64 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 		struct vip_info *vi = svc_lookup(&vips, &in.src, p->family, in.sport, in.proto);
 		struct flow_key fk = { .src = in.dst, .dst = in.src, .sport = in.dport,
 				       .dport = in.sport, .proto = in.proto, .family = p->family };
-		struct backend *be = NULL;
-		struct ct_entry *ct;
+		__u32 role = in_role(ctx);
 
-		if (!vi || (vi->flags & VIP_F_MARKER))
+		/* Only what arrives from the client side (side.h). */
+		if (role == ROLE_NONE)
+			return verdict(REASON_DROP_NO_ROLE, XDP_DROP);
+		if (role == ROLE_CLUSTER)
+			return verdict(REASON_DROP_WRONG_SIDE, XDP_DROP);
+
+		if (!vi || (vi->flags & VIP_F_MARKER)) {
+			if (is_vip_addr(&p->dst, p->family))
+				return verdict(REASON_DROP_ICMP_UNKNOWN, XDP_DROP);
 			return verdict(REASON_PASS_ICMP, XDP_PASS);
-		ct = bpf_map_lookup_elem(&conntrack, &fk);
-		if (ct)
-			be = backend_get(ct->backend_id);
-		if (!be && in.proto == PROTO_TCP)
-			/* A half-open connection: the backend its SYN went to. */
-			be = backend_get(hs_backend(bpf_map_lookup_elem(&handshakes, &fk), vi->id,
-						    bpf_ktime_get_coarse_ns(), HS_MATCH_ANY, 0));
-		if (!be) {
-			__u32 h = flow_hash(cfg_hash_seed, &in.dst, p->family, in.dport, in.sport,
-					    in.proto, vi->flags & VIP_F_AFFINITY_CLIENTIP);
-
-			be = backend_get(maglev_pick(vi, h));
 		}
+		if (ptb_too_low(p))
+			return verdict(REASON_DROP_ICMP_PTB_LOW, XDP_DROP);
+		if ((vi->flags & VIP_F_SRC_RANGES) && !addr_allowed(&in.dst, p->family, vi->id))
+			return verdict(REASON_DROP_ICMP_SRC_RANGE, XDP_DROP);
+		be = flow_backend(&fk, vi->id, now);
 		if (!be)
-			return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
+			return verdict(REASON_DROP_ICMP_UNKNOWN, XDP_DROP);
 		if (ttl_expiring(p, data_end))
 			return verdict(REASON_PASS_TTL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 1, &be->addr, be->port ? be->port : in.sport);
 		count_reason(REASON_ICMP_TO_BACKEND);
-		return fib_forward(ctx, p, data_end, bpf_ktime_get_coarse_ns(), cache_gen());
+		return fib_forward(ctx, p, data_end, now, cache_gen());
 	}
 
 	/* From the cluster side: quoted packet client:cport -> backend:bport. */
 	if (filter_has(1, &in.dst, p->family) &&
 	    reverse_vip(&in.dst, &in.src, in.dport, in.sport, in.proto, p->family,
 			&vip, &vport) >= 0) {
+		struct flow_key fk = { .src = in.src, .dst = vip->addr, .sport = in.sport,
+				       .dport = vport, .proto = in.proto, .family = p->family };
+		struct vip_info *vi = svc_lookup(&vips, &vip->addr, p->family, vport, in.proto);
+		__u32 role = in_role(ctx);
 		struct hop h = {};
 		int hop;
 
+		/* Only what arrives from the cluster side: relayed to the client from the VIP, one
+		 * from the client side would be a reflector (side.h). */
+		if (role == ROLE_NONE)
+			return verdict(REASON_DROP_NO_ROLE, XDP_DROP);
+		if (role == ROLE_CLIENT)
+			return verdict(REASON_DROP_REPLY_WRONG_SIDE, XDP_DROP);
+		if (!vi || (vi->flags & VIP_F_MARKER))
+			return verdict(REASON_DROP_ICMP_UNKNOWN, XDP_DROP);
+		if (ptb_too_low(p))
+			return verdict(REASON_DROP_ICMP_PTB_LOW, XDP_DROP);
+		if ((vi->flags & VIP_F_SRC_RANGES) && !addr_allowed(&in.src, p->family, vi->id))
+			return verdict(REASON_DROP_ICMP_SRC_RANGE, XDP_DROP);
+		/* The flow must be known, and sent to the quoted backend endpoint. */
+		be = flow_backend(&fk, vi->id, now);
+		if (!be || !addr_eq(&be->addr, &in.dst) || (be->port ? be->port : vport) != in.dport)
+			return verdict(REASON_DROP_ICMP_UNKNOWN, XDP_DROP);
 		if (ttl_expiring(p, data_end))
 			return verdict(REASON_PASS_TTL, XDP_PASS);
 		/* An error about this host's own connection (e.g. a health probe) stays as it is. */
-		hop = next_hop(ctx, p, data_end, bpf_ktime_get_coarse_ns(), cache_gen(), &h);
+		hop = next_hop(ctx, p, data_end, now, cache_gen(), &h);
 		if (hop == HOP_LOCAL)
 			return verdict(REASON_PASS_LOCAL, XDP_PASS);
 		icmp_rewrite(p, &in, data_end, 0, &vip->addr, vport);
@@ -266,6 +350,27 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 		return send_hop(ctx, p, data_end, hop, &h);
 	}
 	return verdict(REASON_PASS_ICMP, XDP_PASS);
+}
+
+/* echo_allowed says whether an echo request from p's source to its VIP address is answered: the
+ * address's marker says whether source ranges apply, and under which id (ECHO_RANGES_ID_BIT). */
+static __always_inline int echo_allowed(struct packet *p)
+{
+	struct svc_key k = { .addr = p->dst, .family = p->family };
+	struct vip_info *mk = bpf_map_lookup_elem(&vips, &k);
+
+	return !mk || !(mk->flags & VIP_F_SRC_RANGES) || addr_allowed(&p->src, p->family, mk->table_off);
+}
+
+/* icmp_echo handles an echo request: answered when it is to a VIP address from an admitted client,
+ * dropped from another client, passed when it is to another address. */
+static __always_inline int icmp_echo(struct packet *p, void *data_end)
+{
+	if (!is_vip_addr(&p->dst, p->family))
+		return verdict(REASON_PASS_ICMP, XDP_PASS);
+	if (!echo_allowed(p))
+		return verdict(REASON_DROP_ICMP_SRC_RANGE, XDP_DROP);
+	return icmp_echo_reply(p, data_end);
 }
 
 static __always_inline int handle_icmp(struct xdp_md *ctx, struct packet *p, void *data_end)
@@ -277,14 +382,12 @@ static __always_inline int handle_icmp(struct xdp_md *ctx, struct packet *p, voi
 	type = *(__u8 *)p->l4;
 	if (p->family == FAMILY_V4 && p->proto == PROTO_ICMP) {
 		if (type == ICMP_ECHO)
-			return is_vip_addr(&p->dst, p->family) ? icmp_echo_reply(p, data_end)
-							       : verdict(REASON_PASS_ICMP, XDP_PASS);
+			return icmp_echo(p, data_end);
 		if (type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED)
 			return icmp_relay(ctx, p, data_end);
 	} else if (p->family == FAMILY_V6 && p->proto == PROTO_ICMPV6) {
 		if (type == ICMPV6_ECHO_REQUEST)
-			return is_vip_addr(&p->dst, p->family) ? icmp_echo_reply(p, data_end)
-							       : verdict(REASON_PASS_ICMP, XDP_PASS);
+			return icmp_echo(p, data_end);
 		if (type == ICMPV6_DEST_UNREACH || type == ICMPV6_PKT_TOOBIG ||
 		    type == ICMPV6_TIME_EXCEED)
 			return icmp_relay(ctx, p, data_end);

@@ -249,7 +249,9 @@ struct {
 } v6_scratch SEC(".maps");
 
 /* dsr_scratch: per-CPU, what forward() hands xlb_dsr with its tail call: the frontend the
- * packet was sent to, before it was DNATed to its backend. Written and read by the datapath. */
+ * packet was sent to, before it was DNATed to its backend; also what forward() and lb_reverse
+ * hand xlb_too_big_client / xlb_too_big_backend (pmtu.h): the frontend and the MTU to advertise.
+ * Written and read by the datapath. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -257,7 +259,8 @@ struct {
 	__uint(max_entries, 1);
 } dsr_scratch SEC(".maps");
 
-/* progs: tail-call table; PROG_FULL -> xlb_full, PROG_ICMP -> xlb_icmp, PROG_DSR -> xlb_dsr.
+/* progs: tail-call table; PROG_FULL -> xlb_full, PROG_ICMP -> xlb_icmp, PROG_DSR -> xlb_dsr,
+ * PROG_TOO_BIG_CLIENT -> xlb_too_big_client, PROG_TOO_BIG_BACKEND -> xlb_too_big_backend.
  * Written by Go at load.
  * Each program generation has its own, which Go pins under progs/<id of its xlb_xdp> while a
  * pinned link runs it (the kernel empties a program array with no user reference left). */
@@ -265,7 +268,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 3);
+	__uint(max_entries, PROGS_MAX);
 } progs SEC(".maps");
 
 #endif

@@ -192,12 +192,15 @@ struct ipv6_ext {
 	__u8 result;    /* enum parse_result */
 };
 
-/* Value of dsr_scratch: the frontend of a packet forward() DNATed, for xlb_dsr's carrier. */
+/* Value of dsr_scratch: the frontend of a packet forward() DNATed, for xlb_dsr's carrier, or of
+ * a packet too big for its path (pmtu.h), with the MTU to advertise. */
 struct dsr_meta {
 	struct addr vip;
 	__be16 vport;
 	__u8 family;
 	__u8 pad;
+	__u16 mtu;    /* pmtu.h: the next hop's MTU */
+	__u8 pad2[2];
 };
 
 /* ICMP and ICMPv6 share this header layout. */

@@ -19,9 +19,10 @@
 #include "lb.h"
 #include "nat.h"
 #include "fib.h"
+#include "pmtu.h"
+#include "side.h"
 #include "icmp.h"
 #include "dsr.h"
-#include "side.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -149,6 +150,8 @@ static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *d
 		count_reason(REASON_DSR_NO_ROOM); /* no xlb_dsr: without the carrier */
 	}
 	hop = next_hop(ctx, p, data_end, now, gen, &h);
+	if (hop == HOP_TOO_BIG) /* the client is told, if it may not be fragmented (pmtu.h) */
+		too_big_call(ctx, p, data_end, &vip, vport, h.mtu, PROG_TOO_BIG_CLIENT);
 	if (rec && hop == HOP_SEND && h.expires && p->l4 && !p->is_frag) {
 		rec->vip_flags = vip_flags;
 		record_hop(rec, p, &vip, vport, &h, rec->refreshed + CT_REFRESH_NS);
@@ -360,6 +363,8 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 	hop = next_hop(ctx, p, data_end, now, gen, &h);
 	if (hop == HOP_LOCAL)
 		return verdict(REASON_PASS_LOCAL, XDP_PASS);
+	if (hop == HOP_TOO_BIG) /* the backend is told, if it may not be fragmented (pmtu.h) */
+		too_big_call(ctx, p, data_end, &vip->addr, vport, h.mtu, PROG_TOO_BIG_BACKEND);
 	count_reason(REASON_NAT_REVERSE);
 	if (rc == 1)
 		count_reason(REASON_NAT_REVERSE_MAGLEV);
@@ -694,6 +699,8 @@ int xlb_dsr(struct xdp_md *ctx)
 	hop = next_hop(ctx, &p, data_end, now, gen, &h);
 	if (hop == HOP_DROP)
 		return send_hop(ctx, &p, data_end, hop, &h);
+	if (hop == HOP_TOO_BIG) /* too big even without the carrier (pmtu.h) */
+		too_big_call(ctx, &p, data_end, &m->vip, m->vport, h.mtu, PROG_TOO_BIG_CLIENT);
 	l2 = p.vlan ? sizeof(struct ethhdr) + 4 : sizeof(struct ethhdr);
 	if ((void *)p.eth + l2 != p.l3)
 		return send_hop(ctx, &p, data_end, hop, &h);
@@ -741,4 +748,20 @@ int xlb_dsr(struct xdp_md *ctx)
 	p.l3 = data + l2;
 	count_reason(rc ? REASON_DSR_NO_ROOM : REASON_DSR_CARRIED);
 	return send_hop(ctx, &p, data_end, hop, &h);
+}
+
+/* xlb_too_big_client answers a client's packet that forward() DNATed and found too big for the
+ * path to its backend (pmtu.h), reached by tail call with its frontend in dsr_scratch. */
+SEC("xdp")
+int xlb_too_big_client(struct xdp_md *ctx)
+{
+	return too_big(ctx, 1);
+}
+
+/* xlb_too_big_backend answers a backend's reply that lb_reverse found too big for the path to its
+ * client (pmtu.h), reached by tail call before the reply was rewritten. */
+SEC("xdp")
+int xlb_too_big_backend(struct xdp_md *ctx)
+{
+	return too_big(ctx, 0);
 }
