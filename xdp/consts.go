@@ -108,7 +108,10 @@ const (
 	// path to its client answered with one to the backend.
 	ReasonICMPTooBigClient  = Reason(xlbReasonREASON_ICMP_TOO_BIG_CLIENT)
 	ReasonICMPTooBigBackend = Reason(xlbReasonREASON_ICMP_TOO_BIG_BACKEND)
-	numReasons              = int(xlbReasonREASON_MAX)
+	// ReasonCTSYNKept: a SYN on a live flow's tuple sent to that flow's backend (RFC 5961: its
+	// challenge ACK answers a spoofed one), not balanced again.
+	ReasonCTSYNKept = Reason(xlbReasonREASON_CT_SYN_KEPT)
+	numReasons      = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -121,7 +124,7 @@ var reasonNames = [...]string{
 	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
 	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
 	"drop_icmp_unknown", "drop_icmp_src_range", "drop_icmp_ptb_low", "icmp_too_big_client",
-	"icmp_too_big_backend",
+	"icmp_too_big_backend", "ct_syn_kept",
 }
 
 // String returns the counter's name, as used in metrics.

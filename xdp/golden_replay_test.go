@@ -245,11 +245,17 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 		}
 	})
 
-	t.Run("a SYN on a recorded tuple is a new connection", func(t *testing.T) {
+	t.Run("a SYN on a recorded tuple takes the full path", func(t *testing.T) {
+		// The flow is live, so the SYN keeps its backend (a forged SYN must not re-point it),
+		// counted as such, and the record goes: the full path decides the tuple again.
 		p := recordedFlow(t, 40201)
 		syn := p
 		syn.Flags = "S"
-		g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, fwdCase.out(syn).bytes(t), fwdCase.reasons})
+		reasons := map[Reason]uint64{ReasonCTSYNKept: 1}
+		for r, n := range fwdCase.reasons {
+			reasons[r] = n
+		}
+		g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, fwdCase.out(syn).bytes(t), reasons})
 		if _, e, ok := g.record(t, p); ok {
 			t.Fatalf("the SYN left the record in place: %+v", e)
 		}
@@ -316,10 +322,10 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	})
 }
 
-// TestGoldenReplayFragmentedSYN: a client reusing its port with a SYN that arrives fragmented
-// starts a new connection like any SYN: when Maglev now picks another backend than the one the
-// old flow was pinned to, conntrack takes the new one, and the record of the old flow must not
-// send the handshake's ACK to the old backend (it would answer with a RST).
+// TestGoldenReplayFragmentedSYN: a client reusing its port after a FIN, with a SYN that arrives
+// fragmented, starts a new connection like any SYN: when Maglev now picks another backend than
+// the one the old flow was pinned to, conntrack takes the new one, and the record of the old flow
+// must not send the handshake's ACK to the old backend (it would answer with a RST).
 func TestGoldenReplayFragmentedSYN(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
@@ -334,7 +340,10 @@ func TestGoldenReplayFragmentedSYN(t *testing.T) {
 	if _, e, ok := g.record(t, ack); !ok {
 		t.Fatalf("no record: %+v", e)
 	}
-	// The same tuple's SYN, in two fragments, goes to backend 11 ...
+	// The old connection closes (a SYN on a live one would keep its backend) ...
+	fin, finOut := clientTCP(41500, ap(vip4, 80), "FA", ap(be1v4, 8080), macBE1)
+	g.expect(t, fin.bytes(t), g.ext, want{xdpRedirect, finOut.bytes(t), fwd(ReasonFwdRedirect)})
+	// ... and the same tuple's SYN, in two fragments, goes to backend 11 ...
 	syn, synOut := clientTCP(41500, ap(vip4, 80), "S", ap(be2v4, 8080), macBE2)
 	syn.Payload, synOut.Payload = make([]byte, 64), make([]byte, 64)
 	syn.IPID, synOut.IPID = 0x5151, 0x5151

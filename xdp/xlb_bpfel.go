@@ -213,7 +213,8 @@ const (
 	xlbReasonREASON_DROP_ICMP_PTB_LOW     xlbReason = 42
 	xlbReasonREASON_ICMP_TOO_BIG_CLIENT   xlbReason = 43
 	xlbReasonREASON_ICMP_TOO_BIG_BACKEND  xlbReason = 44
-	xlbReasonREASON_MAX                   xlbReason = 45
+	xlbReasonREASON_CT_SYN_KEPT           xlbReason = 45
+	xlbReasonREASON_MAX                   xlbReason = 46
 )
 
 type xlbRevValue struct {

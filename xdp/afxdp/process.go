@@ -57,6 +57,9 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 	if d.HandshakeHit {
 		e.reasons[forward.ReasonHandshakeHit]++
 	}
+	if d.SYNKept {
+		e.reasons[forward.ReasonCTSYNKept]++
+	}
 	switch d.Action {
 	case forward.Drop:
 		return e.drop(d.Reason)

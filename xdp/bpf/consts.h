@@ -211,6 +211,8 @@ enum reason {
 				      * DF, or IPv6) answered with an ICMP "too big" from the VIP (pmtu.h) */
 	REASON_ICMP_TOO_BIG_BACKEND, /* a backend's reply too big for the path to its client (IPv4 with
 				      * DF, or IPv6) answered with an ICMP "too big" to the backend */
+	REASON_CT_SYN_KEPT,          /* a SYN on a live flow's tuple sent to that flow's backend (its
+				      * challenge ACK answers a spoofed one), not balanced again */
 	REASON_MAX,
 };
 

@@ -271,13 +271,26 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * asks handshakes which backend its SYN went to: the VIP's table may have changed since, and
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
-	if (p->proto == PROTO_TCP) {
+	if (syn) {
+		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
+		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
+		 * (RFC 5961) while the connection lives: one spoofed SYN must not re-point an
+		 * established flow. Only a closing or idle entry is balanced again (below). */
+		ct = bpf_map_lookup_elem(&conntrack, fk);
+		if (ct && !(ct->flags & (CT_F_REVERSE | CT_F_CLOSING)) && ct->vip_id == vip_id &&
+		    elapsed(now, ct->last_seen) <= ct_timeout(p->proto, 0) &&
+		    backend_get(ct->backend_id)) {
+			bid = ct->backend_id;
+			count_reason(REASON_CT_SYN_KEPT);
+		}
+	}
+	if (!bid && p->proto == PROTO_TCP) {
 		hs = bpf_map_lookup_elem(&handshakes, fk);
 		bid = hs_backend(hs, vip_id, now, syn ? HS_MATCH_SYN : HS_MATCH_DATA, p->tcp_seq);
+		if (bid)
+			count_reason(REASON_HS_HIT);
 	}
-	if (bid)
-		count_reason(REASON_HS_HIT);
-	else
+	if (!bid)
 		bid = maglev_pick(vi, flow_hash(cfg_hash_seed, &p->src, p->family, p->sport,
 						p->dport, p->proto,
 						vi->flags & VIP_F_AFFINITY_CLIENTIP));
@@ -304,10 +317,11 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 
 			bpf_map_update_elem(&handshakes, fk, &he, BPF_ANY);
 		}
-		/* A SYN on a tuple conntrack still holds (client port reuse after a FIN, or a FIN that
-		 * went through another gateway) starts a new connection: the entry takes the SYN's
-		 * backend in place, so the handshake's ACK follows it. Nothing is inserted: a SYN flood
-		 * still cannot evict conntrack entries. */
+		/* A SYN on a tuple conntrack still holds but closing or idle (client port reuse after
+		 * a FIN, or a FIN that went through another gateway) starts a new connection: the
+		 * entry takes the SYN's backend in place, so the handshake's ACK follows it (a live
+		 * entry already names it, above). Nothing is inserted: a SYN flood still cannot evict
+		 * conntrack entries. */
 		ct = bpf_map_lookup_elem(&conntrack, fk);
 		if (ct && !(ct->flags & CT_F_REVERSE) &&
 		    (ct->backend_id != bid || ct->vip_id != vip_id || ct->flags)) {

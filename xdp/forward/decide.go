@@ -78,6 +78,7 @@ type Decision struct {
 	Reselected     bool // an established flow was balanced again (ReasonCTReselect)
 	RateLimited    bool // the flow was not recorded in conntrack (ReasonCTRateLimited)
 	HSRateLimited  bool // the SYN was not recorded in the handshake table (ReasonHandshakeLimited)
+	SYNKept        bool // a SYN on a live flow's tuple went to that flow's backend (ReasonCTSYNKept)
 	HandshakeHit   bool // counted as ReasonHandshakeHit
 	ReverseByHash  bool // a reply's frontend re-derived by Maglev (ReasonNATReverseMaglev)
 	SourceRejected bool // the client is outside the VIP's source ranges
@@ -250,12 +251,23 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 	}
 	var bid datapath.BackendID
 	hs, hsFound := b.hs[fk]
-	if p.Proto == datapath.TCP {
-		bid = b.hsBackend(hs, hsFound, v.cfg.ID, t, syn, p.Seq)
+	if syn {
+		// A SYN on a live flow's tuple goes to that flow's backend (its challenge ACK answers
+		// a spoofed one); only a closing or idle entry is balanced again.
+		if c, ok := b.ct[fk]; ok && !c.reverse && !c.closing && c.vip == v.cfg.ID &&
+			t-c.lastSeen <= int64(b.settings.Timeout(p.Proto, false)) {
+			if _, usable := b.usable(c.backend); usable {
+				bid, d.SYNKept, hsFound = c.backend, true, false
+			}
+		}
 	}
-	if bid != 0 {
-		d.Handshake, d.HandshakeHit = true, true
-	} else {
+	if bid == 0 && p.Proto == datapath.TCP {
+		bid = b.hsBackend(hs, hsFound, v.cfg.ID, t, syn, p.Seq)
+		if bid != 0 {
+			d.Handshake, d.HandshakeHit = true, true
+		}
+	}
+	if bid == 0 {
 		bid = b.pick(v, p, &d)
 	}
 	be, ok := b.usable(bid)

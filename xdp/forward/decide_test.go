@@ -105,10 +105,19 @@ func TestHandshakeFollowsItsSYN(t *testing.T) {
 	if d := b.Forward(&data, 2*time.Second); d.Backend != first.Backend || d.Conntrack != CTUsed {
 		t.Fatalf("data after the handshake: %+v, want backend %d by conntrack", d, first.Backend)
 	}
-	// A new SYN on the tuple (client port reuse) is balanced afresh, and conntrack takes it.
+	// A SYN on the live tuple (forged, or a client's retry) keeps the flow's backend, which
+	// answers it with a challenge ACK: one spoofed SYN must not re-point an established flow.
+	spoof := tcp(4000, TCPSYN, 7777)
+	if d := b.Forward(&spoof, 3*time.Second); d.Backend != first.Backend || !d.SYNKept || d.Maglev {
+		t.Fatalf("a SYN on a live tuple: %+v, want the flow's backend %d kept", d, first.Backend)
+	}
+	// Once the flow closes, a new SYN on the tuple (client port reuse) is balanced afresh, and
+	// conntrack takes it.
+	fin := tcp(4000, TCPFIN|TCPACK, 600)
+	b.Forward(&fin, 3*time.Second)
 	syn2 := tcp(4000, TCPSYN, 9999)
-	if d := b.Forward(&syn2, 3*time.Second); d.Backend != other || !d.Maglev {
-		t.Fatalf("a new SYN on a live tuple: %+v, want the table's backend %d", d, other)
+	if d := b.Forward(&syn2, 4*time.Second); d.Backend != other || !d.Maglev || d.SYNKept {
+		t.Fatalf("a new SYN on a closing tuple: %+v, want the table's backend %d", d, other)
 	}
 	if c := b.ct[syn2.key()]; c.backend != other {
 		t.Errorf("conntrack after the new SYN names backend %d, want %d", c.backend, other)

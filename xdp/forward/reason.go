@@ -43,6 +43,7 @@ const (
 	ReasonDropWrongSide                    // to a VIP, on a cluster-facing interface, from outside the site
 	ReasonDropReplyWrongSide               // a backend's reply that arrived from the client side
 	ReasonDropVIPUnserved                  // to a VIP address on a port or protocol no service has
+	ReasonCTSYNKept                        // a SYN on a live flow's tuple sent to that flow's backend, not balanced again
 	NumReasons
 )
 
@@ -53,7 +54,7 @@ var reasonNames = [NumReasons]string{
 	"drop_ttl", "drop_reverse_no_ct", "drop_local", "held_no_neigh", "drop_no_neigh", "drop_unreachable",
 	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
 	"drop_carrier_forged", "drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side",
-	"drop_vip_unserved",
+	"drop_vip_unserved", "ct_syn_kept",
 }
 
 // String returns the counter's name.
