@@ -108,7 +108,13 @@ const (
 	// path to its client answered with one to the backend.
 	ReasonICMPTooBigClient  = Reason(xlbReasonREASON_ICMP_TOO_BIG_CLIENT)
 	ReasonICMPTooBigBackend = Reason(xlbReasonREASON_ICMP_TOO_BIG_BACKEND)
-	numReasons              = int(xlbReasonREASON_MAX)
+	// ReasonFragRateLimited: a first fragment forwarded but not remembered (the first-fragment
+	// budget, FRAG_BUDGET per second over all CPUs, was spent): its later fragments are dropped.
+	ReasonFragRateLimited = Reason(xlbReasonREASON_FRAG_RATE_LIMITED)
+	// ReasonFragExpired: a non-first fragment found its datagram's entry older than
+	// FRAG_TIMEOUT_NS (2 s): the entry is deleted and the fragment is of an unknown datagram.
+	ReasonFragExpired = Reason(xlbReasonREASON_FRAG_EXPIRED)
+	numReasons        = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -121,7 +127,7 @@ var reasonNames = [...]string{
 	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
 	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
 	"drop_icmp_unknown", "drop_icmp_src_range", "drop_icmp_ptb_low", "icmp_too_big_client",
-	"icmp_too_big_backend",
+	"icmp_too_big_backend", "frag_rate_limited", "frag_expired",
 }
 
 // String returns the counter's name, as used in metrics.

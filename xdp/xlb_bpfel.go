@@ -108,6 +108,12 @@ type xlbFlowKey struct {
 	Pad    [2]uint8
 }
 
+type xlbFragBudget struct {
+	_     structs.HostLayout
+	Start uint64
+	Count uint64
+}
+
 type xlbFragKey struct {
 	_   structs.HostLayout
 	Src struct {
@@ -126,8 +132,16 @@ type xlbFragKey struct {
 
 type xlbFragPorts struct {
 	_     structs.HostLayout
+	Seen  uint64
 	Sport uint16
 	Dport uint16
+	Pad   uint32
+}
+
+type xlbFragScratch struct {
+	_     structs.HostLayout
+	Key   xlbFragKey
+	Ports xlbFragPorts
 }
 
 type xlbHsEntry struct {
@@ -213,7 +227,9 @@ const (
 	xlbReasonREASON_DROP_ICMP_PTB_LOW     xlbReason = 42
 	xlbReasonREASON_ICMP_TOO_BIG_CLIENT   xlbReason = 43
 	xlbReasonREASON_ICMP_TOO_BIG_BACKEND  xlbReason = 44
-	xlbReasonREASON_MAX                   xlbReason = 45
+	xlbReasonREASON_FRAG_RATE_LIMITED     xlbReason = 45
+	xlbReasonREASON_FRAG_EXPIRED          xlbReason = 46
+	xlbReasonREASON_MAX                   xlbReason = 47
 )
 
 type xlbRevValue struct {
@@ -299,6 +315,8 @@ const (
 	xlbMapCpuState            = "cpu_state"
 	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
+	xlbMapFragBudget          = "frag_budget"
+	xlbMapFragScratch         = "frag_scratch"
 	xlbMapFrags               = "frags"
 	xlbMapHandshakes          = "handshakes"
 	xlbMapIfRoles             = "if_roles"
@@ -391,6 +409,8 @@ type xlbMapSpecs struct {
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
 	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
+	FragBudget   *ebpf.MapSpec `ebpf:"frag_budget"`
+	FragScratch  *ebpf.MapSpec `ebpf:"frag_scratch"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
 	IfRoles      *ebpf.MapSpec `ebpf:"if_roles"`
@@ -449,6 +469,8 @@ type xlbMaps struct {
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
 	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
+	FragBudget   *ebpf.Map `ebpf:"frag_budget"`
+	FragScratch  *ebpf.Map `ebpf:"frag_scratch"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	Handshakes   *ebpf.Map `ebpf:"handshakes"`
 	IfRoles      *ebpf.Map `ebpf:"if_roles"`
@@ -477,6 +499,8 @@ func (m *xlbMaps) Close() error {
 		m.CpuState,
 		m.DsrScratch,
 		m.FlowCache,
+		m.FragBudget,
+		m.FragScratch,
 		m.Frags,
 		m.Handshakes,
 		m.IfRoles,
