@@ -111,7 +111,13 @@ const (
 	// ReasonCTSYNKept: a SYN on a live flow's tuple sent to that flow's backend (RFC 5961: its
 	// challenge ACK answers a spoofed one), not balanced again.
 	ReasonCTSYNKept = Reason(xlbReasonREASON_CT_SYN_KEPT)
-	numReasons      = int(xlbReasonREASON_MAX)
+	// ReasonFragRateLimited: a first fragment forwarded but not remembered (the first-fragment
+	// budget, FRAG_BUDGET per second over all CPUs, was spent): its later fragments are dropped.
+	ReasonFragRateLimited = Reason(xlbReasonREASON_FRAG_RATE_LIMITED)
+	// ReasonFragExpired: a non-first fragment found its datagram's entry older than
+	// FRAG_TIMEOUT_NS (2 s): the entry is deleted and the fragment is of an unknown datagram.
+	ReasonFragExpired = Reason(xlbReasonREASON_FRAG_EXPIRED)
+	numReasons        = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -124,7 +130,7 @@ var reasonNames = [...]string{
 	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
 	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
 	"drop_icmp_unknown", "drop_icmp_src_range", "drop_icmp_ptb_low", "icmp_too_big_client",
-	"icmp_too_big_backend", "ct_syn_kept",
+	"icmp_too_big_backend", "ct_syn_kept", "frag_rate_limited", "frag_expired",
 }
 
 // String returns the counter's name, as used in metrics.

@@ -433,10 +433,11 @@ func (d *Datapath) maps() []*ebpf.Map {
 }
 
 // disposableMaps are the pinned maps whose contents may be lost without breaking a flow: the
-// verdict counters (a metrics counter reset) and the handshakes in flight (which fall back to
-// Maglev). A pinned one that does not match this build (a new reason, a new HandshakeSize) is
-// replaced rather than refused.
-var disposableMaps = []string{xlbMapReasons, xlbMapHandshakes}
+// verdict counters (a metrics counter reset), the handshakes in flight (which fall back to
+// Maglev) and the fragments table (its entries live 2 s: at worst the rest of a datagram in
+// flight is dropped). A pinned one that does not match this build (a new reason, a new
+// HandshakeSize, a new frags value) is replaced rather than refused.
+var disposableMaps = []string{xlbMapReasons, xlbMapHandshakes, xlbMapFrags}
 
 // retiredMaps are maps earlier builds pinned that this one no longer uses, each with what took
 // its place. Their pins are removed at Load; a program of an earlier build still attached keeps

@@ -108,6 +108,12 @@ type xlbFlowKey struct {
 	Pad    [2]uint8
 }
 
+type xlbFragBudget struct {
+	_     structs.HostLayout
+	Start uint64
+	Count uint64
+}
+
 type xlbFragKey struct {
 	_   structs.HostLayout
 	Src struct {
@@ -126,8 +132,16 @@ type xlbFragKey struct {
 
 type xlbFragPorts struct {
 	_     structs.HostLayout
+	Seen  uint64
 	Sport uint16
 	Dport uint16
+	Pad   uint32
+}
+
+type xlbFragScratch struct {
+	_     structs.HostLayout
+	Key   xlbFragKey
+	Ports xlbFragPorts
 }
 
 type xlbHsEntry struct {
@@ -214,7 +228,9 @@ const (
 	xlbReasonREASON_ICMP_TOO_BIG_CLIENT   xlbReason = 43
 	xlbReasonREASON_ICMP_TOO_BIG_BACKEND  xlbReason = 44
 	xlbReasonREASON_CT_SYN_KEPT           xlbReason = 45
-	xlbReasonREASON_MAX                   xlbReason = 46
+	xlbReasonREASON_FRAG_RATE_LIMITED     xlbReason = 46
+	xlbReasonREASON_FRAG_EXPIRED          xlbReason = 47
+	xlbReasonREASON_MAX                   xlbReason = 48
 )
 
 type xlbRevValue struct {
@@ -223,6 +239,12 @@ type xlbRevValue struct {
 	VipPort uint16
 	Flags   uint16
 	Cand    [4]uint32
+}
+
+type xlbSideScratch struct {
+	_    structs.HostLayout
+	Site xlbSiteKey
+	Vip  xlbSvcKey
 }
 
 type xlbSiteKey struct {
@@ -300,6 +322,8 @@ const (
 	xlbMapCpuState            = "cpu_state"
 	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
+	xlbMapFragBudget          = "frag_budget"
+	xlbMapFragScratch         = "frag_scratch"
 	xlbMapFrags               = "frags"
 	xlbMapHandshakes          = "handshakes"
 	xlbMapIfRoles             = "if_roles"
@@ -308,6 +332,7 @@ const (
 	xlbMapProgs               = "progs"
 	xlbMapReasons             = "reasons"
 	xlbMapReverse             = "reverse"
+	xlbMapSideScratch         = "side_scratch"
 	xlbMapSiteSources         = "site_sources"
 	xlbMapSrcRanges           = "src_ranges"
 	xlbMapSvcCache            = "svc_cache"
@@ -392,6 +417,8 @@ type xlbMapSpecs struct {
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
 	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
+	FragBudget   *ebpf.MapSpec `ebpf:"frag_budget"`
+	FragScratch  *ebpf.MapSpec `ebpf:"frag_scratch"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
 	IfRoles      *ebpf.MapSpec `ebpf:"if_roles"`
@@ -400,6 +427,7 @@ type xlbMapSpecs struct {
 	Progs        *ebpf.MapSpec `ebpf:"progs"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	Reverse      *ebpf.MapSpec `ebpf:"reverse"`
+	SideScratch  *ebpf.MapSpec `ebpf:"side_scratch"`
 	SiteSources  *ebpf.MapSpec `ebpf:"site_sources"`
 	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
 	SvcCache     *ebpf.MapSpec `ebpf:"svc_cache"`
@@ -450,6 +478,8 @@ type xlbMaps struct {
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
 	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
+	FragBudget   *ebpf.Map `ebpf:"frag_budget"`
+	FragScratch  *ebpf.Map `ebpf:"frag_scratch"`
 	Frags        *ebpf.Map `ebpf:"frags"`
 	Handshakes   *ebpf.Map `ebpf:"handshakes"`
 	IfRoles      *ebpf.Map `ebpf:"if_roles"`
@@ -458,6 +488,7 @@ type xlbMaps struct {
 	Progs        *ebpf.Map `ebpf:"progs"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	Reverse      *ebpf.Map `ebpf:"reverse"`
+	SideScratch  *ebpf.Map `ebpf:"side_scratch"`
 	SiteSources  *ebpf.Map `ebpf:"site_sources"`
 	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
 	SvcCache     *ebpf.Map `ebpf:"svc_cache"`
@@ -478,6 +509,8 @@ func (m *xlbMaps) Close() error {
 		m.CpuState,
 		m.DsrScratch,
 		m.FlowCache,
+		m.FragBudget,
+		m.FragScratch,
 		m.Frags,
 		m.Handshakes,
 		m.IfRoles,
@@ -486,6 +519,7 @@ func (m *xlbMaps) Close() error {
 		m.Progs,
 		m.Reasons,
 		m.Reverse,
+		m.SideScratch,
 		m.SiteSources,
 		m.SrcRanges,
 		m.SvcCache,

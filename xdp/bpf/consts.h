@@ -10,7 +10,7 @@
 #define MAX_REVERSE     MAX_BACKENDS
 #define MAX_SRC_RANGES  65536   /* loadBalancerSourceRanges prefixes over all VIPs */
 #define MAX_TX_PORTS    256     /* interfaces we may redirect to */
-#define MAX_FRAGS       16384   /* datagrams being reassembled-by-id at once (first fragment seen) */
+#define MAX_FRAGS       65536   /* datagrams whose first fragment was seen, at once (frags, frag.h) */
 #define DEFAULT_CT_SIZE 1048576 /* flows; the loader overrides at load time */
 /* Handshakes in flight (SYN seen, no conntrack entry yet) the handshakes LRU holds; the loader
  * overrides it at load time (Options.HandshakeSize). 65,536 covers ~30 s of 2,000 new
@@ -110,6 +110,17 @@ enum hs_match {
 
 /* The new-flow rate guard works in windows of this length, per CPU. */
 #define RATE_WINDOW_NS 1000000000ull
+
+/* Fragments (frag.h). A first fragment's ports are remembered FRAG_TIMEOUT_NS: Linux keeps a
+ * datagram in reassembly 30 s (ipfrag_time), but a gateway only needs the ports for the burst of
+ * one datagram's fragments, which arrive within milliseconds; an IPv4 ID (16 bits) is reused
+ * within seconds by a busy sender, and an entry older than that would send a later datagram with
+ * the same ID to the first one's backend. At most FRAG_BUDGET first fragments are remembered per
+ * RATE_WINDOW_NS over all CPUs: a FRAG_TIMEOUT_NS span touches at most 3 windows, so a flood at
+ * the budget writes at most 3 * FRAG_BUDGET < MAX_FRAGS entries while an entry lives and cannot
+ * push out a datagram still in flight (the LRU's per-CPU lists aside). */
+#define FRAG_TIMEOUT_NS (2ull * 1000000000ull)
+#define FRAG_BUDGET     16384
 
 /* The clock. Calling into the kernel costs ~40 ns per call on CPUs with return-thunk mitigations,
  * so the datapath reads CLOCK_MONOTONIC from map clock, which the loader refreshes every few
@@ -213,6 +224,11 @@ enum reason {
 				      * DF, or IPv6) answered with an ICMP "too big" to the backend */
 	REASON_CT_SYN_KEPT,          /* a SYN on a live flow's tuple sent to that flow's backend (its
 				      * challenge ACK answers a spoofed one), not balanced again */
+	REASON_FRAG_RATE_LIMITED,    /* a first fragment forwarded but not remembered: FRAG_BUDGET
+				      * spent (its later fragments are then drop_frag_unknown) */
+	REASON_FRAG_EXPIRED,         /* a non-first fragment found its datagram's entry older than
+				      * FRAG_TIMEOUT_NS: the entry is deleted, the fragment treated as
+				      * of an unknown datagram (drop_frag_unknown to a VIP) */
 	REASON_MAX,
 };
 

@@ -95,8 +95,10 @@ struct {
 	PIN;
 } handshakes SEC(".maps");
 
-/* frags: datagram {src, dst, id, proto} -> its ports, written by the datapath when a first
- * fragment passes so later fragments find the same flow (and so the same backend). */
+/* frags: datagram {src, dst, id, proto} -> its ports and first-fragment time, written by the
+ * datapath (frag.h) when it forwards a first fragment to a backend, or reverse-NATs a backend's,
+ * so that the later fragments find the same flow (and so the same backend); read by later
+ * fragments for FRAG_TIMEOUT_NS. Written at most FRAG_BUDGET times per second. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct frag_key);
@@ -188,6 +190,33 @@ struct {
 	__uint(max_entries, REASON_MAX);
 	PIN;
 } reasons SEC(".maps");
+
+/* frag_budget: the first-fragment budget's window (one entry, shared by all CPUs; frag.h).
+ * Written by the datapath; not pinned (a restart starts a fresh window). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct frag_budget);
+	__uint(max_entries, 1);
+} frag_budget SEC(".maps");
+
+/* frag_scratch: per-CPU, the frags key and value frag_remember builds (the paths that call it
+ * have no stack to spare). Written and read by the datapath within one packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct frag_scratch);
+	__uint(max_entries, 1);
+} frag_scratch SEC(".maps");
+
+/* side_scratch: per-CPU, the lookup keys side_verdict builds (side.h): the paths that call it
+ * have no stack to spare. Written and read by the datapath within one packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct side_scratch);
+	__uint(max_entries, 1);
+} side_scratch SEC(".maps");
 
 /* cpu_state: per-CPU rate-guard window and clock check. Written by the datapath. */
 struct {

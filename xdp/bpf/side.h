@@ -25,26 +25,12 @@ static __always_inline __u32 in_role(struct xdp_md *ctx)
 	return r ? *r : ROLE_NONE;
 }
 
-/* site_kind returns the SITE_* bits of the longest site prefix holding a (0: none). */
-static __always_inline __u32 site_kind(const struct addr *a, __u8 family)
+/* vip_side_check decides whether a packet addressed to a VIP, arrived on an interface of role,
+ * whose source has the SITE_* bits kind and is (src_is_vip) or is not a VIP address, may be
+ * balanced: -1 if so, else its drop verdict (counted). */
+static __always_inline int vip_side_check(__u32 role, __u32 kind, int src_is_vip)
 {
-	struct site_key k = { .prefixlen = 32 + (family == FAMILY_V6 ? 128 : 32),
-			      .family = bpf_htonl(family), .addr = *a };
-	__u8 *v = bpf_map_lookup_elem(&site_sources, &k);
-
-	return v ? *v : 0;
-}
-
-/* vip_side_check decides whether packet p, addressed to a VIP and arrived on an interface of
- * role, may be balanced: -1 if so, else its drop verdict (counted). */
-static __always_inline int vip_side_check(struct packet *p, __u32 role)
-{
-	__u32 kind;
-
-	if (role == ROLE_NONE)
-		return verdict(REASON_DROP_NO_ROLE, XDP_DROP);
-	kind = site_kind(&p->src, p->family);
-	if ((kind & SITE_GATEWAY) || is_vip_addr(&p->src, p->family))
+	if ((kind & SITE_GATEWAY) || src_is_vip)
 		return verdict(REASON_DROP_SITE_SOURCE, XDP_DROP);
 	if (role == ROLE_CLIENT && (kind & SITE_CLUSTER))
 		return verdict(REASON_DROP_SITE_SOURCE, XDP_DROP);
@@ -53,16 +39,13 @@ static __always_inline int vip_side_check(struct packet *p, __u32 role)
 	return -1;
 }
 
-/* reply_side_check decides whether a backend's reply p (it matched a reverse entry), arrived on
- * an interface of role, may be reverse-NATed: -1 if so, else its drop verdict (counted). A
- * reply from the client side would otherwise leave with a VIP as its source: a reflector. */
-static __always_inline int reply_side_check(struct packet *p, __u32 role)
+/* reply_side_check decides whether a backend's reply (it matched a reverse entry), arrived on
+ * an interface of role (not ROLE_NONE, not ROLE_CLUSTER), whose source has the SITE_* bits
+ * kind, may be reverse-NATed: -1 if so, else its drop verdict (counted). A reply from the
+ * client side would otherwise leave with a VIP as its source: a reflector. */
+static __always_inline int reply_side_check(__u32 role, __u32 kind)
 {
-	if (role == ROLE_CLUSTER)
-		return -1;
-	if (role == ROLE_NONE)
-		return verdict(REASON_DROP_NO_ROLE, XDP_DROP);
-	if (role == ROLE_BOTH && (site_kind(&p->src, p->family) & SITE_CLUSTER))
+	if (role == ROLE_BOTH && (kind & SITE_CLUSTER))
 		return -1;
 	return verdict(REASON_DROP_REPLY_WRONG_SIDE, XDP_DROP);
 }
@@ -70,15 +53,23 @@ static __always_inline int reply_side_check(struct packet *p, __u32 role)
 /* side_verdict applies vip_side_check (reply 0) or reply_side_check (reply 1) to the packet in
  * ctx, arrived on an interface of role: -1 if it may go on, else its drop verdict. A global
  * function: the verifier checks it once, on its own, and the paths that call it (near the
- * verifier's limits) see only its result; it reads the source address from the frame again. */
+ * verifier's limits) see only its result; it reads the source address from the frame again,
+ * into side_scratch, whose entries are its lookup keys (its callers have no stack to spare). */
 __noinline int side_verdict(struct xdp_md *ctx, __u32 role, __u32 reply)
 {
 	void *data_end, *data, *cur;
+	struct side_scratch *s;
 	struct ethhdr *eth;
-	struct packet p = {};
+	__u32 zero = 0, kind;
+	__u8 family, *v;
 	__be16 proto;
 
-	if (!ctx)
+	if (role == ROLE_NONE)
+		return verdict(REASON_DROP_NO_ROLE, XDP_DROP);
+	if (reply && role == ROLE_CLUSTER)
+		return -1;
+	s = bpf_map_lookup_elem(&side_scratch, &zero);
+	if (!ctx || !s)
 		return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
 	data_end = (void *)(long)ctx->data_end;
 	data = (void *)(long)ctx->data;
@@ -95,26 +86,37 @@ __noinline int side_verdict(struct xdp_md *ctx, __u32 role, __u32 reply)
 		proto = vh->proto;
 		cur = vh + 1;
 	}
+	__builtin_memset(s, 0, sizeof(*s));
 	if (proto == ETH_P_IP_BE) {
 		struct iphdr *iph = cur;
 
 		if ((void *)(iph + 1) > data_end)
 			return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
-		p.family = FAMILY_V4;
-		p.src.w[0] = iph->saddr;
+		family = FAMILY_V4;
+		s->site.addr.w[0] = iph->saddr;
 	} else if (proto == ETH_P_IPV6_BE) {
 		struct ipv6hdr *ip6 = cur;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
-		p.family = FAMILY_V6;
-		__builtin_memcpy(&p.src, &ip6->saddr, sizeof(p.src));
+		family = FAMILY_V6;
+		__builtin_memcpy(&s->site.addr, &ip6->saddr, sizeof(s->site.addr));
 	} else {
 		return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
 	}
+	/* The longest site prefix holding the source. */
+	s->site.prefixlen = 32 + (family == FAMILY_V6 ? 128 : 32);
+	s->site.family = bpf_htonl(family);
+	v = bpf_map_lookup_elem(&site_sources, &s->site);
+	kind = v ? *v : 0;
 	if (reply)
-		return reply_side_check(&p, role);
-	return vip_side_check(&p, role);
+		return reply_side_check(role, kind);
+	/* Is the source a VIP address (the vips marker entry)? */
+	s->vip.addr = s->site.addr;
+	s->vip.family = family;
+	return vip_side_check(role, kind,
+			      filter_has(0, &s->vip.addr, family) &&
+				      bpf_map_lookup_elem(&vips, &s->vip) != NULL);
 }
 
 #endif

@@ -85,10 +85,27 @@ struct frag_key {
 	__u8 pad[2];
 };
 
-/* Value of frags: the datagram's ports, learned from its first fragment. */
+/* Value of frags: the datagram's ports, learned from its first fragment once the datapath
+ * forwarded (DNAT) or reverse-NATed it (frag.h). */
 struct frag_ports {
-	__be16 sport;
+	__u64 seen;    /* ns (the datapath's clock) when the first fragment was forwarded: the entry
+			* is ignored and deleted after FRAG_TIMEOUT_NS */
+	__be16 sport;  /* the datagram's L4 ports, as its first fragment carried them */
 	__be16 dport;
+	__u32 pad;
+};
+
+/* Value of frag_scratch: a frags entry being written (frag_remember), off the stack. */
+struct frag_scratch {
+	struct frag_key key;     /* the datagram */
+	struct frag_ports ports; /* its ports and first-fragment time */
+};
+
+/* Value of frag_budget: the first-fragment budget's window, shared by all CPUs. */
+struct frag_budget {
+	__u64 start; /* ns: start of the current RATE_WINDOW_NS window */
+	__u64 count; /* first fragments remembered in it (atomic add; FRAG_BUDGET at most, give or
+		      * take a few racing CPUs) */
 };
 
 /* Key of src_ranges (LPM trie). prefixlen counts the 32 bits of vip_id plus the prefix bits. */
@@ -97,6 +114,13 @@ struct site_key {
 	__u32 prefixlen;   /* 32 (the family word) + the prefix's length */
 	__u32 family;      /* FAMILY_V4 or FAMILY_V6, big-endian, matched first */
 	struct addr addr;
+};
+
+/* Value of side_scratch: the lookup keys side_verdict builds, off the stack (its callers are
+ * near the 512-byte stack limit). */
+struct side_scratch {
+	struct site_key site; /* the source, as a site_sources key */
+	struct svc_key vip;   /* the source, as a vips marker key */
 };
 
 struct src_range_key {

@@ -17,6 +17,7 @@
 #include "hash.h"
 #include "stats.h"
 #include "lb.h"
+#include "frag.h"
 #include "nat.h"
 #include "fib.h"
 #include "pmtu.h"
@@ -134,6 +135,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *d
 	struct hop h = {};
 	int hop;
 
+	frag_remember(p, now); /* a first fragment: accepted here, its ports still the client's */
 	count_traffic(&vip_stats, vip_id, p->pkt_len, new_flow);
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
@@ -379,6 +381,7 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 		return verdict(REASON_PASS_LOCAL, XDP_PASS);
 	if (hop == HOP_TOO_BIG) /* the backend is told, if it may not be fragmented (pmtu.h) */
 		too_big_call(ctx, p, data_end, &vip->addr, vport, h.mtu, PROG_TOO_BIG_BACKEND);
+	frag_remember(p, now); /* a backend's first fragment, before its source becomes the VIP */
 	count_reason(REASON_NAT_REVERSE);
 	if (rc == 1)
 		count_reason(REASON_NAT_REVERSE_MAGLEV);
@@ -440,28 +443,13 @@ static __always_inline int process(struct xdp_md *ctx, struct packet *p, void *d
 		    ((struct udphdr *)p->l4)->check == 0 && to_vip &&
 		    is_vip_addr(&p->dst, fam))
 			return verdict(REASON_DROP_UDP6_ZERO_CSUM, XDP_DROP);
-		if (p->is_frag) {
-			/* First fragment: remember the ports for the rest of the datagram. */
-			struct frag_key frk = {};
-			struct frag_ports fp = { .sport = p->sport, .dport = p->dport };
-
-			frag_key_of(&frk, p);
-			bpf_map_update_elem(&frags, &frk, &fp, BPF_ANY);
-		}
-	} else {
-		/* Non-first fragment: the ports come from its first fragment. */
-		struct frag_key frk = {};
-		struct frag_ports *fp;
-
-		frag_key_of(&frk, p);
-		fp = bpf_map_lookup_elem(&frags, &frk);
-		if (!fp) {
-			if (to_vip && is_vip_addr(&p->dst, fam))
-				return verdict(REASON_DROP_FRAG_UNKNOWN, XDP_DROP);
-			return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
-		}
-		p->sport = fp->sport;
-		p->dport = fp->dport;
+		/* A first fragment is remembered only once accepted: forward() or lb_reverse
+		 * (frag.h). */
+	} else if (frag_recall(p, now) < 0) {
+		/* Non-first fragment of no datagram this gateway forwarded lately. */
+		if (to_vip && is_vip_addr(&p->dst, fam))
+			return verdict(REASON_DROP_FRAG_UNKNOWN, XDP_DROP);
+		return verdict(REASON_PASS_NOT_VIP, XDP_PASS);
 	}
 
 	if (ports != 0) {

@@ -82,13 +82,42 @@ func ExplainFlow(p *xdp.Pinned, q FlowQuery) (Explanation, error) {
 	if err != nil {
 		return Explanation{}, err
 	}
+	// A SYN on a live flow's tuple keeps the flow's backend; the Maglev pick shown is then that
+	// of a new connection once the flow closes or idles (asked without the conntrack entry).
+	var kept *forward.Decision
+	if first.SYNKept {
+		k := first
+		kept = &k
+		if first, _, err = s.decideFresh(q); err != nil {
+			return Explanation{}, err
+		}
+	}
 	x := explainer{q: q, s: s, e: Explanation{Client: q.Client.String(), To: q.To.String(), Proto: q.Proto.String(),
 		Conntrack: forward.CTNone.String(), Steps: []Step{}}}
 	x.established(est)
 	x.handshake(est)
 	x.newFlow(first)
-	x.verdict(first, est)
+	if kept != nil {
+		x.e.NewFlow = x.to(*kept)
+		x.step("syn", "a SYN on this live flow's tuple keeps backend %s (a forged one cannot re-point the flow); "+
+			"a new connection once the flow closes or idles: %s", x.backend(kept.Backend), x.outcome(first))
+	}
+	x.verdict(first, est, kept)
 	return x.e, nil
+}
+
+// decideFresh is decide without the flow's conntrack entry: how a new connection is balanced
+// once the tuple is free.
+func (s *snapshot) decideFresh(q FlowQuery) (first, est forward.Decision, err error) {
+	fb, err := s.balancer(false)
+	if err != nil {
+		return first, est, err
+	}
+	p := forward.PacketOf(q.Client, q.To, q.Proto)
+	p.Role = datapath.RoleClient
+	syn := p
+	syn.TCPFlags, syn.Seq = forward.TCPSYN, s.hs.ISN+1
+	return fb.Forward(&syn, snapshotNow), est, nil
 }
 
 // decide asks the snapshot about q's flow: the first packet of a new connection (first) and an
@@ -292,10 +321,13 @@ func (x *explainer) newFlow(first forward.Decision) {
 	}
 }
 
-// verdict sums up the two decisions.
-func (x *explainer) verdict(first, est forward.Decision) {
+// verdict sums up the decisions (kept: a SYN on the live tuple, nil when it is balanced).
+func (x *explainer) verdict(first, est forward.Decision, kept *forward.Decision) {
 	newFlow, other := x.outcome(first), x.outcome(est)
 	switch {
+	case kept != nil && est.Conntrack == forward.CTUsed:
+		x.e.Verdict = fmt.Sprintf("established packets %s; a SYN on its tuple: %s (kept while the flow lives); a new connection after it: %s",
+			other, x.outcome(*kept), newFlow)
 	case est.Conntrack == forward.CTUsed && x.q.Proto == datapath.TCP:
 		x.e.Verdict = fmt.Sprintf("established packets %s; a new connection (SYN): %s", other, newFlow)
 	case est.Conntrack == forward.CTUsed:

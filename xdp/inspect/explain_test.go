@@ -85,7 +85,8 @@ func TestExplainFlow(t *testing.T) {
 
 	e := l.explain(t, "198.18.0.10:3000", "198.18.100.2:443", 0, nil)
 	if e.Frontend != "198.18.100.2:*/TCP" || e.Established != "198.18.1.13:443" || e.NewFlow != "198.18.1.13:443" ||
-		e.Verdict != "established packets to 198.18.1.13:443; a new connection (SYN): to 198.18.1.13:443" ||
+		e.Verdict != "established packets to 198.18.1.13:443; a SYN on its tuple: to 198.18.1.13:443 (kept while the flow lives); a new connection after it: to 198.18.1.13:443" ||
+		!hasStep(e, "syn", `^a SYN on this live flow's tuple keeps backend 3 198\.18\.1\.13:443 `) ||
 		!hasStep(e, "conntrack", `of 2h0m0s$`) {
 		t.Errorf("explain, the all-ports VIP: %+v", e)
 	}
