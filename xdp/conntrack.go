@@ -34,20 +34,37 @@ func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) datapath.Flow {
 	return f
 }
 
-// Flows returns the conntrack entries (expired ones included until the LRU reuses them; see
-// Flow.Idle). It reads the table in batches, bucket by bucket, so that entries the datapath
-// inserts and evicts meanwhile (a full table under load) cannot make it start over, as a walk
-// key by key does when the key under its cursor goes; an entry that moved is listed once.
+// Flows returns the conntrack entries, forward (conntrack) and reverse (ct_reverse), expired
+// ones included until the LRU reuses them (see Flow.Idle). It reads the tables in batches,
+// bucket by bucket, so that entries the datapath inserts and evicts meanwhile (a full table
+// under load) cannot make it start over, as a walk key by key does when the key under its cursor
+// goes; an entry that moved is listed once.
 func (d *Datapath) Flows() ([]datapath.Flow, error) {
+	var out []datapath.Flow
+	now := monotonicNow()
+	for _, m := range []struct {
+		name string
+		m    *ebpf.Map
+	}{{"conntrack", d.objs.Conntrack}, {"ct_reverse", d.objs.CtReverse}} {
+		flows, err := listFlows(m.m, now)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", m.name, err)
+		}
+		out = append(out, flows...)
+	}
+	return out, nil
+}
+
+// listFlows reads the entries of a conntrack-shaped map in batches.
+func listFlows(m *ebpf.Map, now uint64) ([]datapath.Flow, error) {
 	const chunk = 4096
 	keys := make([]xlbFlowKey, chunk)
 	vals := make([]xlbCtEntry, chunk)
 	var cursor ebpf.MapBatchCursor
 	seen := map[xlbFlowKey]bool{}
 	var out []datapath.Flow
-	now := monotonicNow()
 	for {
-		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
 			if !seen[keys[i]] {
 				seen[keys[i]] = true
@@ -58,39 +75,56 @@ func (d *Datapath) Flows() ([]datapath.Flow, error) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list conntrack: %w", err)
+			return nil, err
 		}
 	}
 }
 
-// FlushFlows deletes the conntrack entries for which match returns true (all when match is nil)
-// and returns how many it deleted. Their flows are re-balanced by Maglev on their next packet.
-// The handshakes in flight that match (seen as Flows with their SYN's backend and VIP) are deleted
-// too, so that their ACKs are re-balanced as well; they are not counted.
+// FlushFlows deletes the conntrack entries (forward and reverse) for which match returns true
+// (all when match is nil) and returns how many it deleted. Their flows are re-balanced by Maglev
+// on their next packet. The handshakes in flight that match (seen as Flows with their SYN's
+// backend and VIP) are deleted too, so that their ACKs are re-balanced as well; they are not
+// counted.
 func (d *Datapath) FlushFlows(match func(datapath.Flow) bool) (int, error) {
 	if err := d.flushHandshakes(match); err != nil {
 		return 0, err
 	}
+	defer func() { _ = d.invalidateCaches() }()
+	total := 0
+	for _, m := range []struct {
+		name string
+		m    *ebpf.Map
+	}{{"conntrack", d.objs.Conntrack}, {"ct_reverse", d.objs.CtReverse}} {
+		n, err := flushMap(m.m, match)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("flush %s: %w", m.name, err)
+		}
+	}
+	return total, nil
+}
+
+// flushMap deletes the entries of a conntrack-shaped map for which match returns true.
+func flushMap(m *ebpf.Map, match func(datapath.Flow) bool) (int, error) {
 	now := monotonicNow()
 	var keys []xlbFlowKey
 	var k xlbFlowKey
 	var e xlbCtEntry
-	it := d.objs.Conntrack.Iterate()
+	it := m.Iterate()
 	for it.Next(&k, &e) {
 		if match == nil || match(flowOf(k, e, now)) {
 			keys = append(keys, k)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return 0, fmt.Errorf("flush conntrack: list: %w", err)
+		return 0, fmt.Errorf("list: %w", err)
 	}
 	n := 0
-	defer func() { _ = d.invalidateCaches() }()
 	for i := range keys {
-		if err := d.objs.Conntrack.Delete(&keys[i]); err == nil {
+		if err := m.Delete(&keys[i]); err == nil {
 			n++
 		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return n, fmt.Errorf("flush conntrack: delete: %w", err)
+			return n, fmt.Errorf("delete: %w", err)
 		}
 	}
 	return n, nil

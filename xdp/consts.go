@@ -111,6 +111,9 @@ const (
 	// ReasonCTSYNKept: a SYN on a live flow's tuple sent to that flow's backend (RFC 5961: its
 	// challenge ACK answers a spoofed one), not balanced again.
 	ReasonCTSYNKept = Reason(xlbReasonREASON_CT_SYN_KEPT)
+	// ReasonCTMidFlowLimited: a TCP flow whose handshake this gateway did not see (an ECMP
+	// move, or a forged ACK) forwarded but not recorded: the mid-flow budget was spent.
+	ReasonCTMidFlowLimited = Reason(xlbReasonREASON_CT_MIDFLOW_LIMITED)
 	// ReasonFragRateLimited: a first fragment forwarded but not remembered (the first-fragment
 	// budget, FRAG_BUDGET per second over all CPUs, was spent): its later fragments are dropped.
 	ReasonFragRateLimited = Reason(xlbReasonREASON_FRAG_RATE_LIMITED)
@@ -130,7 +133,7 @@ var reasonNames = [...]string{
 	"dsr_carried", "dsr_no_room", "dsr_too_big", "drop_carrier_forged",
 	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
 	"drop_icmp_unknown", "drop_icmp_src_range", "drop_icmp_ptb_low", "icmp_too_big_client",
-	"icmp_too_big_backend", "ct_syn_kept", "frag_rate_limited", "frag_expired",
+	"icmp_too_big_backend", "ct_syn_kept", "ct_midflow_limited", "frag_rate_limited", "frag_expired",
 }
 
 // String returns the counter's name, as used in metrics.

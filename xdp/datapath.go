@@ -27,8 +27,9 @@ const DefaultMaglevSlots = 1 << 24
 // Options configure Load. The zero value is a working default.
 type Options struct {
 	// Settings shape the flow state (seed, conntrack and handshake sizes, timeouts, the
-	// new-flow rate guard, the next-hop cache), as for every gateway datapath. NewFlowRate caps
-	// inserts per CPU. A new ConntrackSize needs the pinned maps removed; a new HandshakeSize
+	// flood budgets, the next-hop cache), as for every gateway datapath. The budgets are over
+	// all CPUs (bpf/budget.h). A new ConntrackSize needs the pinned maps removed (conntrack and
+	// ct_reverse, which is sized from it); a new HandshakeSize
 	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, losing
 	// only the handshakes in flight). The conntrack and handshake tables are LRUs of their own,
 	// so a SYN flood churns the handshakes and never conntrack; the ACK that creates a conntrack
@@ -110,6 +111,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
+	spec.Maps[xlbMapCtReverse].MaxEntries = opts.ReverseConntrackSize()
 	spec.Maps[xlbMapHandshakes].MaxEntries = opts.HandshakeSize
 	spec.Maps[xlbMapMaglevSlots].MaxEntries = opts.MaglevSlots
 	cpus, err := ebpf.PossibleCPU()
@@ -124,6 +126,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 		xlbVarCfgTcpClosingNs:     uint64(opts.TCPClosingTimeout),
 		xlbVarCfgUdpNs:            uint64(opts.UDPTimeout),
 		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
+		xlbVarCfgMidFlowRate:      uint64(opts.MidFlowRate()),
 		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
 	}
 	for name, v := range vars {
@@ -427,7 +430,7 @@ func (d *Datapath) Remove() error {
 
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
-	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack,
+	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack, m.CtReverse,
 		m.Frags, m.Handshakes, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }

@@ -40,6 +40,7 @@ func pinnedState(m *xlbMaps) map[string]**ebpf.Map {
 		xlbMapBackends:     &m.Backends,
 		xlbMapReverse:      &m.Reverse,
 		xlbMapConntrack:    &m.Conntrack,
+		xlbMapCtReverse:    &m.CtReverse,
 		xlbMapSrcRanges:    &m.SrcRanges,
 		xlbMapVipStats:     &m.VipStats,
 		xlbMapBackendStats: &m.BackendStats,
@@ -50,7 +51,7 @@ func pinnedState(m *xlbMaps) map[string]**ebpf.Map {
 // sizedByOptions are the pinned maps whose size comes from Options (ConntrackSize,
 // MaglevSlots): any size is read. Every other map's size is fixed by the build (the reasons
 // map's is the number of counters, which builds add to).
-var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapMaglevSlots: true, xlbMapHandshakes: true}
+var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapCtReverse: true, xlbMapMaglevSlots: true, xlbMapHandshakes: true}
 
 // OpenPinned opens the maps pinned under dir (an xlb PinPath, such as [DefaultPinPath])
 // read-only. It fails, naming the map, when one is missing or was made by a build whose layout

@@ -24,6 +24,13 @@ type xlbBackend struct {
 	Flags  uint8
 }
 
+type xlbBudget struct {
+	_     structs.HostLayout
+	Start uint64
+	Taken uint64
+	Pad   [6]uint64
+}
+
 type xlbClockValue struct {
 	_   structs.HostLayout
 	Ns  uint64
@@ -32,13 +39,13 @@ type xlbClockValue struct {
 }
 
 type xlbCpuState struct {
-	_          structs.HostLayout
-	RateStart  uint64
-	RateCount  uint64
-	HsCount    uint64
-	LastClock  uint64
-	Same       uint32
-	ClockStale uint32
+	_            structs.HostLayout
+	BudgetStart  [3]uint64
+	BudgetTokens [3]uint32
+	Pad          uint32
+	LastClock    uint64
+	Same         uint32
+	ClockStale   uint32
 }
 
 type xlbCtEntry struct {
@@ -228,9 +235,10 @@ const (
 	xlbReasonREASON_ICMP_TOO_BIG_CLIENT   xlbReason = 43
 	xlbReasonREASON_ICMP_TOO_BIG_BACKEND  xlbReason = 44
 	xlbReasonREASON_CT_SYN_KEPT           xlbReason = 45
-	xlbReasonREASON_FRAG_RATE_LIMITED     xlbReason = 46
-	xlbReasonREASON_FRAG_EXPIRED          xlbReason = 47
-	xlbReasonREASON_MAX                   xlbReason = 48
+	xlbReasonREASON_CT_MIDFLOW_LIMITED    xlbReason = 46
+	xlbReasonREASON_FRAG_RATE_LIMITED     xlbReason = 47
+	xlbReasonREASON_FRAG_EXPIRED          xlbReason = 48
+	xlbReasonREASON_MAX                   xlbReason = 49
 )
 
 type xlbRevValue struct {
@@ -317,9 +325,11 @@ const (
 	xlbMapAddrBitmap          = "addr_bitmap"
 	xlbMapBackendStats        = "backend_stats"
 	xlbMapBackends            = "backends"
+	xlbMapBudgets             = "budgets"
 	xlbMapClock               = "clock"
 	xlbMapConntrack           = "conntrack"
 	xlbMapCpuState            = "cpu_state"
+	xlbMapCtReverse           = "ct_reverse"
 	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
 	xlbMapFragBudget          = "frag_budget"
@@ -348,6 +358,7 @@ const (
 	xlbProgXlbTooBigClient    = "xlb_too_big_client"
 	xlbProgXlbXdp             = "xlb_xdp"
 	xlbVarCfgHashSeed         = "cfg_hash_seed"
+	xlbVarCfgMidFlowRate      = "cfg_mid_flow_rate"
 	xlbVarCfgNewFlowRate      = "cfg_new_flow_rate"
 	xlbVarCfgNhCacheNs        = "cfg_nh_cache_ns"
 	xlbVarCfgTcpClosingNs     = "cfg_tcp_closing_ns"
@@ -412,9 +423,11 @@ type xlbMapSpecs struct {
 	AddrBitmap   *ebpf.MapSpec `ebpf:"addr_bitmap"`
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	Budgets      *ebpf.MapSpec `ebpf:"budgets"`
 	Clock        *ebpf.MapSpec `ebpf:"clock"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
+	CtReverse    *ebpf.MapSpec `ebpf:"ct_reverse"`
 	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	FragBudget   *ebpf.MapSpec `ebpf:"frag_budget"`
@@ -443,6 +456,7 @@ type xlbMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbVariableSpecs struct {
 	CfgHashSeed         *ebpf.VariableSpec `ebpf:"cfg_hash_seed"`
+	CfgMidFlowRate      *ebpf.VariableSpec `ebpf:"cfg_mid_flow_rate"`
 	CfgNewFlowRate      *ebpf.VariableSpec `ebpf:"cfg_new_flow_rate"`
 	CfgNhCacheNs        *ebpf.VariableSpec `ebpf:"cfg_nh_cache_ns"`
 	CfgTcpClosingNs     *ebpf.VariableSpec `ebpf:"cfg_tcp_closing_ns"`
@@ -473,9 +487,11 @@ type xlbMaps struct {
 	AddrBitmap   *ebpf.Map `ebpf:"addr_bitmap"`
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	Budgets      *ebpf.Map `ebpf:"budgets"`
 	Clock        *ebpf.Map `ebpf:"clock"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
+	CtReverse    *ebpf.Map `ebpf:"ct_reverse"`
 	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	FragBudget   *ebpf.Map `ebpf:"frag_budget"`
@@ -504,9 +520,11 @@ func (m *xlbMaps) Close() error {
 		m.AddrBitmap,
 		m.BackendStats,
 		m.Backends,
+		m.Budgets,
 		m.Clock,
 		m.Conntrack,
 		m.CpuState,
+		m.CtReverse,
 		m.DsrScratch,
 		m.FlowCache,
 		m.FragBudget,
@@ -536,6 +554,7 @@ func (m *xlbMaps) Close() error {
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbVariables struct {
 	CfgHashSeed         *ebpf.Variable `ebpf:"cfg_hash_seed"`
+	CfgMidFlowRate      *ebpf.Variable `ebpf:"cfg_mid_flow_rate"`
 	CfgNewFlowRate      *ebpf.Variable `ebpf:"cfg_new_flow_rate"`
 	CfgNhCacheNs        *ebpf.Variable `ebpf:"cfg_nh_cache_ns"`
 	CfgTcpClosingNs     *ebpf.Variable `ebpf:"cfg_tcp_closing_ns"`

@@ -161,6 +161,8 @@ type Interface struct {
 	// white space (the kernel's rules).
 	Name string
 	// Mode (key mode) is how the program attaches: auto (the default), native or generic.
+	// The XDP datapath attaches in generic mode (asked for, or auto's fallback) only to an
+	// interface with GRO and LRO off (docs/datapath.md, "Things to know when deploying").
 	Mode datapath.AttachMode
 	// Role (key role; required) is the side of the gateway the interface faces: client (the
 	// upstream routers: packets to VIPs are balanced, nothing is reverse-NATed), cluster (the
@@ -193,10 +195,11 @@ type Datapath struct {
 	//     tcpClosingTimeout, after FIN or RST; default 10s) and UDPTimeout (key udpTimeout,
 	//     default 60s) are conntrack idle timeouts, written as Go durations ("90s", "1h30m"). 0
 	//     means the default; any other value must be at least datapath.MinTimeout (1s).
-	//   - NewFlowRate (key newFlowRate) caps conntrack inserts per CPU per second, a flood guard:
-	//     above it new flows are still balanced but not remembered. 0 means the default
-	//     (250000); -1 means no cap (any negative value reads so); no other negative is
-	//     accepted.
+	//   - NewFlowRate (key newFlowRate) is the flood budget: conntrack inserts of new flows per
+	//     second over all CPUs (and, separately, handshake inserts; TCP flows whose handshake
+	//     the gateway did not see get an eighth of it): above it new flows are still balanced
+	//     but not remembered. 0 means the default (250000); -1 means no cap (any negative value
+	//     reads so); no other negative is accepted.
 	//   - NextHopCacheTTL (key nextHopCacheTTL) is how long the datapath trusts a cached next hop
 	//     (egress interface, MACs, MTU) before asking the kernel's FIB again, a Go duration. 0
 	//     means the default (500ms); the string "off" disables the cache and is stored as a

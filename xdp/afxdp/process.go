@@ -48,6 +48,9 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 	if d.Reselected {
 		e.reasons[forward.ReasonCTReselect]++
 	}
+	if d.MidFlowLimited {
+		e.reasons[forward.ReasonCTMidFlowLimited]++
+	}
 	if d.RateLimited {
 		e.reasons[forward.ReasonCTRateLimited]++
 	}

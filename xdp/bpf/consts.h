@@ -83,7 +83,8 @@
 
 /* ct_entry.flags */
 #define CT_F_CLOSING (1u << 0) /* FIN or RST seen: the short closing timeout applies */
-#define CT_F_REVERSE (1u << 1) /* reverse entry (backend -> client); backend_id unused */
+#define CT_F_REVERSE (1u << 1) /* reverse entry (backend -> client, in ct_reverse); backend_id
+				* unused */
 
 /* Only refresh a conntrack entry's timestamp when it is older than this: saves a cache-line
  * write on almost every packet of a busy flow. */
@@ -108,8 +109,30 @@ enum hs_match {
 	HS_MATCH_DATA, /* the handshake's ACK (or later data): within HS_SEQ_WINDOW past the SYN's */
 };
 
-/* The new-flow rate guard works in windows of this length, per CPU. */
+/* The flood budgets (budget.h) and the fragment budget work in windows of this length, each
+ * window shared by all CPUs. */
 #define RATE_WINDOW_NS 1000000000ull
+
+/* The flood budgets (budget.h): how many state-table inserts each kind of packet may make per
+ * RATE_WINDOW_NS, over all CPUs. Beyond a budget a packet is still forwarded (Maglev is
+ * stateless and every gateway agrees), just not remembered. */
+enum budget_kind {
+	BUDGET_NEW_FLOW,  /* conntrack: a UDP flow's first datagram, and the TCP packet that
+			   * completes a handshake this gateway saw (cfg_new_flow_rate) */
+	BUDGET_MID_FLOW,  /* conntrack: a TCP packet of a flow whose handshake this gateway did not
+			   * see (an ECMP move, a restart; or a forged ACK): cfg_mid_flow_rate, a
+			   * fraction of the new-flow budget, so random-tuple ACKs cannot churn
+			   * conntrack at the new-flow rate */
+	BUDGET_HANDSHAKE, /* handshakes, and the reverse entry an ambiguous backend's SYN-ACK
+			   * needs: a SYN's inserts (cfg_new_flow_rate) */
+	BUDGET_MAX,
+};
+
+/* A CPU takes units of a global budget in batches of at most BUDGET_BATCH (and at most
+ * 1/BUDGET_BATCH_SHARE of the budget), so that CPUs do not all write one cache line per new
+ * flow; a window's budget holds give or take one batch per CPU. */
+#define BUDGET_BATCH       32
+#define BUDGET_BATCH_SHARE 256
 
 /* Fragments (frag.h). A first fragment's ports are remembered FRAG_TIMEOUT_NS: Linux keeps a
  * datagram in reassembly 30 s (ipfrag_time), but a gateway only needs the ports for the burst of
@@ -224,6 +247,8 @@ enum reason {
 				      * DF, or IPv6) answered with an ICMP "too big" to the backend */
 	REASON_CT_SYN_KEPT,          /* a SYN on a live flow's tuple sent to that flow's backend (its
 				      * challenge ACK answers a spoofed one), not balanced again */
+	REASON_CT_MIDFLOW_LIMITED,   /* a TCP flow whose handshake this gateway did not see forwarded
+				      * but not recorded: the mid-flow budget (BUDGET_MID_FLOW) spent */
 	REASON_FRAG_RATE_LIMITED,    /* a first fragment forwarded but not remembered: FRAG_BUDGET
 				      * spent (its later fragments are then drop_frag_unknown) */
 	REASON_FRAG_EXPIRED,         /* a non-first fragment found its datagram's entry older than

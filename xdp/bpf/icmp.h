@@ -314,7 +314,7 @@ static __always_inline int icmp_relay(struct xdp_md *ctx, struct packet *p, void
 
 	/* From the cluster side: quoted packet client:cport -> backend:bport. */
 	if (filter_has(1, &in.dst, p->family) &&
-	    reverse_vip(&in.dst, &in.src, in.dport, in.sport, in.proto, p->family,
+	    reverse_vip(&in.dst, &in.src, in.dport, in.sport, in.proto, p->family, now,
 			&vip, &vport) >= 0) {
 		struct flow_key fk = { .src = in.src, .dst = vip->addr, .sport = in.sport,
 				       .dport = vport, .proto = in.proto, .family = p->family };

@@ -13,8 +13,11 @@ volatile const __u32 cfg_hash_seed = 0;
 volatile const __u64 cfg_tcp_established_ns = 3600ull * 1000000000ull;
 volatile const __u64 cfg_tcp_closing_ns = 10ull * 1000000000ull;
 volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
-/* New conntrack entries allowed per CPU per RATE_WINDOW_NS; 0 = no limit. */
+/* The flood budgets (budget.h), per RATE_WINDOW_NS over all CPUs; 0 = no limit:
+ * BUDGET_NEW_FLOW and BUDGET_HANDSHAKE each get cfg_new_flow_rate, BUDGET_MID_FLOW
+ * cfg_mid_flow_rate. */
 volatile const __u64 cfg_new_flow_rate = 250000;
+volatile const __u64 cfg_mid_flow_rate = 31250;
 /* How long a next-hop cache entry is trusted; 0 = always ask bpf_fib_lookup. */
 volatile const __u64 cfg_nh_cache_ns = 500ull * 1000000ull;
 
@@ -175,29 +178,6 @@ static __always_inline __u64 now_ns(struct cpu_state *cs)
 	return now_gen(cs, &gen);
 }
 
-/* rate_allow is the new-flow rate guard: at most cfg_new_flow_rate conntrack inserts (or, with
- * handshake set, handshakes inserts: a budget of their own) per CPU per window. Above it, flows
- * are still forwarded (Maglev is stateless), just not remembered. */
-static __always_inline int rate_allow(struct cpu_state *cs, __u64 now, int handshake)
-{
-	__u64 *count;
-
-	if (!cfg_new_flow_rate || !cs)
-		return 1;
-	if (now - cs->rate_start >= RATE_WINDOW_NS || now < cs->rate_start) {
-		cs->rate_start = now;
-		cs->rate_count = 0;
-		cs->hs_count = 0;
-	}
-	count = handshake ? &cs->hs_count : &cs->rate_count;
-	if (*count >= cfg_new_flow_rate) {
-		count_reason(handshake ? REASON_HS_RATE_LIMITED : REASON_CT_RATE_LIMITED);
-		return 0;
-	}
-	(*count)++;
-	return 1;
-}
-
 /* hs_backend returns the backend of handshakes entry e if a packet of VIP vip_id may still use
  * it at time now (entry fresh, same VIP, backend neither down nor deleted, and the packet of
  * the same connection: see enum hs_match), else 0. */
@@ -289,12 +269,13 @@ static __always_inline int reverse_maglev(const struct rev_value *rv, const stru
 }
 
 /* reverse_vip finds the VIP (address, port) that a backend endpoint's packet to a client must
- * appear to come from. Returns 0 when found (reverse entry or conntrack), 1 when found by
- * reverse_maglev (an ambiguous backend without conntrack entry), -1 when the endpoint is not a
- * backend, -2 when it is an ambiguous backend whose frontend neither conntrack nor Maglev gives. */
+ * appear to come from, at time now. Returns 0 when found (reverse map or ct_reverse), 1 when
+ * found by reverse_maglev (an ambiguous backend without a live ct_reverse entry), -1 when the
+ * endpoint is not a backend, -2 when it is an ambiguous backend whose frontend neither ct_reverse
+ * nor Maglev gives. */
 static __always_inline int reverse_vip(const struct addr *be_addr, const struct addr *client,
 				       __be16 bport, __be16 cport, __u8 proto, __u8 family,
-				       struct svc_key **vip, __be16 *vport)
+				       __u64 now, struct svc_key **vip, __be16 *vport)
 {
 	struct rev_value *rv = svc_lookup_cached(SVC_CACHE_REVERSE, be_addr, family, bport, proto,
 						 cache_gen());
@@ -305,15 +286,22 @@ static __always_inline int reverse_vip(const struct addr *be_addr, const struct 
 	if (!rv)
 		return -1;
 	if (rv->flags & REV_F_AMBIGUOUS) {
-		/* Conntrack first: the gateway that saw the flow knows its frontend for certain
-		 * (even when the flow was pinned to an older Maglev choice). */
+		/* The reverse entry first: the gateway that saw the flow knows its frontend for
+		 * certain (even when the flow was pinned to an older Maglev choice). Only a live
+		 * one: an entry idle past its timeout (its flow gone, the tuple perhaps reused) is
+		 * not trusted; one in use is refreshed, as its forward entry is. */
 		struct flow_key rk = { .src = *be_addr, .dst = *client, .sport = bport,
 				       .dport = cport, .proto = proto, .family = family };
-		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &rk);
+		struct ct_entry *ct = bpf_map_lookup_elem(&ct_reverse, &rk);
 
-		if (ct) {
+		if (ct && (ct->flags & CT_F_REVERSE) &&
+		    elapsed(now, ct->last_seen) > ct_timeout(proto, ct->flags))
+			ct = NULL;
+		if (ct && (ct->flags & CT_F_REVERSE)) {
 			vip_id = ct->vip_id;
 			*vport = ct->vip_port;
+			if (elapsed(now, ct->last_seen) > CT_REFRESH_NS)
+				ct->last_seen = now;
 		} else if (reverse_maglev(rv, be_addr, client, bport, cport, proto, family, &vip_id,
 					  vport)) {
 			rc = 1;

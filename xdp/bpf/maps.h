@@ -78,6 +78,20 @@ struct {
 	PIN;
 } conntrack SEC(".maps");
 
+/* ct_reverse: reverse entries (backend endpoint -> client, CT_F_REVERSE) of the flows to an
+ * ambiguous backend (one endpoint serving several VIP:ports, REV_F_AMBIGUOUS): the frontend its
+ * replies must come from. An LRU of its own, so that this bookkeeping, which a SYN writes, can
+ * never evict a forward flow from conntrack. Sized by Go at load (a quarter of conntrack's size
+ * by default). Written by the datapath (and refreshed by the replies that use it), flushed by Go
+ * with their forward entries. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, DEFAULT_CT_SIZE / 4);
+	PIN;
+} ct_reverse SEC(".maps");
+
 /* handshakes: forward 5-tuple (client -> VIP) -> the backend its SYN went to (hs_entry).
  * Written by the datapath: a TCP SYN to a VIP inserts (or refreshes) its tuple's entry; the first
  * non-SYN packet of the flow, which finds no conntrack entry, takes the entry's backend instead
@@ -218,7 +232,16 @@ struct {
 	__uint(max_entries, 1);
 } side_scratch SEC(".maps");
 
-/* cpu_state: per-CPU rate-guard window and clock check. Written by the datapath. */
+/* budgets: the flood budgets' windows, one per enum budget_kind, shared by all CPUs (budget.h).
+ * Written by the datapath; not pinned (a restart starts fresh windows). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct budget);
+	__uint(max_entries, BUDGET_MAX);
+} budgets SEC(".maps");
+
+/* cpu_state: per-CPU budget tokens and clock check. Written by the datapath. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);

@@ -138,12 +138,20 @@ struct traffic {
 
 /* Value of cpu_state: per-CPU bookkeeping. */
 struct cpu_state {
-	__u64 rate_start;  /* ns: start of the new-flow rate guard's window */
-	__u64 rate_count;  /* conntrack inserts in this window */
-	__u64 hs_count;    /* handshakes inserts in this window (their own budget) */
+	__u64 budget_start[BUDGET_MAX]; /* the global window its budget tokens were taken in */
+	__u32 budget_tokens[BUDGET_MAX]; /* units of each budget taken but not used yet */
+	__u32 pad;
 	__u64 last_clock;  /* the loader's clock as this CPU last read it */
 	__u32 same;        /* packets since that value last changed */
 	__u32 clock_stale; /* the loader's clock lags: use bpf_ktime_get_coarse_ns() */
+};
+
+/* Value of budgets: one flood budget's window, shared by all CPUs (budget.h). A cache line
+ * each, so that taking one budget does not stall the CPUs taking another. */
+struct budget {
+	__u64 start; /* ns: start of the current RATE_WINDOW_NS window */
+	__u64 taken; /* units handed out to CPUs in it (atomic add) */
+	__u64 pad[6];
 };
 
 /* Value of clock (struct clock_value). */

@@ -18,6 +18,7 @@
 #include "stats.h"
 #include "lb.h"
 #include "frag.h"
+#include "budget.h"
 #include "nat.h"
 #include "fib.h"
 #include "pmtu.h"
@@ -27,9 +28,9 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* ct_store inserts or replaces the forward entry of flow fk (unless only_reverse), and the
- * reverse entry when the backend's endpoint serves several VIP:ports (its replies cannot be
- * mapped statelessly). */
+/* ct_store inserts or replaces the forward entry of flow fk in conntrack (unless only_reverse),
+ * and the reverse entry in ct_reverse when the backend's endpoint serves several VIP:ports (its
+ * replies cannot be mapped statelessly). The caller has paid for it from a budget (budget.h). */
 static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32 bid,
 				     const struct backend *be, __u32 vip_id, __u8 flags,
 				     int only_reverse)
@@ -47,7 +48,7 @@ static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32
 
 		e.backend_id = 0;
 		e.flags = flags | CT_F_REVERSE;
-		bpf_map_update_elem(&conntrack, &rk, &e, BPF_ANY);
+		bpf_map_update_elem(&ct_reverse, &rk, &e, BPF_ANY);
 	}
 }
 
@@ -213,7 +214,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	struct vip_info *vi;
 	struct vip_ref *ref;
 	__u32 bid, vip_id;
-	int rc;
+	int rc, hs_hit = 0;
 
 	/* A SYN never inserts into conntrack (it writes handshakes): a SYN flood cannot evict
 	 * established flows. */
@@ -289,8 +290,10 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	if (!bid && p->proto == PROTO_TCP) {
 		hs = bpf_map_lookup_elem(&handshakes, fk);
 		bid = hs_backend(hs, vip_id, now, syn ? HS_MATCH_SYN : HS_MATCH_DATA, p->tcp_seq);
-		if (bid)
+		if (bid) {
 			count_reason(REASON_HS_HIT);
+			hs_hit = 1;
+		}
 	}
 	if (!bid)
 		bid = maglev_pick(vi, flow_hash(cfg_hash_seed, &p->src, p->family, p->sport,
@@ -299,25 +302,36 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	be = backend_get(bid);
 	if (!be)
 		return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
-	/* Remember the flow from its first non-SYN packet. A SYN only records the reverse entry
-	 * an ambiguous backend's SYN-ACK needs. Both pass the rate guard. Once the conntrack entry
-	 * exists the handshake is done: its entry is deleted (so handshakes holds only half-open
-	 * connections, and a flush of the flow is not undone by it). */
-	if ((!syn || (be->flags & BACKEND_F_REVERSE_CT)) && rate_allow(cs, now, 0)) {
-		ct_store(fk, now, bid, be, vip_id, closing, syn);
-		if (hs && !syn)
+	/* Remember the flow from its first non-SYN packet, paid from a budget (budget.h): a
+	 * datagram, or the TCP packet completing a handshake this gateway saw, from the new-flow
+	 * budget; any other TCP packet (a flow ECMP moved here mid-way, or a forged ACK) from the
+	 * smaller mid-flow budget. Once the conntrack entry exists the handshake is done: its
+	 * entry is deleted (so handshakes holds only half-open connections, and a flush of the
+	 * flow is not undone by it). */
+	if (!syn && budget_take(p->proto == PROTO_TCP && !hs_hit ? BUDGET_MID_FLOW :
+								   BUDGET_NEW_FLOW, now)) {
+		ct_store(fk, now, bid, be, vip_id, closing, 0);
+		if (hs)
 			bpf_map_delete_elem(&handshakes, fk);
 	}
 	if (syn) {
 		/* The SYN records its backend in handshakes for its ACK (and its retransmissions):
-		 * refreshed in place when the entry already names it, else written (own rate guard). */
-		if (hs && hs->backend_id == bid && hs->vip_id == vip_id && hs->isn == p->tcp_seq)
-			hs->syn_seen = now;
-		else if (rate_allow(cs, now, 1)) {
-			struct hs_entry he = { .syn_seen = now, .backend_id = bid, .vip_id = vip_id,
-					       .isn = p->tcp_seq };
+		 * refreshed in place when the entry already names it, else written from the
+		 * handshake budget, with the reverse entry an ambiguous backend's SYN-ACK needs. */
+		int again = hs && hs->backend_id == bid && hs->vip_id == vip_id &&
+			    hs->isn == p->tcp_seq;
 
-			bpf_map_update_elem(&handshakes, fk, &he, BPF_ANY);
+		if (again)
+			hs->syn_seen = now;
+		if (again || budget_take(BUDGET_HANDSHAKE, now)) {
+			if (!again) {
+				struct hs_entry he = { .syn_seen = now, .backend_id = bid,
+						       .vip_id = vip_id, .isn = p->tcp_seq };
+
+				bpf_map_update_elem(&handshakes, fk, &he, BPF_ANY);
+			}
+			if (be->flags & BACKEND_F_REVERSE_CT)
+				ct_store(fk, now, bid, be, vip_id, 0, 1);
 		}
 		/* A SYN on a tuple conntrack still holds but closing or idle (client port reuse after
 		 * a FIN, or a FIN that went through another gateway) starts a new connection: the
@@ -360,7 +374,7 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 	struct hop h = {};
 	__be16 vport;
 	int hop;
-	int rc = reverse_vip(&p->src, &p->dst, p->sport, p->dport, p->proto, p->family,
+	int rc = reverse_vip(&p->src, &p->dst, p->sport, p->dport, p->proto, p->family, now,
 			     &vip, &vport);
 
 	if (rc == -1)

@@ -13,7 +13,12 @@ const (
 	DefaultTCPClosingTimeout     = 10 * time.Second
 	DefaultUDPTimeout            = 60 * time.Second
 	DefaultNewFlowRate           = 250000
-	DefaultNextHopCacheTTL       = 500 * time.Millisecond
+	// MidFlowShare is the mid-flow budget's share of the new-flow budget: MidFlowRate is
+	// NewFlowRate / MidFlowShare.
+	MidFlowShare = 8
+	// MinReverseConntrackSize is the smallest reverse conntrack table.
+	MinReverseConntrackSize = 1024
+	DefaultNextHopCacheTTL  = 500 * time.Millisecond
 	// MinTimeout is the shortest conntrack timeout: the XDP datapath refreshes an entry's
 	// timestamp at most once a second.
 	MinTimeout = time.Second
@@ -38,9 +43,12 @@ type Settings struct {
 	TCPEstablishedTimeout time.Duration
 	TCPClosingTimeout     time.Duration
 	UDPTimeout            time.Duration
-	// NewFlowRate caps conntrack (and, separately, handshake) inserts per second (per CPU in
-	// the XDP datapath): the flood guard. Above it new flows are still balanced (Maglev is
-	// stateless) but not remembered. Negative means no cap.
+	// NewFlowRate is the flood budget: how many conntrack entries new flows may insert per
+	// second over the whole gateway (all CPUs), and, separately, how many handshake entries
+	// SYNs may. A TCP flow enters conntrack from this budget only by completing a handshake
+	// this gateway saw; one whose handshake it did not see (an ECMP move, a restart, or a forged
+	// ACK) has the mid-flow budget, MidFlowRate. Above a budget flows are still balanced
+	// (Maglev is stateless) but not remembered. Negative means no cap.
 	NewFlowRate int64
 	// NextHopCacheTTL is how long a destination's next hop (egress interface, MACs, MTU) is
 	// trusted before it is looked up again: route and neighbour changes take effect within it.
@@ -73,6 +81,25 @@ func (s Settings) WithDefaults() Settings {
 		s.NextHopCacheTTL = DefaultNextHopCacheTTL
 	}
 	return s
+}
+
+// MidFlowRate is the mid-flow budget: how many TCP flows whose handshake this gateway did not
+// see may enter conntrack per second (NewFlowRate / MidFlowShare, at least 1; negative: no cap).
+// It keeps the pickup of flows that ECMP moved here working while random-tuple ACKs cannot
+// churn conntrack at the new-flow rate. s must have its defaults.
+func (s Settings) MidFlowRate() int64 {
+	if s.NewFlowRate < 0 {
+		return -1
+	}
+	return max(1, s.NewFlowRate/MidFlowShare)
+}
+
+// ReverseConntrackSize is the size of the reverse entries' table (the frontend of each flow to
+// an ambiguous backend, for its replies): a quarter of ConntrackSize, at least
+// MinReverseConntrackSize. A table of its own, so that these entries, which SYNs write, never
+// evict forward flows. s must have its defaults.
+func (s Settings) ReverseConntrackSize() uint32 {
+	return max(MinReverseConntrackSize, s.ConntrackSize/4)
 }
 
 // Validate says what is wrong with s, naming the field: a timeout below MinTimeout (zero is

@@ -17,7 +17,7 @@ const (
 	// hsSeqWindow is how far past the SYN's sequence number a handshake's next packet may be
 	// (HS_SEQ_WINDOW).
 	hsSeqWindow = 1 << 30
-	// rateWindow is the window of the new-flow rate guard (RATE_WINDOW_NS).
+	// rateWindow is the window of the flood budgets (RATE_WINDOW_NS).
 	rateWindow = time.Second
 )
 
@@ -37,12 +37,15 @@ type Balancer struct {
 	backends map[datapath.BackendID]backend
 	// reverse: backend endpoint → its reverse NAT entry.
 	reverse map[feKey]reverse
-	// ct: conntrack; hs: the handshake table.
-	ct map[flowKey]ctEntry
-	hs map[flowKey]hsEntry
-	// rateStart, rateCT and rateHS are the rate guard's window and its two counts.
-	rateStart      int64
-	rateCT, rateHS int64
+	// ct: conntrack (forward entries); rct: the reverse entries of flows to ambiguous
+	// endpoints (ct_reverse), a table of their own so that they never evict a forward flow;
+	// hs: the handshake table.
+	ct  map[flowKey]ctEntry
+	rct map[flowKey]ctEntry
+	hs  map[flowKey]hsEntry
+	// budgetStart is the flood budgets' window (budget.h), budgetTaken what each took in it.
+	budgetStart int64
+	budgetTaken [numBudgets]int64
 	// site: the site's own prefixes by kind (the XDP datapath's site_sources).
 	site siteSet
 	// vipTraffic and backendTraffic count what Forward sends, by VIP and backend id.
@@ -106,7 +109,7 @@ func New(s datapath.Settings) (*Balancer, error) {
 		settings: s.WithDefaults(),
 		vips:     map[feKey]*vip{}, vipByID: map[datapath.VIPID]*vip{}, vipAddrs: map[addrKey]int{},
 		backends: map[datapath.BackendID]backend{}, reverse: map[feKey]reverse{},
-		ct: map[flowKey]ctEntry{}, hs: map[flowKey]hsEntry{}, site: siteSet{prefixes: map[netip.Prefix]datapath.SiteKind{}},
+		ct: map[flowKey]ctEntry{}, rct: map[flowKey]ctEntry{}, hs: map[flowKey]hsEntry{}, site: siteSet{prefixes: map[netip.Prefix]datapath.SiteKind{}},
 		vipTraffic: map[datapath.VIPID]*datapath.Traffic{}, backendTraffic: map[datapath.BackendID]*datapath.Traffic{},
 	}, nil
 }
@@ -385,24 +388,27 @@ func (b *Balancer) BackendTraffic(id datapath.BackendID) (datapath.Traffic, erro
 	return datapath.Traffic{}, nil
 }
 
-// FlowCount returns the number of conntrack entries.
+// FlowCount returns the number of forward conntrack entries.
 func (b *Balancer) FlowCount() (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.ct), nil
 }
 
-// Flows returns the conntrack entries at time now (the clock Forward is given).
+// Flows returns the conntrack entries, forward and reverse, at time now (the clock Forward is
+// given).
 func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make([]datapath.Flow, 0, len(b.ct))
-	for k, c := range b.ct {
-		out = append(out, datapath.Flow{
-			Src: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), Dst: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
-			Proto: datapath.Protocol(k.proto), Reverse: c.reverse, Backend: c.backend, VIP: c.vip,
-			VIPPort: c.vipPort, Closing: c.closing, Idle: max(0, now-time.Duration(c.lastSeen)),
-		})
+	out := make([]datapath.Flow, 0, len(b.ct)+len(b.rct))
+	for _, m := range []map[flowKey]ctEntry{b.ct, b.rct} {
+		for k, c := range m {
+			out = append(out, datapath.Flow{
+				Src: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), Dst: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
+				Proto: datapath.Protocol(k.proto), Reverse: c.reverse, Backend: c.backend, VIP: c.vip,
+				VIPPort: c.vipPort, Closing: c.closing, Idle: max(0, now-time.Duration(c.lastSeen)),
+			})
+		}
 	}
 	return out
 }
@@ -414,8 +420,13 @@ func (b *Balancer) SetFlow(f datapath.Flow, now time.Duration) {
 	defer b.mu.Unlock()
 	src, dst := f.Src.Addr().Unmap(), f.Dst.Addr().Unmap()
 	k := flowKey{src: Key(src), dst: Key(dst), sport: f.Src.Port(), dport: f.Dst.Port(), proto: uint8(f.Proto), v6: dst.Is6()}
-	b.ctInsert(k, ctEntry{lastSeen: int64(now - f.Idle), backend: f.Backend, vip: f.VIP, vipPort: f.VIPPort,
-		closing: f.Closing, reverse: f.Reverse})
+	c := ctEntry{lastSeen: int64(now - f.Idle), backend: f.Backend, vip: f.VIP, vipPort: f.VIPPort,
+		closing: f.Closing, reverse: f.Reverse}
+	if f.Reverse {
+		b.rctInsert(k, c)
+		return
+	}
+	b.ctInsert(k, c)
 }
 
 // SetHandshake writes handshake entry h as if its SYN was seen h.Age before now: for
@@ -435,13 +446,16 @@ func (b *Balancer) Sweep(now time.Duration, budget int) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, n, seen := int64(now), 0, 0
-	for k, c := range b.ct {
-		if seen++; seen > budget {
-			break
-		}
-		if t-c.lastSeen > int64(b.settings.Timeout(datapath.Protocol(k.proto), c.closing)) {
-			delete(b.ct, k)
-			n++
+	for _, m := range []map[flowKey]ctEntry{b.ct, b.rct} {
+		seen = 0
+		for k, c := range m {
+			if seen++; seen > budget {
+				break
+			}
+			if t-c.lastSeen > int64(b.settings.Timeout(datapath.Protocol(k.proto), c.closing)) {
+				delete(m, k)
+				n++
+			}
 		}
 	}
 	seen = 0
@@ -459,22 +473,39 @@ func (b *Balancer) Sweep(now time.Duration, budget int) int {
 
 // ctInsert writes a conntrack entry (insertBounded).
 func (b *Balancer) ctInsert(k flowKey, c ctEntry) {
-	insertBounded(b.ct, k, c, int(b.settings.ConntrackSize))
+	insertBounded(b.ct, k, c, int(b.settings.ConntrackSize), func(c ctEntry) int64 { return c.lastSeen })
+}
+
+// rctInsert writes a reverse conntrack entry (insertBounded).
+func (b *Balancer) rctInsert(k flowKey, c ctEntry) {
+	insertBounded(b.rct, k, c, int(b.settings.ReverseConntrackSize()), func(c ctEntry) int64 { return c.lastSeen })
 }
 
 // hsInsert writes a handshake entry (insertBounded).
 func (b *Balancer) hsInsert(k flowKey, h hsEntry) {
-	insertBounded(b.hs, k, h, int(b.settings.HandshakeSize))
+	insertBounded(b.hs, k, h, int(b.settings.HandshakeSize), func(h hsEntry) int64 { return h.synSeen })
 }
 
-// insertBounded sets m[k] = v; a new key in a map of size entries or more first evicts an
-// arbitrary entry (Go's map iteration starts at a random place).
-func insertBounded[V any](m map[flowKey]V, k flowKey, v V, size int) {
+// evictSample is how many entries insertBounded compares to choose the one it evicts.
+const evictSample = 16
+
+// insertBounded sets m[k] = v; a new key in a map of size entries or more first evicts the least
+// recently used (by used) of evictSample entries taken at a random place (Go's map iteration
+// starts at one): an approximate LRU, as the XDP datapath's tables are, so that a flood of new
+// keys pushes out idle entries before active ones.
+func insertBounded[V any](m map[flowKey]V, k flowKey, v V, size int, used func(V) int64) {
 	if _, ok := m[k]; !ok && len(m) >= size {
-		for old := range m {
-			delete(m, old)
-			break
+		var victim flowKey
+		oldest, n := int64(0), 0
+		for old, ov := range m {
+			if t := used(ov); n == 0 || t < oldest {
+				victim, oldest = old, t
+			}
+			if n++; n >= evictSample {
+				break
+			}
 		}
+		delete(m, victim)
 	}
 	m[k] = v
 }

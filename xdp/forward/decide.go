@@ -77,6 +77,7 @@ type Decision struct {
 	Slot, M        int
 	Reselected     bool // an established flow was balanced again (ReasonCTReselect)
 	RateLimited    bool // the flow was not recorded in conntrack (ReasonCTRateLimited)
+	MidFlowLimited bool // the TCP flow, its handshake not seen here, was not recorded (ReasonCTMidFlowLimited)
 	HSRateLimited  bool // the SYN was not recorded in the handshake table (ReasonHandshakeLimited)
 	SYNKept        bool // a SYN on a live flow's tuple went to that flow's backend (ReasonCTSYNKept)
 	HandshakeHit   bool // counted as ReasonHandshakeHit
@@ -124,22 +125,33 @@ func (b *Balancer) ctVIP(p *Packet, id datapath.VIPID) *vip {
 	return v
 }
 
-// rateAllow is the new-flow rate guard (rate_allow): one window for every caller.
-func (b *Balancer) rateAllow(now int64, handshake bool) bool {
-	if b.settings.NewFlowRate < 0 {
+// budget is one of the flood budgets (enum budget_kind in budget.h).
+type budget int
+
+const (
+	budgetNewFlow   budget = iota // conntrack: a datagram, or a TCP packet completing a handshake seen here
+	budgetMidFlow                 // conntrack: a TCP packet of a flow whose handshake was not seen here
+	budgetHandshake               // handshakes, and the reverse entry an ambiguous backend's SYN-ACK needs
+	numBudgets
+)
+
+// budgetTake takes one unit of budget k (budget_take): false when the window's budget is spent.
+// One window for the whole Balancer (the XDP datapath's are global too, over all CPUs).
+func (b *Balancer) budgetTake(now int64, k budget) bool {
+	limit := b.settings.NewFlowRate
+	if k == budgetMidFlow {
+		limit = b.settings.MidFlowRate()
+	}
+	if limit < 0 {
 		return true
 	}
-	if now-b.rateStart >= int64(rateWindow) || now < b.rateStart {
-		b.rateStart, b.rateCT, b.rateHS = now, 0, 0
+	if now-b.budgetStart >= int64(rateWindow) || now < b.budgetStart {
+		b.budgetStart, b.budgetTaken = now, [numBudgets]int64{}
 	}
-	n := &b.rateCT
-	if handshake {
-		n = &b.rateHS
-	}
-	if *n >= b.settings.NewFlowRate {
+	if b.budgetTaken[k] >= limit {
 		return false
 	}
-	*n++
+	b.budgetTaken[k]++
 	return true
 }
 
@@ -261,10 +273,11 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 			}
 		}
 	}
+	hsHit := false
 	if bid == 0 && p.Proto == datapath.TCP {
 		bid = b.hsBackend(hs, hsFound, v.cfg.ID, t, syn, p.Seq)
 		if bid != 0 {
-			d.Handshake, d.HandshakeHit = true, true
+			d.Handshake, d.HandshakeHit, hsHit = true, true, true
 		}
 	}
 	if bid == 0 {
@@ -276,23 +289,38 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		return drop(d, ReasonDropNoBackend)
 	}
 	revCT := b.needsReverseCT(be, p)
-	if !syn || revCT {
-		if b.rateAllow(t, false) {
-			b.ctStore(fk, t, bid, be, v.cfg.ID, closing, syn, revCT)
-			if hsFound && !syn {
+	if !syn {
+		// A datagram, or a TCP packet completing a handshake seen here, from the new-flow
+		// budget; any other TCP packet (an ECMP move, a forged ACK) from the mid-flow one.
+		k := budgetNewFlow
+		if p.Proto == datapath.TCP && !hsHit {
+			k = budgetMidFlow
+		}
+		switch {
+		case b.budgetTake(t, k):
+			b.ctStore(fk, t, bid, be, v.cfg.ID, closing, false, revCT)
+			if hsFound {
 				delete(b.hs, fk)
 			}
-		} else {
+		case k == budgetMidFlow:
+			d.MidFlowLimited = true
+		default:
 			d.RateLimited = true
 		}
 	}
 	if syn {
-		if hsFound && hs.backend == bid && hs.vip == v.cfg.ID && hs.isn == p.Seq {
+		// The handshake entry, refreshed in place for a retransmission, else written from the
+		// handshake budget, with the reverse entry an ambiguous backend's SYN-ACK needs.
+		again := hsFound && hs.backend == bid && hs.vip == v.cfg.ID && hs.isn == p.Seq
+		switch {
+		case again:
 			hs.synSeen = t
 			b.hs[fk] = hs
-		} else if b.rateAllow(t, true) {
+			b.ctStore(fk, t, bid, be, v.cfg.ID, false, true, revCT)
+		case b.budgetTake(t, budgetHandshake):
 			b.hsInsert(fk, hsEntry{synSeen: t, backend: bid, vip: v.cfg.ID, isn: p.Seq})
-		} else {
+			b.ctStore(fk, t, bid, be, v.cfg.ID, false, true, revCT)
+		default:
 			d.HSRateLimited = true
 		}
 		// A SYN on a tuple conntrack still holds starts a new connection: the entry takes the
@@ -370,7 +398,7 @@ func (b *Balancer) ctStore(fk flowKey, now int64, bid datapath.BackendID, be bac
 		}
 		rk := flowKey{src: be.key, dst: fk.src, sport: port, dport: fk.sport, proto: fk.proto, v6: fk.v6}
 		c.backend, c.reverse = 0, true
-		b.ctInsert(rk, c)
+		b.rctInsert(rk, c)
 	}
 }
 
@@ -392,13 +420,17 @@ func (b *Balancer) Reply(p *Packet, now time.Duration) Decision {
 	var vport uint16
 	if r.Ambiguous {
 		rk := p.key()
-		if c, ok := b.ct[rk]; ok {
+		c, ok := b.rct[rk]
+		// Only a live reverse entry: one idle past its timeout (its flow gone, the tuple
+		// perhaps reused) is not trusted. One in use is refreshed, as its forward entry is.
+		if ok && int64(now)-c.lastSeen > int64(b.settings.Timeout(p.Proto, c.closing)) {
+			ok = false
+		}
+		if ok {
 			id, vport = c.vip, c.vipPort
 			d.Conntrack = CTUsed
-			// The XDP datapath's LRU keeps a reverse entry while it is used; here its replies
-			// keep it from being swept.
 			c.lastSeen = int64(now)
-			b.ct[rk] = c
+			b.rct[rk] = c
 		} else if mid, port, ok := b.reverseMaglev(r, p); ok {
 			id, vport, d.ReverseByHash = mid, port, true
 		} else {

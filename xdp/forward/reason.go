@@ -16,7 +16,7 @@ const (
 	ReasonNATReverseMaglev                 // among those, an ambiguous endpoint's reply re-derived by Maglev
 	ReasonFwdTX                            // sent back out of the interface it came in on
 	ReasonFwdRedirect                      // sent out of another interface
-	ReasonCTRateLimited                    // a flow not recorded: the new-flow rate guard
+	ReasonCTRateLimited                    // a flow not recorded: the new-flow budget
 	ReasonCTReselect                       // an established flow balanced again (backend gone or down, or idle)
 	ReasonHandshakeHit                     // a TCP handshake packet sent where its SYN went
 	ReasonHandshakeLimited                 // a SYN not recorded: the handshake rate guard
@@ -44,6 +44,7 @@ const (
 	ReasonDropReplyWrongSide               // a backend's reply that arrived from the client side
 	ReasonDropVIPUnserved                  // to a VIP address on a port or protocol no service has
 	ReasonCTSYNKept                        // a SYN on a live flow's tuple sent to that flow's backend, not balanced again
+	ReasonCTMidFlowLimited                 // a TCP flow whose handshake was not seen here not recorded: the mid-flow budget
 	NumReasons
 )
 
@@ -54,7 +55,7 @@ var reasonNames = [NumReasons]string{
 	"drop_ttl", "drop_reverse_no_ct", "drop_local", "held_no_neigh", "drop_no_neigh", "drop_unreachable",
 	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
 	"drop_carrier_forged", "drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side",
-	"drop_vip_unserved", "ct_syn_kept",
+	"drop_vip_unserved", "ct_syn_kept", "ct_midflow_limited",
 }
 
 // String returns the counter's name.
