@@ -144,12 +144,18 @@ func (d *Datapath) attachNew(iface *net.Interface, mode datapath.AttachMode) (li
 	opts := link.XDPOptions{Program: d.objs.XlbXdp, Interface: iface.Index}
 	switch mode {
 	case datapath.AttachGeneric:
+		if err := genericModeSafe(iface.Name); err != nil {
+			return nil, fmt.Errorf("attach to %s: %w", iface.Name, err)
+		}
 		opts.Flags = link.XDPGenericMode
 	default:
 		opts.Flags = link.XDPDriverMode
 	}
 	l, err := link.AttachXDP(opts)
 	if err != nil && (mode == datapath.AttachAuto || mode == "") {
+		if gerr := genericModeSafe(iface.Name); gerr != nil {
+			return nil, fmt.Errorf("attach to %s: native XDP refused (%w), and %w", iface.Name, err, gerr)
+		}
 		d.log.Warn("native XDP refused, falling back to generic mode (slower)",
 			"interface", iface.Name, "error", err)
 		opts.Flags = link.XDPGenericMode
