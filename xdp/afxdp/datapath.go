@@ -298,6 +298,7 @@ func (d *Datapath) Reasons() (map[string]uint64, error) {
 	out["steered_to_socket"], out["steered_passed"], out["steered_no_socket"] = s.ToSocket, s.Passed, s.NoSocket
 	out["icmp_echo_reply"], out["pass_not_vip"] = s.EchoReplies, s.NotOurs // the XDP datapath's names
 	out["drop_vip_unserved"] += s.Unserved
+	out["drop_frag_unknown"] += s.Fragments // the XDP datapath's name for a fragment it cannot place
 	return out, nil
 }
 
@@ -437,7 +438,7 @@ func (d *Datapath) Close() error {
 type Steered struct {
 	// ToSocket were handed to the socket of their receive queue.
 	ToSocket uint64
-	// Passed went to the kernel: IPv4 fragments and expiring TTLs.
+	// Passed went to the kernel: a backend's IPv4 fragments and expiring TTLs.
 	Passed uint64
 	// NoSocket went to the kernel because their receive queue has no socket (a queue added
 	// after Attach, say): a sign that the datapath misses traffic.
@@ -449,6 +450,9 @@ type Steered struct {
 	// Unserved are packets to a VIP address of a protocol no service has (not TCP or UDP, nor
 	// an echo request): dropped.
 	Unserved uint64
+	// Fragments are IPv4 fragments to a VIP address: dropped (the AF_XDP datapath keeps no
+	// fragment state; the XDP datapath balances them).
+	Fragments uint64
 }
 
 // Steered returns the steer programs' counters.
@@ -457,7 +461,7 @@ func (d *Datapath) Steered() (Steered, error) { return readSteered(d.steeredMap)
 // readSteered sums a steered map over CPUs.
 func readSteered(m *ebpf.Map) (Steered, error) {
 	var out Steered
-	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs, &out.Unserved} {
+	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs, &out.Unserved, &out.Fragments} {
 		var per []uint64
 		if err := m.Lookup(uint32(i), &per); err != nil {
 			return Steered{}, fmt.Errorf("read steered[%d]: %w", i, err)

@@ -569,7 +569,7 @@ func TestSteerProgram(t *testing.T) {
 		}
 		return res
 	}
-	const xdpPass = 2
+	const xdpPass, xdpDrop = 2, 1
 	c := netip.MustParseAddrPort("198.18.128.7:40000")
 	for _, tc := range []struct {
 		name    string
@@ -605,6 +605,39 @@ func TestSteerProgram(t *testing.T) {
 	run(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 80), proto: protoTCP, flags: tcpSYN, ttl: 1}.bytes(), px.ext)
 	if got := counts().Passed - before.Passed; got != 1 {
 		t.Errorf("an expiring TTL: %d counted passed, want 1", got)
+	}
+
+	// IPv4 fragments: the engine keeps no fragment state. To a VIP address they are dropped
+	// (passed, they would loop through the router or reach the gateway's sockets); a backend's
+	// are left to the kernel.
+	frag := func(f frameSpec, fragOff uint16) []byte {
+		b := f.bytes()
+		binary.BigEndian.PutUint16(b[14+6:], fragOff)
+		return b
+	}
+	for _, tc := range []struct {
+		name    string
+		frame   []byte
+		ifindex int
+		verdict uint32
+		dropped uint64
+	}{
+		{"a first fragment to a VIP", frag(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}, 0x2000), px.ext, xdpDrop, 1},
+		{"a later fragment to a VIP", frag(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}, 0x0003), px.ext, xdpDrop, 1},
+		{"a fragment to a VIP's unserved port", frag(frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoUDP}, 0x2000), px.ext, xdpDrop, 1},
+		{"a backend's fragment", frag(frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: c, proto: protoTCP, flags: tcpACK}, 0x2000), px.int, xdpPass, 0},
+	} {
+		before := counts()
+		if res := run(tc.frame, tc.ifindex); res.Verdict != tc.verdict {
+			t.Errorf("%s: verdict %d, want %d", tc.name, res.Verdict, tc.verdict)
+		}
+		after := counts()
+		if got := after.Fragments - before.Fragments; got != tc.dropped {
+			t.Errorf("%s: %d counted as dropped fragments, want %d", tc.name, got, tc.dropped)
+		}
+		if got := after.Passed - before.Passed; got != 1-tc.dropped {
+			t.Errorf("%s: %d counted passed, want %d", tc.name, got, 1-tc.dropped)
+		}
 	}
 
 	// Echo requests: the steer program's reply is the XDP datapath's, byte for byte.

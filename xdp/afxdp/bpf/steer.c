@@ -7,7 +7,9 @@
  *   - from a backend: {src, sport, proto} or {src, 0, proto} in steer with STEER_FROM_BACKEND,
  *     when the kernel would forward it (not a health-check reply to this host, see routed).
  * Frames of ours that the engine leaves to the kernel are passed here, as the XDP datapath passes
- * them: IPv4 fragments and an expiring TTL (the kernel answers with ICMP). VLAN-tagged frames,
+ * them: an expiring TTL (the kernel answers with ICMP) and a backend's IPv4 fragment. The
+ * engine keeps no fragment state, so an IPv4 fragment to a VIP address is dropped (passed, it
+ * would loop between the gateway and its router, or reach the gateway's own sockets). VLAN-tagged frames,
  * IPv6 extension headers and anything but TCP/UDP are never steered. An echo request to a VIP
  * address is answered here, as the XDP datapath answers it; anything else to a VIP address that
  * no frontend has is dropped (another protocol: here; TCP/UDP: by the engine). */
@@ -70,12 +72,14 @@ struct {
 
 /* Indexes of steered. */
 #define STEERED_TO_SOCKET 0 /* handed to the socket of the frame's queue */
-#define STEERED_PASSED 1    /* ours, passed to the kernel: an IPv4 fragment or an expiring TTL */
+#define STEERED_PASSED 1    /* ours, passed to the kernel: a backend's IPv4 fragment or an
+			     * expiring TTL */
 #define STEERED_NO_SOCKET 2 /* ours, but its queue has no socket: passed to the kernel */
 #define STEERED_ECHO 3      /* an echo request to a VIP address, answered here (XDP_TX) */
 #define STEERED_NOT_OURS 4  /* an IP packet for no VIP and from no backend: the kernel's */
 #define STEERED_UNSERVED 5  /* to a VIP address, of a protocol no service has: dropped */
-#define STEERED_MAX 6
+#define STEERED_FRAG 6      /* an IPv4 fragment to a VIP address: dropped (no fragment state) */
+#define STEERED_MAX 7
 
 /* steered: per CPU, STEERED_* -> frames. Written by the program, read by Go. */
 struct {
@@ -260,6 +264,10 @@ int xlb_steer(struct xdp_md *ctx)
 	 * (drop_vip_unserved): passed, it would reach the gateway's own services or loop. */
 	if (!hit(&to, ports[1]) && (!hit(&from, ports[0]) || !routed(ctx, &from, &to)) && !vip_addr(&to))
 		return not_ours();
+	if (frag && vip_addr(&to)) {
+		count(STEERED_FRAG);
+		return XDP_DROP;
+	}
 	if (expiring || frag) {
 		count(STEERED_PASSED);
 		return XDP_PASS;
