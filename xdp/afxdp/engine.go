@@ -271,6 +271,14 @@ func (e *Engine) Flows(now time.Duration) []datapath.Flow {
 	return e.bal.Flows(now)
 }
 
+// FlushFlows deletes the flows for which match returns true (all when nil) at time now, as
+// forward.Balancer.FlushFlows, and returns how many it deleted.
+func (e *Engine) FlushFlows(now time.Duration, match func(datapath.Flow) bool) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.bal.FlushFlows(now, match)
+}
+
 // ReasonCounts returns the verdict counters that are not zero.
 func (e *Engine) ReasonCounts() map[forward.Reason]uint64 {
 	e.mu.Lock()

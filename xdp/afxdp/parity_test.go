@@ -70,7 +70,7 @@ var (
 	pClients = netip.MustParsePrefix("198.18.128.0/17")
 )
 
-func newParity(t *testing.T) *parity {
+func newParity(t testing.TB) *parity {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the parity tests need root (BPF, netns); run them with `make test` as root")
@@ -149,7 +149,7 @@ func ifindex(name string) (int, error) {
 // configureParity sets up, in c: VIP 1 pVIP:80/TCP and VIP 2 pVIP:53/UDP over the three IPv4
 // backends, VIP 3 [pVIP6]:443/TCP to pBE6, VIP 4 pVIPAll (all ports)/TCP to pBE[2], and VIPs 5
 // and 6 pVIPAmb:80 and :8000/TCP to one endpoint pBE[0]:9090 (ambiguous).
-func configureParity(t *testing.T, c configurer) {
+func configureParity(t testing.TB, c configurer) {
 	t.Helper()
 	must := func(err error) {
 		t.Helper()
@@ -842,4 +842,85 @@ func TestHostileICMPReachesOnlyKnownFlows(t *testing.T) {
 		t.Errorf("%d relayed, %d dropped: the cases did not cover both", relayed, dropped)
 	}
 	t.Logf("%d errors relayed, %d not", relayed, dropped)
+}
+
+// FuzzParity: the XDP program and the AF_XDP engine agree on every frame the steer program
+// hands the engine: both send the same bytes out of the same side, or neither sends. Each input
+// is two frames (the first can make the state the second meets), each from the side its bit of
+// sides says, run on flow state emptied first, so that a failing input replays alone. A frame the
+// steer program keeps from the engine (passed, dropped or answered there) is TestSteerProgram's.
+// `go test` runs the seeds; `go test -fuzz FuzzParity ./xdp/afxdp/` explores.
+func FuzzParity(f *testing.F) {
+	c := netip.MustParseAddrPort("198.18.128.7:40000")
+	c6 := netip.MustParseAddrPort("[2001:db8:80::7]:40000")
+	vip := netip.AddrPortFrom(pVIP, 80)
+	syn := frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpSYN, seq: 7}.bytes()
+	ack := frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpACK, seq: 8, payload: []byte("GET /")}.bytes()
+	for _, s := range []struct {
+		a, b  []byte
+		sides uint8 // bit 0: a from the cluster side; bit 1: b
+	}{
+		{syn, ack, 0},
+		{ack, ack, 0},
+		{ack, ack, 2},
+		{syn, frameSpec{src: netip.AddrPortFrom(pBE[0], 8080), dst: c, proto: protoTCP, flags: tcpSYN | tcpACK}.bytes(), 2},
+		{frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP, payload: []byte("q")}.bytes(),
+			frameSpec{src: netip.AddrPortFrom(pBE[1], 5353), dst: c, proto: protoUDP, payload: []byte("a")}.bytes(), 2},
+		{frameSpec{src: c, dst: netip.AddrPortFrom(pVIPAll, 4321), proto: protoTCP, flags: tcpACK}.bytes(), ack, 0},
+		{frameSpec{src: c, dst: netip.AddrPortFrom(pVIPAmb, 8000), proto: protoTCP, flags: tcpSYN}.bytes(),
+			frameSpec{src: netip.AddrPortFrom(pBE[0], 9090), dst: c, proto: protoTCP, flags: tcpSYN | tcpACK}.bytes(), 2},
+		{frameSpec{src: c6, dst: netip.AddrPortFrom(pVIP6, 443), proto: protoTCP, flags: tcpSYN}.bytes(),
+			frameSpec{src: netip.AddrPortFrom(pBE6, 8443), dst: c6, proto: protoTCP, flags: tcpACK}.bytes(), 2},
+		{frameSpec{src: c, dst: netip.AddrPortFrom(pVIPDSR, 80), proto: protoTCP, flags: tcpSYN}.bytes(), ack, 0},
+		{frameSpec{src: netip.AddrPortFrom(pBE[1], 8080), dst: vip, proto: protoTCP, flags: tcpSYN}.bytes(), syn, 1},
+		{frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpSYN, ttl: 1}.bytes(),
+			frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoUDP}.bytes(), 0},
+	} {
+		f.Add(s.a, s.b, s.sides)
+	}
+	px := newParity(f)
+	var objs steerObjects
+	if err := loadSteerObjects(&objs, nil); err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { objs.Close() })
+	filler, err := NewEngine(datapath.Settings{Seed: 7}, fakeHops{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	filler.steer = mapSteerer{objs.Steer}
+	configureParity(f, filler)
+	f.Fuzz(func(t *testing.T, a, b []byte, sides uint8) {
+		if _, err := px.dp.FlushFlows(nil); err != nil {
+			t.Fatal(err)
+		}
+		px.eng.FlushFlows(px.now, nil)
+		for i, frame := range [][]byte{a, b} {
+			if len(frame) < ethLen { // BPF_PROG_TEST_RUN refuses less than an Ethernet header
+				continue
+			}
+			ifindex := px.ext
+			if sides&(1<<i) != 0 {
+				ifindex = px.int
+			}
+			before, err := readSteered(objs.Steered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := px.ns.Do(func() error {
+				_, err := progrun.XDP(objs.XlbSteer, frame, ifindex, 0)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			after, err := readSteered(objs.Steered)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.NoSocket == before.NoSocket { // not handed to the engine
+				continue
+			}
+			px.check(t, fmt.Sprintf("fuzzed frame %d", i), frame, ifindex)
+		}
+	})
 }

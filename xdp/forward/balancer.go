@@ -413,6 +413,37 @@ func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
 	return out
 }
 
+// FlushFlows deletes the conntrack entries (forward and reverse) for which match returns true
+// (all when match is nil), at time now, and returns how many it deleted; the handshakes in
+// flight that match (seen as Flows with their SYN's backend and VIP) go too, uncounted, as
+// the XDP datapath's FlushFlows does.
+func (b *Balancer) FlushFlows(now time.Duration, match func(datapath.Flow) bool) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	flow := func(k flowKey, c ctEntry) datapath.Flow {
+		return datapath.Flow{
+			Src: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), Dst: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
+			Proto: datapath.Protocol(k.proto), Reverse: c.reverse, Backend: c.backend, VIP: c.vip,
+			VIPPort: c.vipPort, Closing: c.closing, Idle: max(0, now-time.Duration(c.lastSeen)),
+		}
+	}
+	for k, h := range b.hs {
+		if match == nil || match(flow(k, ctEntry{lastSeen: h.synSeen, backend: h.backend, vip: h.vip})) {
+			delete(b.hs, k)
+		}
+	}
+	n := 0
+	for _, m := range []map[flowKey]ctEntry{b.ct, b.rct} {
+		for k, c := range m {
+			if match == nil || match(flow(k, c)) {
+				delete(m, k)
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // SetFlow writes conntrack entry f as if it was last refreshed f.Idle before now: for
 // snapshots of another datapath's state (xlb show flow).
 func (b *Balancer) SetFlow(f datapath.Flow, now time.Duration) {
