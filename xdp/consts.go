@@ -120,7 +120,10 @@ const (
 	// ReasonFragExpired: a non-first fragment found its datagram's entry older than
 	// FRAG_TIMEOUT_NS (2 s): the entry is deleted and the fragment is of an unknown datagram.
 	ReasonFragExpired = Reason(xlbReasonREASON_FRAG_EXPIRED)
-	numReasons        = int(xlbReasonREASON_MAX)
+	// ReasonDropBogusSource: to a VIP from an address no client can have (unspecified,
+	// loopback, multicast, link-local, IPv4 0/8 and 240/4, IPv6 v4-mapped).
+	ReasonDropBogusSource = Reason(xlbReasonREASON_DROP_BOGUS_SOURCE)
+	numReasons            = int(xlbReasonREASON_MAX)
 )
 
 var reasonNames = [...]string{
@@ -134,6 +137,7 @@ var reasonNames = [...]string{
 	"drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side", "drop_vip_unserved",
 	"drop_icmp_unknown", "drop_icmp_src_range", "drop_icmp_ptb_low", "icmp_too_big_client",
 	"icmp_too_big_backend", "ct_syn_kept", "ct_midflow_limited", "frag_rate_limited", "frag_expired",
+	"drop_bogus_source",
 }
 
 // String returns the counter's name, as used in metrics.

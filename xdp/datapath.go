@@ -126,7 +126,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 		xlbVarCfgTcpClosingNs:     uint64(opts.TCPClosingTimeout),
 		xlbVarCfgUdpNs:            uint64(opts.UDPTimeout),
 		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
-		xlbVarCfgMidFlowRate:      uint64(opts.MidFlowRate()),
+		xlbVarCfgMidFlowRate:      midFlowVar(opts.Settings),
 		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
 	}
 	for name, v := range vars {
@@ -529,6 +529,15 @@ func unpinOldReverse(spec *ebpf.CollectionSpec, dir string, log *slog.Logger) ([
 		return nil, fmt.Errorf("replace pinned map %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// midFlowVar is cfg_mid_flow_rate for settings s as withDefaults leaves them (NewFlowRate 0:
+// no cap, and so none for mid-flow pickups either).
+func midFlowVar(s datapath.Settings) uint64 {
+	if s.NewFlowRate <= 0 {
+		return 0
+	}
+	return uint64(s.MidFlowRate())
 }
 
 // LoadPinned loads the datapath adopting the maps pinned under dir with whatever conntrack size,

@@ -91,6 +91,18 @@ func TestGoldenFloodBudgets(t *testing.T) {
 		}
 	})
 
+	t.Run("no new-flow cap, no mid-flow cap", func(t *testing.T) {
+		g := newGW(t, Options{Settings: datapath.Settings{NewFlowRate: -1}})
+		services(t, g)
+		for i := range 5 {
+			in, out := clientTCP(uint16(9000+i), ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
+			g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwd(ReasonFwdRedirect)})
+		}
+		if n := countEntries(t, g.dp.objs.Conntrack); n != 5 {
+			t.Fatalf("5 ACKs of unseen handshakes, no cap: %d conntrack entries, want 5", n)
+		}
+	})
+
 	t.Run("the budgets hold over all CPUs", func(t *testing.T) {
 		if runtime.NumCPU() < 2 {
 			t.Fatal("needs 2 CPUs")

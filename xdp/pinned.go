@@ -206,7 +206,7 @@ func (p *Pinned) MaglevTable(id datapath.VIPID) ([]datapath.BackendID, error) {
 var ErrNotAttached = errors.New("no interface attached (no live link pinned)")
 
 // Settings returns the settings the datapath pinned under the directory runs with, and the
-// interface they were read through. Seed, the timeouts, NewFlowRate (per CPU) and NextHopCacheTTL
+// interface they were read through. Seed, the timeouts, NewFlowRate (over all CPUs) and NextHopCacheTTL
 // are constants of the program attached through the pinned links, in its read-only data (a
 // frozen map), not in any pinned map: links whose interface is gone are skipped, and live links
 // attaching different programs (a restart caught half-way) are an error. The constants are found

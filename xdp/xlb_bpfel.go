@@ -238,7 +238,8 @@ const (
 	xlbReasonREASON_CT_MIDFLOW_LIMITED    xlbReason = 46
 	xlbReasonREASON_FRAG_RATE_LIMITED     xlbReason = 47
 	xlbReasonREASON_FRAG_EXPIRED          xlbReason = 48
-	xlbReasonREASON_MAX                   xlbReason = 49
+	xlbReasonREASON_DROP_BOGUS_SOURCE     xlbReason = 49
+	xlbReasonREASON_MAX                   xlbReason = 50
 )
 
 type xlbRevValue struct {

@@ -254,6 +254,9 @@ enum reason {
 	REASON_FRAG_EXPIRED,         /* a non-first fragment found its datagram's entry older than
 				      * FRAG_TIMEOUT_NS: the entry is deleted, the fragment treated as
 				      * of an unknown datagram (drop_frag_unknown to a VIP) */
+	REASON_DROP_BOGUS_SOURCE,    /* to a VIP from an address no client can have: unspecified,
+				      * loopback, multicast, link-local, IPv4 0/8 and 240/4, IPv6
+				      * v4-mapped (side.h) */
 	REASON_MAX,
 };
 

@@ -25,6 +25,26 @@ static __always_inline __u32 in_role(struct xdp_md *ctx)
 	return r ? *r : ROLE_NONE;
 }
 
+/* bogus_source reports whether a is an address no client can send from, whatever the fabric:
+ * IPv4 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 (multicast) and 240.0.0.0/4 (reserved,
+ * broadcast); IPv6 ::, ::1, ::ffff:0:0/96 (v4-mapped), fe80::/10 and ff00::/8 (multicast). Such
+ * a packet is forged (or a misconfiguration), and balanced it would reach a backend whose reply
+ * cannot be routed back, or be passed to the kernel by a failing FIB lookup. */
+static __always_inline int bogus_source(const struct addr *a, __u8 family)
+{
+	const __u8 *b = (const __u8 *)a;
+
+	if (family == FAMILY_V4)
+		return b[0] == 0 || b[0] == 127 || b[0] >= 224 || (b[0] == 169 && b[1] == 254);
+	if (b[0] == 0xff || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80))
+		return 1;
+	if (a->w[0] || a->w[1] || b[8] || b[9])
+		return 0;
+	if (b[10] == 0xff && b[11] == 0xff)
+		return 1;
+	return !b[10] && !b[11] && (!a->w[3] || a->w[3] == bpf_htonl(1));
+}
+
 /* vip_side_check decides whether a packet addressed to a VIP, arrived on an interface of role,
  * whose source has the SITE_* bits kind and is (src_is_vip) or is not a VIP address, may be
  * balanced: -1 if so, else its drop verdict (counted). */
@@ -104,6 +124,8 @@ __noinline int side_verdict(struct xdp_md *ctx, __u32 role, __u32 reply)
 	} else {
 		return verdict(REASON_DROP_MALFORMED_L4, XDP_DROP);
 	}
+	if (!reply && bogus_source(&s->site.addr, family))
+		return verdict(REASON_DROP_BOGUS_SOURCE, XDP_DROP);
 	/* The longest site prefix holding the source. */
 	s->site.prefixlen = 32 + (family == FAMILY_V6 ? 128 : 32);
 	s->site.family = bpf_htonl(family);

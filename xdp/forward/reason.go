@@ -45,6 +45,7 @@ const (
 	ReasonDropVIPUnserved                  // to a VIP address on a port or protocol no service has
 	ReasonCTSYNKept                        // a SYN on a live flow's tuple sent to that flow's backend, not balanced again
 	ReasonCTMidFlowLimited                 // a TCP flow whose handshake was not seen here not recorded: the mid-flow budget
+	ReasonDropBogusSource                  // to a VIP from an address no client can have (multicast, loopback, ...)
 	NumReasons
 )
 
@@ -55,7 +56,7 @@ var reasonNames = [NumReasons]string{
 	"drop_ttl", "drop_reverse_no_ct", "drop_local", "held_no_neigh", "drop_no_neigh", "drop_unreachable",
 	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
 	"drop_carrier_forged", "drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side",
-	"drop_vip_unserved", "ct_syn_kept", "ct_midflow_limited",
+	"drop_vip_unserved", "ct_syn_kept", "ct_midflow_limited", "drop_bogus_source",
 }
 
 // String returns the counter's name.

@@ -68,6 +68,9 @@ func (b *Balancer) sideCheck(p *Packet) (Reason, bool) {
 	if p.Role == datapath.RoleNone {
 		return ReasonDropNoRole, false
 	}
+	if bogusSource(p.SrcAddr()) {
+		return ReasonDropBogusSource, false
+	}
 	kind := b.site.lookup(p.SrcAddr())
 	if kind&datapath.SiteGateway != 0 || b.vipAddrs[addrKey{p.Src, p.V6}] > 0 {
 		return ReasonDropSiteSource, false
@@ -142,4 +145,15 @@ func (b *Balancer) DeleteSiteSource(p netip.Prefix) error {
 		b.site.count(np, -1)
 	}
 	return nil
+}
+
+// bogusSource reports whether a is an address no client can send from (bogus_source in
+// xdp/bpf/side.h): IPv4 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 and 240.0.0.0/4;
+// IPv6 ::, ::1, ::ffff:0:0/96, fe80::/10 and ff00::/8.
+func bogusSource(a netip.Addr) bool {
+	if a.Is4() {
+		b := a.As4()
+		return b[0] == 0 || b[0] == 127 || b[0] >= 224 || (b[0] == 169 && b[1] == 254)
+	}
+	return a.IsUnspecified() || a.IsLoopback() || a.Is4In6() || a.IsLinkLocalUnicast() || a.IsMulticast()
 }
