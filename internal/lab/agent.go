@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,8 +107,13 @@ func (s *Site) startAgents() error {
 		}
 		if s.DSR() {
 			a.DSRPinPath = filepath.Join(bpffsRoot, s.dsrPinName(n))
-			// The smallest flows table (16,384 flows, 2 MiB): the default preallocates 136 MiB a node.
-			a.args = append(a.args, "--dsr-interface", "eth0", "--dsr-pin-path", a.DSRPinPath, "--dsr-flows", "16384")
+			// The smallest flows table (16,384 flows, 2 MiB) unless Options.DSRFlows says: the
+			// default preallocates 136 MiB a node.
+			flows := 16384
+			if s.Opts.DSRFlows != 0 {
+				flows = s.Opts.DSRFlows
+			}
+			a.args = append(a.args, "--dsr-interface", "eth0", "--dsr-pin-path", a.DSRPinPath, "--dsr-flows", strconv.Itoa(flows))
 		}
 		s.mu.Lock()
 		s.Agents = append(s.Agents, a)

@@ -29,9 +29,13 @@ datapath:
   seed: %d
   forwarding: %s
   clusterPrefixes: [%s]
-listen: %s
+`, s.datapathKind(g), g.PinPath, s.Opts.Seed, s.Forwarding(), strings.Join(s.clusterPrefixes(), ", "))
+	if s.Opts.NewFlowRate != 0 {
+		fmt.Fprintf(&b, "  newFlowRate: %d\n", s.Opts.NewFlowRate)
+	}
+	fmt.Fprintf(&b, `listen: %s
 log: {format: text, level: info}
-`, s.datapathKind(g), g.PinPath, s.Opts.Seed, s.Forwarding(), strings.Join(s.clusterPrefixes(), ", "), g.Listen)
+`, g.Listen)
 	if s.Opts.Mode == Kubernetes {
 		b.WriteString(s.kubeYAML(g))
 	} else {

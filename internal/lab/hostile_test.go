@@ -142,8 +142,8 @@ func macOf(t *testing.T, ns *netlab.NS, ifname string) net.HardwareAddr {
 // and gateways), and ICMP errors about flows that do not exist. Captures on every pod and on the
 // client prove that none was forwarded; each drop is on its named counter, once per packet (no
 // loop); 50 idle keep-alive connections stay on their pods and a steady request load is served
-// throughout. Not yet here (issue 19, open): the floods, spoofed SYNs on live tuples, fragments
-// and path MTU.
+// throughout. The floods, path MTU and fragments are TestFlood's; spoofed SYNs on live tuples
+// are not yet here (issue 19, open).
 func TestHostile(t *testing.T) {
 	s := NewT(t, Options{XLB: xlbBin})
 	waitHealthy(t, s, s.Pods...)

@@ -49,6 +49,7 @@ const (
 	ServiceSame    = "demo-same"  // Options.SharedServices: VIPSame4/6:PortHTTP → the pods' TargetHTTP
 	ServiceOther   = "demo-other" // Options.SharedServices: VIPOther4/6:PortOther → the pods' TargetHTTP
 	PortOther      = 8081
+	MaxBody        = 64 << 20 // the largest body a pod's /bytes/<n> sends
 	maxClients     = 9
 	maxGateways    = 9
 	maxNodes       = 30

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +20,8 @@ import (
 // Pod is a pod namespace ("eth0" to its node) with its servers, each listening on both
 // families:
 //
-//	TargetHTTP/tcp  HTTP: "/" answers WhoLine, "/healthz" answers "ok" (the gateways' health check);
+//	TargetHTTP/tcp  HTTP: "/" answers WhoLine, "/healthz" answers "ok" (the gateways' health check),
+//	                GET "/bytes/<n>" n bytes (a download), POST "/bytes/" the body's length (an upload);
 //	                the same on the ExtraHTTPPorts after it (8081-8089), for Services that must not
 //	                share a Pod port (see docs/datapath.md, Reverse NAT)
 //	TargetHTTP/udp  "who": answers every datagram with WhoLine
@@ -141,6 +144,34 @@ func (p *Pod) startServers() error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	// GET /bytes/<n>: n bytes (at most MaxBody), full-size segments from the pod to the
+	// client; POST /bytes/: the upload's length (path MTU tests).
+	mux.HandleFunc("/bytes/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost { // an upload: answer how many bytes came
+			n, err := io.Copy(io.Discard, io.LimitReader(r.Body, MaxBody+1))
+			if err != nil || n > MaxBody {
+				http.Error(w, fmt.Sprintf("upload: %d bytes read: %v", n, err), http.StatusBadRequest)
+				return
+			}
+			fmt.Fprintf(w, "%d\n", n)
+			return
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/bytes/"))
+		if err != nil || n < 0 || n > MaxBody {
+			http.Error(w, fmt.Sprintf("want /bytes/<0 to %d>", MaxBody), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		chunk := bytes.Repeat([]byte("xlb-lab!"), 8192) // 64 KiB
+		for n > 0 {
+			m := min(n, len(chunk))
+			if _, err := w.Write(chunk[:m]); err != nil {
+				return
+			}
+			n -= m
+		}
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 		remote, err := net.ResolveTCPAddr("tcp", r.RemoteAddr)

@@ -48,6 +48,14 @@ type Options struct {
 	// Datapaths is each gateway's datapath.kind, by gateway index ("xdp" or "afxdp"; missing
 	// or empty: xdp).
 	Datapaths []string
+	// NewFlowRate, when not 0, is the gateways' datapath.newFlowRate: the new-flow budget (the
+	// flood guard's conntrack and handshake inserts per second; -1: no limit). 0 keeps xlb's
+	// default.
+	NewFlowRate int
+	// DSRFlows, when not 0, is the size of each node agent's direct server return flows table
+	// (`xlb agent --dsr-flows`); 0: 16,384, the smallest (the default, 1,048,576, preallocates
+	// 136 MiB a node).
+	DSRFlows int
 	// HealthInterval is the gateways' HTTP health-check interval (default 1s; timeout half of
 	// it, rise 1, fall 2).
 	HealthInterval time.Duration
