@@ -9,7 +9,6 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/xlb-dev/xlb/internal/progrun"
 	"github.com/xlb-dev/xlb/xdp/datapath"
-	"golang.org/x/sys/unix"
 )
 
 // countEntries counts the entries of a conntrack-shaped map.
@@ -30,19 +29,7 @@ func countEntries(t *testing.T, m *ebpf.Map) int {
 func (g *gw) runOnCPU(t *testing.T, cpu int, pkt []byte, ifindex int) progrun.Result {
 	t.Helper()
 	var res progrun.Result
-	err := g.ns.Do(func() error {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		var old, one unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			return err
-		}
-		one.Set(cpu)
-		if err := unix.SchedSetaffinity(0, &one); err != nil {
-			return err
-		}
-		defer unix.SchedSetaffinity(0, &old)
-		var err error
+	err := g.doOn(cpu, func() (err error) {
 		res, err = progrun.XDP(g.dp.Program(), pkt, ifindex, 1)
 		return err
 	})

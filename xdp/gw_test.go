@@ -122,13 +122,19 @@ func newGW(t testing.TB, opts Options) *gw {
 
 // do runs fn in the gateway namespace on one CPU, so that per-CPU caches and counters behave
 // deterministically (as under steady traffic on one receive queue).
-func (g *gw) do(fn func() error) error {
+func (g *gw) do(fn func() error) error { return g.doOn(-1, fn) }
+
+// doOn runs fn in the gateway's namespace on CPU cpu (-1: the last CPU the thread may use).
+func (g *gw) doOn(cpu int, fn func() error) error {
 	return g.ns.Do(func() error {
 		var old, one unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &old); err != nil {
 			return err
 		}
-		one.Set(lastCPU(old))
+		if cpu < 0 {
+			cpu = lastCPU(old)
+		}
+		one.Set(cpu)
 		if err := unix.SchedSetaffinity(0, &one); err != nil {
 			return err
 		}

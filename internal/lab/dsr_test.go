@@ -52,15 +52,7 @@ func towardGateways(t *testing.T, s *Site) []uint64 {
 // reasons returns counter reason of every gateway's datapath.
 func reasons(t *testing.T, s *Site, reason string) []float64 {
 	t.Helper()
-	out := make([]float64, len(s.Gateways))
-	for i, g := range s.Gateways {
-		m, err := g.Metrics()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = m.Sum("xlb_datapath_packets_total", "reason", reason)
-	}
-	return out
+	return gatewaySums(t, s, "xlb_datapath_packets_total", "reason", reason)
 }
 
 // nodeCounter sums counter name of every node's side of DSR.

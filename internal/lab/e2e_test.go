@@ -139,13 +139,20 @@ func (cs *connSet) checkRound(t *testing.T, when string) {
 // vipPackets returns, per gateway, the packets its datapath forwarded to every VIP frontend.
 func vipPackets(t *testing.T, s *Site) []float64 {
 	t.Helper()
+	return gatewaySums(t, s, "xlb_vip_packets_total")
+}
+
+// gatewaySums returns, per gateway, the sum of metric's series whose labels match labels (name,
+// value pairs).
+func gatewaySums(t *testing.T, s *Site, metric string, labels ...string) []float64 {
+	t.Helper()
 	out := make([]float64, len(s.Gateways))
 	for i, g := range s.Gateways {
 		m, err := g.Metrics()
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i] = m.Sum("xlb_vip_packets_total")
+		out[i] = m.Sum(metric, labels...)
 	}
 	return out
 }

@@ -191,15 +191,7 @@ func sumMatching(m map[string]float64, match func(string) bool) float64 {
 // newFlowsPerGateway is, per gateway, xlb_vip_new_flows_total summed over every frontend.
 func newFlowsPerGateway(t *testing.T, s *Site) []float64 {
 	t.Helper()
-	out := make([]float64, len(s.Gateways))
-	for i, g := range s.Gateways {
-		m, err := g.Metrics()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = m.Sum("xlb_vip_new_flows_total")
-	}
-	return out
+	return gatewaySums(t, s, "xlb_vip_new_flows_total")
 }
 
 // getOnce sends one request to dst on a new connection (closed after) and returns the answer.
@@ -460,15 +452,7 @@ func testFloods(t *testing.T, s *Site, atk attacker) {
 // conntrackEntries is each gateway's xlb_conntrack_entries.
 func conntrackEntries(t *testing.T, s *Site) []float64 {
 	t.Helper()
-	out := make([]float64, len(s.Gateways))
-	for i, g := range s.Gateways {
-		m, err := g.Metrics()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = m.Sum("xlb_conntrack_entries")
-	}
-	return out
+	return gatewaySums(t, s, "xlb_conntrack_entries")
 }
 
 // setMTU sets the MTU of each link (namespace, interface) and restores 1500 when the test
