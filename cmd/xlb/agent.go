@@ -39,6 +39,8 @@ type agentOptions struct {
 	dsrIfaces    nameList // the uplinks direct server return attaches to ("" = DSR off)
 	dsrPinPath   string   // bpffs directory of the DSR pins; "" = nothing pinned
 	dsrFlows     int      // size of the DSR flows LRU (dsr.Options.Flows)
+	dsrTCPPickup int      // DSR's TCP pickup budget a second (dsr.Options.TCPPickupBudget)
+	dsrUDPNew    int      // DSR's new UDP flow budget a second (dsr.Options.UDPNewBudget)
 	dsrHairpin   bool     // the reply rewriter on the interfaces toward the node's Pods too
 	class        string   // the gateways' loadBalancerClass
 	defaultClass bool     // the gateways' defaultClass
@@ -117,6 +119,8 @@ func agentFlags(fs *flag.FlagSet, o *agentOptions) {
 	fs.Var(&o.dsrIfaces, "dsr-interface", "the node's uplink `name` where the gateways' packets arrive: direct server return's programs attach to it both ways (repeat, or separate with commas, for several; none: DSR off)")
 	fs.StringVar(&o.dsrPinPath, "dsr-pin-path", dsr.DefaultPinPath, "bpffs `directory` of direct server return's pins (\"\" pins nothing: DSR stops with the agent)")
 	fs.IntVar(&o.dsrFlows, "dsr-flows", dsr.DefaultFlows, fmt.Sprintf("`entries` of direct server return's flows LRU (flows whose replies are rewritten; ~136 bytes each, preallocated: %d to %d)", dsr.MinFlows, dsr.MaxFlows))
+	fs.IntVar(&o.dsrTCPPickup, "dsr-tcp-pickup-budget", dsr.DefaultTCPPickupBudget, fmt.Sprintf("TCP `flows` a second a carried packet other than a SYN may add to direct server return's flows LRU when the node knows nothing of it (a node that lost its state, forged ACKs); over it the packet is delivered, its replies not rewritten (1 to %d)", dsr.MaxBudget))
+	fs.IntVar(&o.dsrUDPNew, "dsr-udp-new-budget", dsr.DefaultUDPNewBudget, fmt.Sprintf("new UDP `flows` a second carried datagrams may add to direct server return's flows LRU; over it the datagram is delivered, its replies not rewritten (1 to %d)", dsr.MaxBudget))
 	fs.BoolVar(&o.dsrHairpin, "dsr-hairpin", true, "also rewrite replies on the interfaces toward the node's Pods (a client Pod whose VIP connection went to a Pod on its own node)")
 	fs.StringVar(&o.class, "class", kube.DefaultClass, "the gateways' loadBalancerClass: direct server return serves their LoadBalancer Services")
 	fs.BoolVar(&o.defaultClass, "default-class", false, "direct server return also serves LoadBalancer Services without a class (the gateways' kubernetes.defaultClass)")
@@ -230,7 +234,8 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 		ao.Client, ao.Datapath = client, sock
 	}
 	if dsrOn {
-		d, err := dsr.Load(dsr.Options{PinPath: opts.dsrPinPath, Flows: opts.dsrFlows})
+		d, err := dsr.Load(dsr.Options{PinPath: opts.dsrPinPath, Flows: opts.dsrFlows,
+			TCPPickupBudget: opts.dsrTCPPickup, UDPNewBudget: opts.dsrUDPNew})
 		if err != nil {
 			if sock != nil {
 				closeAll(ln, sock)

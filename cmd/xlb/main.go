@@ -68,9 +68,11 @@ const usage = `usage:
   xlb agent [--node NAME] [--kubeconfig FILE] [--cgroup DIR] [--listen ADDR]
             [--pin-path DIR] [--cleanup-on-exit] [--netns-dir DIR] [--max-sockets N]
             [--dsr-interface NAME[,NAME]] [--dsr-pin-path DIR] [--dsr-flows N]
+            [--dsr-tcp-pickup-budget N] [--dsr-udp-new-budget N]
             [--dsr-hairpin=false] [--class CLASS] [--default-class]
   xlb agent --config FILE --node NAME --dsr-interface NAME [--dsr-pin-path DIR]
-            [--dsr-flows N] [--dsr-hairpin=false] [--listen ADDR] [--cleanup-on-exit]
+            [--dsr-flows N] [--dsr-tcp-pickup-budget N] [--dsr-udp-new-budget N]
+            [--dsr-hairpin=false] [--listen ADDR] [--cleanup-on-exit]
       Run the node agent (one per node, e.g. as a DaemonSet): connections from the node's
       processes and Pods to a Service's cluster IP go straight to one of its endpoints
       (default NAME: $NODE_NAME; default cgroup: the cgroup v2 root; /metrics and /healthz on
@@ -85,8 +87,11 @@ const usage = `usage:
       LoadBalancer Services of CLASS (default xlb.dev/xdp), their replies given the VIP (also
       on the interfaces toward the node's Pods, unless --dsr-hairpin=false), and the Node
       annotated xlb.dev/dsr=v1 for the gateways. Pinned in /sys/fs/bpf/xlb-dsr (flows LRU of N
-      entries, default 1048576, ~136 MiB), left serving at exit like the socket load balancer;
-      --cleanup-on-exit withdraws the annotation, then detaches it.
+      entries, default 1048576, ~136 MiB, and a half-open LRU of N/16), left serving at exit
+      like the socket load balancer; --cleanup-on-exit withdraws the annotation, then detaches
+      it. Carried packets of flows the node does not know, other than TCP SYNs, are recorded
+      within the budgets a second (default 8192 TCP, 65536 UDP; over them delivered, their
+      replies not rewritten).
       With --config FILE (the gateways' YAML file) the agent runs in file mode: direct server
       return only, for the backends of FILE on node NAME whose dsr is true; no apiserver, no
       socket load balancer; SIGHUP reloads FILE (an invalid one is logged, the last pairs

@@ -50,7 +50,7 @@ func newCollector(a *agent) *collector {
 			"Services with an address or frontend the agent does not balance, by reason (their Warning Event's): ExternalIPRefused (an external IP inside a service CIDR or outside --external-ip-allow), LoadBalancerIPRefused (a load-balancer address inside a service CIDR), FrontendConflict (a frontend that is another Service's: its cluster IP, or claimed by an older Service).",
 			[]string{"reason"}, nil),
 		dsrPackets: prometheus.NewDesc("xlb_agent_dsr_packets_total",
-			"Packets the node side of direct server return acted on, by counter (docs/dsr.md, Counters): carrier_accepted, carrier_frag_stripped, reply_rewritten, reply_frag_rewritten, icmp_rewritten, reply_expired, record_failed and the drop_* reasons.", []string{"counter"}, nil),
+			"Packets the node side of direct server return acted on, by counter (docs/dsr.md, Counters): carrier_accepted, carrier_frag_stripped, reply_rewritten, reply_frag_rewritten, icmp_rewritten, reply_expired, record_failed, tcp_pickup_over_budget and udp_new_over_budget (flows not recorded: the node's flood budgets) and the drop_* reasons.", []string{"counter"}, nil),
 		dsrPairs: prometheus.NewDesc("xlb_agent_dsr_pairs",
 			"{frontend, local endpoint} pairs the node accepts carriers for.", nil, nil),
 		dsrInterfaces: prometheus.NewDesc("xlb_agent_dsr_interfaces",

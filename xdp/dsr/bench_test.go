@@ -75,7 +75,7 @@ func withClient(f []byte, i int, srcOff, portOff int) []byte {
 }
 
 // BenchmarkCarriedNewFlow: the carried SYN of a new flow (a client port not seen before):
-// the option walk, the services lookup, removing the carrier, inserting into flows.
+// the option walk, the services lookup, removing the carrier, inserting into half_open.
 func BenchmarkCarriedNewFlow(b *testing.B) {
 	d := benchDP(b)
 	f := pk{Src: ap(client4, 1), Dst: ap(pod4, 8080), Proto: layers.IPProtocolTCP, Flags: "S", Carrier: ap(vip4, 80)}.bytes(b)
@@ -83,7 +83,7 @@ func BenchmarkCarriedNewFlow(b *testing.B) {
 }
 
 // BenchmarkCarriedKnownFlow: a carried packet of a flow recorded already (a SYN
-// retransmitted, a flow moved between gateways): as above, the flows entry refreshed.
+// retransmitted): as above, the half_open entry refreshed.
 func BenchmarkCarriedKnownFlow(b *testing.B) {
 	d := benchDP(b)
 	f := pk{Src: ap(client4, 1), Dst: ap(pod4, 8080), Proto: layers.IPProtocolTCP, Flags: "S", Carrier: ap(vip4, 80)}.bytes(b)

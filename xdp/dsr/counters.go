@@ -24,6 +24,8 @@ var counterNames = [...]string{
 	"icmp_rewritten",           // ICMP error about a recorded flow given the VIP
 	"drop_udp6_zero_csum",      // IPv6 UDP reply with checksum 0 (invalid)
 	"drop_rewrite_failed",      // a rewrite failed half-way: dropped rather than sent half done
+	"tcp_pickup_over_budget",   // carried non-SYN TCP packet of no known flow over Options.TCPPickupBudget: passed, not recorded
+	"udp_new_over_budget",      // carried UDP datagram of a new flow over Options.UDPNewBudget: passed, not recorded
 }
 
 // CounterNames returns the names Counters uses, in the programs' order.

@@ -45,6 +45,28 @@ const (
 	MaxFlows = 1 << 24
 )
 
+// MinHalfOpen is the least size of the half_open LRU (the TCP flows between their carried SYN
+// and the handshake's ACK), which Load sizes at Options.Flows / 16, at least this (the floor
+// of MinFlows, for the same per-CPU free lists).
+const MinHalfOpen = MinFlows
+
+// halfOpenSize is the half_open LRU's size for a flows LRU of flows entries.
+func halfOpenSize(flows int) int { return max(flows/16, MinHalfOpen) }
+
+// DefaultTCPPickupBudget and DefaultUDPNewBudget are Options.TCPPickupBudget's and
+// Options.UDPNewBudget's defaults, flows a second over all CPUs. TCP pickups are rare in normal
+// operation (a node that lost its state, a flow a gateway picked up mid-way after ECMP moved
+// it): a SYN flood's handshakes come through half_open instead, and 8,192 a second refills a
+// node's lost table fast enough while a forged-ACK flood of distinct tuples cannot evict more
+// than that many idle flows a second. UDP has no handshake: every new flow costs budget, so
+// its budget is the larger.
+const (
+	DefaultTCPPickupBudget = 8192
+	DefaultUDPNewBudget    = 65536
+	// MaxBudget bounds both budgets.
+	MaxBudget = 1 << 24
+)
+
 // Options configure Load.
 type Options struct {
 	// PinPath is a bpffs directory for the maps and links. With one, attached programs stay
@@ -54,7 +76,8 @@ type Options struct {
 	PinPath string
 	// Flows sizes the flows LRU: how many flows' replies can be rewritten at once, the least
 	// recently used dropping out. 0 means DefaultFlows; MinFlows to MaxFlows. Pinned flows of
-	// another size are copied into a map of the new size.
+	// another size are copied into a map of the new size. The half_open LRU (TCP flows
+	// between SYN and ACK) gets Flows / 16 entries, at least MinHalfOpen.
 	Flows int
 	// TCPTimeout and UDPTimeout are the flows' idle timeouts: a flow whose replies and carried
 	// packets stopped for longer is no longer rewritten (until a carried packet records it
@@ -62,6 +85,16 @@ type Options struct {
 	// datapath.DefaultUDPTimeout); at least datapath.MinTimeout (entries are refreshed once a
 	// second).
 	TCPTimeout, UDPTimeout time.Duration
+	// TCPPickupBudget is how many TCP flows a second (over all CPUs) a carried packet other
+	// than a SYN may add to flows when neither flows nor half_open knows it (a node that lost
+	// its state, or a forged ACK); over it the packet is delivered and its flow not recorded
+	// (counter tcp_pickup_over_budget). 0 means DefaultTCPPickupBudget; 1 to MaxBudget.
+	TCPPickupBudget int
+	// UDPNewBudget is how many UDP flows a second (over all CPUs) carried datagrams may add to
+	// flows; over it the datagram is delivered and its flow not recorded (counter
+	// udp_new_over_budget). Refreshing a recorded flow takes no budget. 0 means
+	// DefaultUDPNewBudget; 1 to MaxBudget.
+	UDPNewBudget int
 }
 
 // withDefaults returns o with its zero fields set, or says what is wrong with it.
@@ -77,6 +110,20 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.UDPTimeout == 0 {
 		o.UDPTimeout = datapath.DefaultUDPTimeout
+	}
+	if o.TCPPickupBudget == 0 {
+		o.TCPPickupBudget = DefaultTCPPickupBudget
+	}
+	if o.UDPNewBudget == 0 {
+		o.UDPNewBudget = DefaultUDPNewBudget
+	}
+	for _, b := range []struct {
+		name string
+		v    int
+	}{{"TCP pickup", o.TCPPickupBudget}, {"UDP new-flow", o.UDPNewBudget}} {
+		if b.v < 1 || b.v > MaxBudget {
+			return o, fmt.Errorf("dsr: %s budget %d a second: want 1 to %d: %w", b.name, b.v, MaxBudget, datapath.ErrOutOfRange)
+		}
 	}
 	for _, t := range []struct {
 		name string
@@ -117,7 +164,13 @@ func Load(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("dsr: %w", err)
 	}
 	spec.Maps["flows"].MaxEntries = uint32(opts.Flows)
-	for name, v := range map[string]uint64{"cfg_tcp_ns": uint64(opts.TCPTimeout), "cfg_udp_ns": uint64(opts.UDPTimeout)} {
+	spec.Maps["half_open"].MaxEntries = uint32(halfOpenSize(opts.Flows))
+	for name, v := range map[string]any{
+		"cfg_tcp_ns":     uint64(opts.TCPTimeout),
+		"cfg_udp_ns":     uint64(opts.UDPTimeout),
+		"cfg_tcp_pickup": uint32(opts.TCPPickupBudget),
+		"cfg_udp_new":    uint32(opts.UDPNewBudget),
+	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("dsr: set %s: %w", name, err)
 		}

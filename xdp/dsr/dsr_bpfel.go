@@ -13,25 +13,33 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type dsrBudget struct {
+	_     structs.HostLayout
+	Start uint64
+	Count uint64
+}
+
 type dsrDsrStat uint32
 
 const (
-	dsrDsrStatSTAT_CARRIER_ACCEPTED      dsrDsrStat = 0
-	dsrDsrStatSTAT_CARRIER_FRAG_STRIPPED dsrDsrStat = 1
-	dsrDsrStatSTAT_DROP_NOT_ALLOWED      dsrDsrStat = 2
-	dsrDsrStatSTAT_DROP_MALFORMED        dsrDsrStat = 3
-	dsrDsrStatSTAT_DROP_OPTIONS          dsrDsrStat = 4
-	dsrDsrStatSTAT_DROP_TRUNCATED        dsrDsrStat = 5
-	dsrDsrStatSTAT_DROP_NOT_L4           dsrDsrStat = 6
-	dsrDsrStatSTAT_DROP_STRIP_FAILED     dsrDsrStat = 7
-	dsrDsrStatSTAT_RECORD_FAILED         dsrDsrStat = 8
-	dsrDsrStatSTAT_REPLY_REWRITTEN       dsrDsrStat = 9
-	dsrDsrStatSTAT_REPLY_EXPIRED         dsrDsrStat = 10
-	dsrDsrStatSTAT_FRAG_REWRITTEN        dsrDsrStat = 11
-	dsrDsrStatSTAT_ICMP_REWRITTEN        dsrDsrStat = 12
-	dsrDsrStatSTAT_DROP_UDP6ZERO_CSUM    dsrDsrStat = 13
-	dsrDsrStatSTAT_DROP_REWRITE_FAILED   dsrDsrStat = 14
-	dsrDsrStatSTAT_MAX                   dsrDsrStat = 15
+	dsrDsrStatSTAT_CARRIER_ACCEPTED       dsrDsrStat = 0
+	dsrDsrStatSTAT_CARRIER_FRAG_STRIPPED  dsrDsrStat = 1
+	dsrDsrStatSTAT_DROP_NOT_ALLOWED       dsrDsrStat = 2
+	dsrDsrStatSTAT_DROP_MALFORMED         dsrDsrStat = 3
+	dsrDsrStatSTAT_DROP_OPTIONS           dsrDsrStat = 4
+	dsrDsrStatSTAT_DROP_TRUNCATED         dsrDsrStat = 5
+	dsrDsrStatSTAT_DROP_NOT_L4            dsrDsrStat = 6
+	dsrDsrStatSTAT_DROP_STRIP_FAILED      dsrDsrStat = 7
+	dsrDsrStatSTAT_RECORD_FAILED          dsrDsrStat = 8
+	dsrDsrStatSTAT_REPLY_REWRITTEN        dsrDsrStat = 9
+	dsrDsrStatSTAT_REPLY_EXPIRED          dsrDsrStat = 10
+	dsrDsrStatSTAT_FRAG_REWRITTEN         dsrDsrStat = 11
+	dsrDsrStatSTAT_ICMP_REWRITTEN         dsrDsrStat = 12
+	dsrDsrStatSTAT_DROP_UDP6ZERO_CSUM     dsrDsrStat = 13
+	dsrDsrStatSTAT_DROP_REWRITE_FAILED    dsrDsrStat = 14
+	dsrDsrStatSTAT_TCP_PICKUP_OVER_BUDGET dsrDsrStat = 15
+	dsrDsrStatSTAT_UDP_NEW_OVER_BUDGET    dsrDsrStat = 16
+	dsrDsrStatSTAT_MAX                    dsrDsrStat = 17
 )
 
 type dsrDsrSvcKey struct {
@@ -112,15 +120,19 @@ type dsrFragValue struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	dsrMapEpFilter    = "ep_filter"
-	dsrMapFlows       = "flows"
-	dsrMapFrags       = "frags"
-	dsrMapServices    = "services"
-	dsrMapStats       = "stats"
-	dsrProgDsrEgress  = "dsr_egress"
-	dsrProgDsrIngress = "dsr_ingress"
-	dsrVarCfgTcpNs    = "cfg_tcp_ns"
-	dsrVarCfgUdpNs    = "cfg_udp_ns"
+	dsrMapBudgets      = "budgets"
+	dsrMapEpFilter     = "ep_filter"
+	dsrMapFlows        = "flows"
+	dsrMapFrags        = "frags"
+	dsrMapHalfOpen     = "half_open"
+	dsrMapServices     = "services"
+	dsrMapStats        = "stats"
+	dsrProgDsrEgress   = "dsr_egress"
+	dsrProgDsrIngress  = "dsr_ingress"
+	dsrVarCfgTcpNs     = "cfg_tcp_ns"
+	dsrVarCfgTcpPickup = "cfg_tcp_pickup"
+	dsrVarCfgUdpNew    = "cfg_udp_new"
+	dsrVarCfgUdpNs     = "cfg_udp_ns"
 )
 
 // loadDsr returns the embedded CollectionSpec for dsr.
@@ -173,9 +185,11 @@ type dsrProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dsrMapSpecs struct {
+	Budgets  *ebpf.MapSpec `ebpf:"budgets"`
 	EpFilter *ebpf.MapSpec `ebpf:"ep_filter"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
 	Frags    *ebpf.MapSpec `ebpf:"frags"`
+	HalfOpen *ebpf.MapSpec `ebpf:"half_open"`
 	Services *ebpf.MapSpec `ebpf:"services"`
 	Stats    *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -184,8 +198,10 @@ type dsrMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dsrVariableSpecs struct {
-	CfgTcpNs *ebpf.VariableSpec `ebpf:"cfg_tcp_ns"`
-	CfgUdpNs *ebpf.VariableSpec `ebpf:"cfg_udp_ns"`
+	CfgTcpNs     *ebpf.VariableSpec `ebpf:"cfg_tcp_ns"`
+	CfgTcpPickup *ebpf.VariableSpec `ebpf:"cfg_tcp_pickup"`
+	CfgUdpNew    *ebpf.VariableSpec `ebpf:"cfg_udp_new"`
+	CfgUdpNs     *ebpf.VariableSpec `ebpf:"cfg_udp_ns"`
 }
 
 // dsrObjects contains all objects after they have been loaded into the kernel.
@@ -208,18 +224,22 @@ func (o *dsrObjects) Close() error {
 //
 // It can be passed to loadDsrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dsrMaps struct {
+	Budgets  *ebpf.Map `ebpf:"budgets"`
 	EpFilter *ebpf.Map `ebpf:"ep_filter"`
 	Flows    *ebpf.Map `ebpf:"flows"`
 	Frags    *ebpf.Map `ebpf:"frags"`
+	HalfOpen *ebpf.Map `ebpf:"half_open"`
 	Services *ebpf.Map `ebpf:"services"`
 	Stats    *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *dsrMaps) Close() error {
 	return _DsrClose(
+		m.Budgets,
 		m.EpFilter,
 		m.Flows,
 		m.Frags,
+		m.HalfOpen,
 		m.Services,
 		m.Stats,
 	)
@@ -229,8 +249,10 @@ func (m *dsrMaps) Close() error {
 //
 // It can be passed to loadDsrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dsrVariables struct {
-	CfgTcpNs *ebpf.Variable `ebpf:"cfg_tcp_ns"`
-	CfgUdpNs *ebpf.Variable `ebpf:"cfg_udp_ns"`
+	CfgTcpNs     *ebpf.Variable `ebpf:"cfg_tcp_ns"`
+	CfgTcpPickup *ebpf.Variable `ebpf:"cfg_tcp_pickup"`
+	CfgUdpNew    *ebpf.Variable `ebpf:"cfg_udp_new"`
+	CfgUdpNs     *ebpf.Variable `ebpf:"cfg_udp_ns"`
 }
 
 // dsrPrograms contains all programs after they have been loaded into the kernel.

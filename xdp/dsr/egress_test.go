@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
@@ -90,19 +91,21 @@ func TestIdleTimeout(t *testing.T) {
 	checkCounters(t, d, "", map[string]uint64{"carrier_accepted": 3, "reply_rewritten": 2, "reply_expired": 3})
 }
 
-// age makes every flow look idle for idle more.
+// age makes every flow, half-open ones included, look idle for idle more.
 func age(t *testing.T, d *Datapath, idle time.Duration) {
 	t.Helper()
-	var k dsrFlowKey
-	var v dsrFlowValue
-	var keys []dsrFlowKey
-	var vals []dsrFlowValue
-	for it := d.objs.Flows.Iterate(); it.Next(&k, &v); {
-		v.SeenNs -= uint64(idle)
-		keys, vals = append(keys, k), append(vals, v)
-	}
-	for i := range keys {
-		must(t, d.objs.Flows.Put(&keys[i], &vals[i]))
+	for _, m := range []*ebpf.Map{d.objs.Flows, d.objs.HalfOpen} {
+		var k dsrFlowKey
+		var v dsrFlowValue
+		var keys []dsrFlowKey
+		var vals []dsrFlowValue
+		for it := m.Iterate(); it.Next(&k, &v); {
+			v.SeenNs -= uint64(idle)
+			keys, vals = append(keys, k), append(vals, v)
+		}
+		for i := range keys {
+			must(t, m.Put(&keys[i], &vals[i]))
+		}
 	}
 }
 
@@ -132,7 +135,7 @@ func TestHeaderMatchesGo(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^#define\s+(\w+)\s+(\w+)`).FindAllStringSubmatch(string(src), -1) {
 		defs[m[1]] = m[2]
 	}
-	for name, want := range map[string]int{"MAX_DSR_SERVICES": MaxServices, "DEFAULT_FLOWS": DefaultFlows, "EP_FILTER_LOG2": epFilterLog2} {
+	for name, want := range map[string]int{"MAX_DSR_SERVICES": MaxServices, "DEFAULT_FLOWS": DefaultFlows, "DEFAULT_HALF_OPEN": halfOpenSize(DefaultFlows), "EP_FILTER_LOG2": epFilterLog2} {
 		if defs[name] != strconv.Itoa(want) {
 			t.Errorf("bpf/maps.h: %s = %q, Go says %d", name, defs[name], want)
 		}

@@ -24,36 +24,48 @@ type Flow struct {
 	// Idle is how long ago the flow last had a carried packet or a reply (refreshed at most
 	// once a second). Past Options' timeout its replies are no longer rewritten.
 	Idle time.Duration
+	// HalfOpen marks a TCP flow of which the node saw the carried SYN and not yet the
+	// handshake's ACK (it is in the half_open table, not in flows; docs/dsr.md).
+	HalfOpen bool
 }
 
-// Flows returns the recorded flows, sorted by Pod, client and protocol. The LRU may hold flows
-// long idle (they go when room is needed).
-func (d *Datapath) Flows() ([]Flow, error) { return readFlows(d.objs.Flows) }
+// Flows returns the recorded flows, half-open ones included (HalfOpen), sorted by Pod, client,
+// protocol and half-openness. The LRUs may hold flows long idle (they go when room is needed).
+func (d *Datapath) Flows() ([]Flow, error) { return readFlows(d.objs.Flows, d.objs.HalfOpen) }
 
-// readFlows reads and sorts flows.
-func readFlows(m *ebpf.Map) ([]Flow, error) {
+// readFlows reads and sorts the flows of flows and, when not nil, half-open.
+func readFlows(flows, halfOpen *ebpf.Map) ([]Flow, error) {
 	now, err := coarseNow()
 	if err != nil {
 		return nil, err
 	}
 	var out []Flow
-	var k dsrFlowKey
-	var v dsrFlowValue
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		f := Flow{
-			Pod:    netip.AddrPortFrom(datapath.AddrFromWire(k.Pod.W, k.Family), datapath.WirePort(k.PodPort)),
-			Client: netip.AddrPortFrom(datapath.AddrFromWire(k.Client.W, k.Family), datapath.WirePort(k.ClientPort)),
-			Proto:  datapath.Protocol(k.Proto),
-			VIP:    netip.AddrPortFrom(datapath.AddrFromWire(v.Vip.W, k.Family), datapath.WirePort(v.VipPort)),
+	for _, t := range []struct {
+		m    *ebpf.Map
+		half bool
+	}{{flows, false}, {halfOpen, true}} {
+		if t.m == nil {
+			continue
 		}
-		if now > v.SeenNs {
-			f.Idle = time.Duration(now - v.SeenNs)
+		var k dsrFlowKey
+		var v dsrFlowValue
+		it := t.m.Iterate()
+		for it.Next(&k, &v) {
+			f := Flow{
+				Pod:      netip.AddrPortFrom(datapath.AddrFromWire(k.Pod.W, k.Family), datapath.WirePort(k.PodPort)),
+				Client:   netip.AddrPortFrom(datapath.AddrFromWire(k.Client.W, k.Family), datapath.WirePort(k.ClientPort)),
+				Proto:    datapath.Protocol(k.Proto),
+				VIP:      netip.AddrPortFrom(datapath.AddrFromWire(v.Vip.W, k.Family), datapath.WirePort(v.VipPort)),
+				HalfOpen: t.half,
+			}
+			if now > v.SeenNs {
+				f.Idle = time.Duration(now - v.SeenNs)
+			}
+			out = append(out, f)
 		}
-		out = append(out, f)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("dsr: read flows: %w", err)
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("dsr: read flows (half-open: %t): %w", t.half, err)
+		}
 	}
 	slices.SortFunc(out, func(a, b Flow) int {
 		if c := a.Pod.Compare(b.Pod); c != 0 {
@@ -62,7 +74,16 @@ func readFlows(m *ebpf.Map) ([]Flow, error) {
 		if c := a.Client.Compare(b.Client); c != 0 {
 			return c
 		}
-		return int(a.Proto) - int(b.Proto)
+		if c := int(a.Proto) - int(b.Proto); c != 0 {
+			return c
+		}
+		if a.HalfOpen == b.HalfOpen {
+			return 0
+		}
+		if a.HalfOpen {
+			return 1
+		}
+		return -1
 	})
 	return out, nil
 }

@@ -16,7 +16,7 @@ import (
 type Pinned struct {
 	// Services are the allowed {frontend, endpoint} pairs, sorted by frontend and endpoint.
 	Services []datapath.DSRService
-	// Flows are the recorded flows (Datapath.Flows).
+	// Flows are the recorded flows, half-open ones included (Datapath.Flows).
 	Flows []Flow
 	// Counters are the programs' counters by name (Datapath.Counters).
 	Counters map[string]uint64
@@ -46,6 +46,12 @@ func ReadPinned(dir string) (Pinned, error) {
 		}
 		maps[name] = m
 	}
+	// half_open is optional: pins of a build before it have none.
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, mapPrefix+"half_open"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+		maps["half_open"] = m
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return Pinned{}, fmt.Errorf("dsr: open pinned map %s: %w", filepath.Join(dir, mapPrefix+"half_open"), err)
+	}
 	spec, err := loadDsr()
 	if err != nil {
 		return Pinned{}, fmt.Errorf("dsr: %w", err)
@@ -73,7 +79,7 @@ func ReadPinned(dir string) (Pinned, error) {
 		}
 		return a.Endpoint.Compare(b.Endpoint)
 	})
-	if p.Flows, err = readFlows(maps["flows"]); err != nil {
+	if p.Flows, err = readFlows(maps["flows"], maps["half_open"]); err != nil {
 		return Pinned{}, err
 	}
 	if p.Counters, err = readCounters(maps["stats"]); err != nil {

@@ -15,13 +15,13 @@ import (
 // Pin names inside a pin directory: "map_" + a map's name, link pins (attachment.pinName).
 const mapPrefix = "map_"
 
-// mapNames are the maps that are pinned.
-var mapNames = []string{"services", "flows", "frags", "stats", "ep_filter"}
+// mapNames are the maps that are pinned (budgets is not: a restart starts a fresh window).
+var mapNames = []string{"services", "flows", "half_open", "frags", "stats", "ep_filter"}
 
 // pinnedMap returns d's map of that name.
 func (d *Datapath) pinnedMap(name string) *ebpf.Map {
 	m := &d.objs.dsrMaps
-	return map[string]*ebpf.Map{"services": m.Services, "flows": m.Flows, "frags": m.Frags, "stats": m.Stats, "ep_filter": m.EpFilter}[name]
+	return map[string]*ebpf.Map{"services": m.Services, "flows": m.Flows, "half_open": m.HalfOpen, "frags": m.Frags, "stats": m.Stats, "ep_filter": m.EpFilter}[name]
 }
 
 // lock creates the pin directory and takes its lock, so that two agents on one node (a rolling
@@ -68,13 +68,13 @@ func (d *Datapath) loadPinned(spec *ebpf.CollectionSpec) error {
 		}
 		ms := spec.Maps[name]
 		if err := ms.Compatible(m); err != nil {
-			if name == "flows" && m.Type() == ms.Type && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize {
-				nm, n, err := resize(m, ms)
+			if (name == "flows" || name == "half_open") && m.Type() == ms.Type && m.KeySize() == ms.KeySize && m.ValueSize() == ms.ValueSize {
+				nm, n, err := resize(name, m, ms)
 				m.Close()
 				if err != nil {
 					return err
 				}
-				notes = append(notes, fmt.Errorf("flows resized to %d entries, %d flows copied", ms.MaxEntries, n))
+				notes = append(notes, fmt.Errorf("%s resized to %d entries, %d flows copied", name, ms.MaxEntries, n))
 				repl[name] = nm
 			} else {
 				m.Close()
@@ -105,13 +105,14 @@ func (d *Datapath) loadPinned(spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
-// resize returns a new map of spec ms holding old's entries (the LRU keeps the last ones
-// written when it is smaller), and how many it copied. Entries the old programs write while it
-// copies are lost: at worst the replies of flows that began in that instant go out unrewritten.
-func resize(old *ebpf.Map, ms *ebpf.MapSpec) (*ebpf.Map, int, error) {
+// resize returns a new map of spec ms holding the entries of old, the pinned map name (flows
+// or half_open: the same key and value), the LRU keeping the last ones written when it is
+// smaller, and how many it copied. Entries the old programs write while it copies are lost: at
+// worst the replies of flows that began in that instant go out unrewritten.
+func resize(name string, old *ebpf.Map, ms *ebpf.MapSpec) (*ebpf.Map, int, error) {
 	nm, err := ebpf.NewMap(ms)
 	if err != nil {
-		return nil, 0, fmt.Errorf("dsr: create flows of %d entries: %w", ms.MaxEntries, err)
+		return nil, 0, fmt.Errorf("dsr: create %s of %d entries: %w", name, ms.MaxEntries, err)
 	}
 	var k dsrFlowKey
 	var v dsrFlowValue
@@ -120,13 +121,13 @@ func resize(old *ebpf.Map, ms *ebpf.MapSpec) (*ebpf.Map, int, error) {
 	for it.Next(&k, &v) {
 		if err := nm.Put(&k, &v); err != nil {
 			nm.Close()
-			return nil, 0, fmt.Errorf("dsr: copy flows into the resized map: %w", err)
+			return nil, 0, fmt.Errorf("dsr: copy %s into the resized map: %w", name, err)
 		}
 		n++
 	}
 	if err := it.Err(); err != nil {
 		nm.Close()
-		return nil, 0, fmt.Errorf("dsr: read pinned flows: %w", err)
+		return nil, 0, fmt.Errorf("dsr: read pinned %s: %w", name, err)
 	}
 	return nm, n, nil
 }
@@ -190,16 +191,16 @@ func attachedTo(l link.Link, a attachment, ifindex int) bool {
 }
 
 // HasPins reports whether dir holds pins of direct server return's node side: a link pin of a
-// direction, or a map pin only it makes (flows, frags, ep_filter). Its services and stats maps
-// are pinned under the same names as the socket load balancer's (xdp/socklb): those alone do
-// not tell the two apart.
+// direction, or a map pin only it makes (flows, half_open, frags, ep_filter). Its services and
+// stats maps are pinned under the same names as the socket load balancer's (xdp/socklb): those
+// alone do not tell the two apart.
 func HasPins(dir string) bool {
 	for _, n := range pinFiles(dir) {
 		if strings.HasPrefix(n, linkPrefix) {
 			return true // pinFiles lists only the link pins of a direction
 		}
 		switch strings.TrimPrefix(n, mapPrefix) {
-		case "flows", "frags", "ep_filter":
+		case "flows", "half_open", "frags", "ep_filter":
 			return true
 		}
 	}

@@ -28,15 +28,26 @@ func TestRestartAdoptsPins(t *testing.T) {
 
 	vip, pod, cl := ap(vip4, 80), ap(pod4, 8080), ap(client4, 40000)
 	fwd := pk{Src: cl, Dst: pod, Proto: layers.IPProtocolTCP, Flags: "S", Carrier: vip}
+	ack := fwd
+	ack.Flags = "A"
 	reply := pk{Src: pod, Dst: cl, Proto: layers.IPProtocolTCP, Flags: "SA"}
 	want := reply
 	want.Src = vip
+	// A second handshake, between its SYN and its ACK: in half_open, pinned too.
+	half := fwd
+	half.Src = ap(client4, 40001)
+	halfReply := reply
+	halfReply.Dst = half.Src
+	halfWant := halfReply
+	halfWant.Src = vip
 
 	d, err := Load(Options{PinPath: pin, Flows: MinFlows})
 	must(t, err)
 	allow(t, d, vip, datapath.TCP, pod)
 	must(t, ns.Do(func() error { return d.Attach("d0", Both) }))
-	expect(t, d, Ingress, "carried", fwd.bytes(t), actOK, fwd.without().bytes(t))
+	expect(t, d, Ingress, "carried SYN", fwd.bytes(t), actOK, fwd.without().bytes(t))
+	expect(t, d, Ingress, "carried ACK", ack.bytes(t), actOK, ack.without().bytes(t))
+	expect(t, d, Ingress, "carried SYN, half-open", half.bytes(t), actOK, half.without().bytes(t))
 	must(t, d.Close())
 	if !HasPins(pin) {
 		t.Fatal("no pins after Close")
@@ -52,7 +63,8 @@ func TestRestartAdoptsPins(t *testing.T) {
 		t.Errorf("interfaces %v, want d0 both", got)
 	}
 	expect(t, d, Egress, "reply after the restart", reply.bytes(t), actOK, want.bytes(t))
-	if c := counters(t, d); c["carrier_accepted"] != 1 || c["reply_rewritten"] != 1 {
+	expect(t, d, Egress, "half-open reply after the restart", halfReply.bytes(t), actOK, halfWant.bytes(t))
+	if c := counters(t, d); c["carrier_accepted"] != 3 || c["reply_rewritten"] != 2 {
 		t.Errorf("counters %v: want those of both runs", c)
 	}
 	must(t, d.Close())

@@ -21,8 +21,8 @@ type DSR struct {
 	Pairs []DSRPair `json:"pairs"`
 	// Counters are the programs' counters by name (docs/dsr.md).
 	Counters map[string]uint64 `json:"counters"`
-	// Flows are the recorded flows, the most recently used first, at most the limit asked for;
-	// FlowsTotal is how many the map holds.
+	// Flows are the recorded flows, half-open ones included, the most recently used first, at
+	// most the limit asked for; FlowsTotal is how many the maps hold.
 	Flows      []DSRFlow `json:"flows"`
 	FlowsTotal int       `json:"flowsTotal"`
 }
@@ -46,6 +46,9 @@ type DSRFlow struct {
 	VIP     string  `json:"vip"`
 	Pod     string  `json:"pod"`
 	IdleSec float64 `json:"idleSeconds"`
+	// HalfOpen marks a TCP flow between its carried SYN and the handshake's ACK (the node's
+	// half_open table; docs/dsr.md).
+	HalfOpen bool `json:"halfOpen,omitempty"`
 }
 
 // ReadDSR reads the node side of direct server return pinned in dir, with at most limit flows
@@ -69,7 +72,7 @@ func ReadDSR(dir string, limit int) (DSR, error) {
 	}
 	for _, f := range flows {
 		doc.Flows = append(doc.Flows, DSRFlow{Proto: f.Proto.String(), Client: f.Client.String(), VIP: f.VIP.String(),
-			Pod: f.Pod.String(), IdleSec: f.Idle.Seconds()})
+			Pod: f.Pod.String(), IdleSec: f.Idle.Seconds(), HalfOpen: f.HalfOpen})
 	}
 	return doc, nil
 }
@@ -105,10 +108,14 @@ func (doc DSR) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(tw)
 	if len(doc.Flows) > 0 {
-		fmt.Fprintln(tw, "  PROTO\tCLIENT\tVIP\tPOD\tIDLE\t")
+		fmt.Fprintln(tw, "  PROTO\tCLIENT\tVIP\tPOD\tIDLE\tHALF-OPEN\t")
 	}
 	for _, f := range doc.Flows {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%v\t\n", f.Proto, f.Client, f.VIP, f.Pod, idleString(f.IdleSec))
+		half := "-"
+		if f.HalfOpen {
+			half = "yes"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%v\t%s\t\n", f.Proto, f.Client, f.VIP, f.Pod, idleString(f.IdleSec), half)
 	}
 	return tw.Flush()
 }

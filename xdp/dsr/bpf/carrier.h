@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* carrier.h: the ingress side. A gateway that DNATed a client's packet to a Pod on this node
  * carries the VIP frontend in it (datapath.h, DSR_OPT*). The carrier is read, checked against
- * services, the flow recorded in flows, and the carrier removed before anything else on the
+ * services, the flow recorded (in flows, or for a SYN in half_open: record), and the carrier removed before anything else on the
  * node (the Pod included) sees the packet.
  *
  * What is a carrier:
@@ -121,22 +121,108 @@ static __always_inline int allowed(const struct addr *vip, __be16 port, __u8 pro
 	return bpf_map_lookup_elem(&services, &k) != NULL;
 }
 
-/* record writes (or refreshes) the flow whose replies carry k, with its VIP frontend. */
-static __always_inline int record(struct flow_key *k, const struct addr *vip, __be16 vport)
+/* The TCP header's flags byte, and the flags record tells a SYN by. */
+#define TCP_FLAGS_OFF 13
+#define TCPF_SYN      0x02
+#define TCPF_ACK      0x10
+
+/* budget_allow takes one flow out of budget kind's window (limit a window) at now: 1 if it may
+ * be recorded. The window is reset by whichever CPU sees it over (also when now is behind its
+ * start: a clock set back); two CPUs racing at the reset or at the last unit may each take one,
+ * so the budget holds give or take the CPUs' count. Mirrors the gateway's frag_budget_allow. */
+static __always_inline int budget_allow(__u32 kind, __u32 limit, __u64 now)
+{
+	struct budget *b = bpf_map_lookup_elem(&budgets, &kind);
+
+	if (!b)
+		return 0;
+	if (now - b->start >= BUDGET_WINDOW_NS) {
+		b->start = now;
+		b->count = 0;
+	}
+	if (b->count >= limit)
+		return 0;
+	__sync_fetch_and_add(&b->count, 1);
+	return 1;
+}
+
+/* same_vip reports whether entry v names frontend {vip, vport}. */
+static __always_inline int same_vip(const struct flow_value *v, const struct addr *vip, __be16 vport)
+{
+	return addr_eq(&v->vip, vip) && v->vip_port == vport;
+}
+
+/* touch refreshes v's last-seen time, at most once per REFRESH_NS. */
+static __always_inline void touch(struct flow_value *v, __u64 now)
+{
+	if (now > v->seen_ns + REFRESH_NS)
+		v->seen_ns = now;
+}
+
+/* record records the flow whose replies carry k, with its VIP frontend, by the node's flood
+ * policy (docs/dsr.md), and returns the stat its packet counts (the packet is passed in every
+ * case). syn: a TCP SYN without ACK.
+ * - An entry of flows naming the same frontend is refreshed: never any budget.
+ * - A TCP SYN goes to half_open, never to flows: a SYN flood churns only half_open. (A flows
+ *   entry of the tuple naming another frontend is deleted: a new connection reuses the tuple.)
+ * - Another carried TCP packet whose flow half_open holds (the handshake's ACK, which the
+ *   gateway always carries) moves it into flows.
+ * - Another carried TCP packet of no known flow is recorded within cfg_tcp_pickup a second; a
+ *   UDP datagram of a flow flows lacks within cfg_udp_new a second. An entry naming another
+ *   frontend is overwritten without budget (its key is there: nothing is evicted). */
+static __always_inline __u32 record(struct flow_key *k, const struct addr *vip, __be16 vport, int syn)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 	struct flow_value *v = bpf_map_lookup_elem(&flows, k);
+	struct flow_value *h;
 	struct flow_value nv = {};
 
-	if (v && addr_eq(&v->vip, vip) && v->vip_port == vport) {
-		if (now > v->seen_ns + REFRESH_NS)
-			v->seen_ns = now;
-		return 0;
+	if (v && same_vip(v, vip, vport)) {
+		touch(v, now);
+		return STAT_CARRIER_ACCEPTED;
 	}
 	nv.vip = *vip;
 	nv.vip_port = vport;
 	nv.seen_ns = now;
-	return bpf_map_update_elem(&flows, k, &nv, BPF_ANY);
+	if (k->proto == PROTO_TCP) {
+		h = bpf_map_lookup_elem(&half_open, k);
+		if (syn) {
+			if (v)
+				bpf_map_delete_elem(&flows, k);
+			if (h && same_vip(h, vip, vport)) {
+				touch(h, now);
+				return STAT_CARRIER_ACCEPTED;
+			}
+			if (bpf_map_update_elem(&half_open, k, &nv, BPF_ANY) < 0)
+				return STAT_RECORD_FAILED;
+			return STAT_CARRIER_ACCEPTED;
+		}
+		if (h && same_vip(h, vip, vport)) {
+			if (bpf_map_update_elem(&flows, k, &nv, BPF_ANY) < 0)
+				return STAT_RECORD_FAILED;
+			bpf_map_delete_elem(&half_open, k);
+			return STAT_CARRIER_ACCEPTED;
+		}
+		if (!v && !budget_allow(BUDGET_TCP_PICKUP, cfg_tcp_pickup, now))
+			return STAT_TCP_PICKUP_OVER_BUDGET;
+	} else if (!v && !budget_allow(BUDGET_UDP_NEW, cfg_udp_new, now)) {
+		return STAT_UDP_NEW_OVER_BUDGET;
+	}
+	if (bpf_map_update_elem(&flows, k, &nv, BPF_ANY) < 0)
+		return STAT_RECORD_FAILED;
+	return STAT_CARRIER_ACCEPTED;
+}
+
+/* tcp_syn reports whether the TCP header at l4 (in the packet: the caller checked its length)
+ * is a SYN without ACK; 0 for another protocol. */
+static __always_inline int tcp_syn(struct __sk_buff *skb, __u32 l4, __u8 proto)
+{
+	__u8 *f;
+
+	if (proto != PROTO_TCP)
+		return 0;
+	f = hdr(skb, l4 + TCP_FLAGS_OFF, 1);
+	return f && (*f & (TCPF_SYN | TCPF_ACK)) == TCPF_SYN;
 }
 
 /* shrink removes len bytes right after the fixed IP header (BPF_ADJ_ROOM_NET): the carrier.
@@ -184,7 +270,7 @@ static __always_inline int carrier4(struct __sk_buff *skb)
 	__be16 vport, *ports;
 	__u32 olen, avail, tot;
 	__u16 fo;
-	int at;
+	int at, syn;
 
 	{
 		struct iphdr *p = hdr(skb, ETH_HLEN, IPV4_HLEN);
@@ -247,11 +333,10 @@ static __always_inline int carrier4(struct __sk_buff *skb)
 	ep.w[0] = ip.daddr;
 	if (!allowed(&vip, vport, ip.protocol, FAMILY_V4, &ep, fk.pod_port))
 		return verdict(STAT_DROP_NOT_ALLOWED, TC_ACT_SHOT);
+	syn = tcp_syn(skb, ETH_HLEN + IPV4_HLEN + DSR_OPT4_LEN, ip.protocol);
 	if (strip4(skb, &ip, o) < 0)
 		return verdict(STAT_DROP_STRIP_FAILED, TC_ACT_SHOT);
-	if (record(&fk, &vip, vport) < 0)
-		return verdict(STAT_RECORD_FAILED, TC_ACT_OK);
-	return verdict(STAT_CARRIER_ACCEPTED, TC_ACT_OK);
+	return verdict(record(&fk, &vip, vport, syn), TC_ACT_OK);
 }
 
 /* strip6 removes the IPv6 carrier: the fixed header's next header becomes the carrier's, its
@@ -275,6 +360,7 @@ static __always_inline int carrier6(struct __sk_buff *skb)
 	__be16 vport, plen, *ports;
 	__u32 l4 = ETH_HLEN + IPV6_HLEN + DSR_OPT6_HDRLEN, need;
 	__u8 next, proto, later = 0;
+	int syn;
 
 	{
 		struct ipv6hdr *p = hdr(skb, ETH_HLEN, IPV6_HLEN);
@@ -329,11 +415,10 @@ static __always_inline int carrier6(struct __sk_buff *skb)
 	__builtin_memcpy(&vip, &d[DOH_ADDR], sizeof(vip));
 	if (!allowed(&vip, vport, proto, FAMILY_V6, &fk.pod, fk.pod_port))
 		return verdict(STAT_DROP_NOT_ALLOWED, TC_ACT_SHOT);
+	syn = tcp_syn(skb, l4, proto);
 	if (strip6(skb, plen, next) < 0)
 		return verdict(STAT_DROP_STRIP_FAILED, TC_ACT_SHOT);
-	if (record(&fk, &vip, vport) < 0)
-		return verdict(STAT_RECORD_FAILED, TC_ACT_OK);
-	return verdict(STAT_CARRIER_ACCEPTED, TC_ACT_OK);
+	return verdict(record(&fk, &vip, vport, syn), TC_ACT_OK);
 }
 
 #endif

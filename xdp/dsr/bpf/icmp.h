@@ -116,7 +116,7 @@ static __always_inline int icmp_error(struct __sk_buff *skb, const struct pkt *p
 	k.client_port = q.sport;
 	k.proto = q.proto;
 	k.family = p->family;
-	v = bpf_map_lookup_elem(&flows, &k);
+	v = lookup_flow(&k);
 	if (!v || !live(v, q.proto, bpf_ktime_get_coarse_ns()))
 		return TC_ACT_OK;
 	vip = v->vip;

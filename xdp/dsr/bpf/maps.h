@@ -18,6 +18,9 @@
 #define DEFAULT_FLOWS    1048576
 #define MAX_FRAGS        16384
 
+/* half_open's size unless the loader says otherwise (Go: flows / 16, at least MinFlows). */
+#define DEFAULT_HALF_OPEN 65536
+
 /* The endpoint filter (filter.h): 2^EP_FILTER_LOG2 bits in EP_FILTER_WORDS words. */
 #define EP_FILTER_LOG2  16
 #define EP_FILTER_WORDS (1u << (EP_FILTER_LOG2 - 6))
@@ -29,6 +32,25 @@
  * (the gateway carries the VIP again only for a flow it holds no conntrack entry for). */
 volatile const __u64 cfg_tcp_ns = 3600ull * 1000000000ull;
 volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
+
+/* The flood budgets, set by the loader (Options.TCPPickupBudget, Options.UDPNewBudget): how
+ * many flows per BUDGET_WINDOW_NS, over all CPUs, ingress may add to flows that no entry
+ * vouches for. cfg_tcp_pickup: carried TCP packets other than a SYN whose flow neither flows
+ * nor half_open holds (a node that lost its state, a flow a gateway picked up mid-way, or a
+ * forged ACK); cfg_udp_new: carried UDP datagrams of a flow flows does not hold. Over budget,
+ * the packet is still delivered (stripped), its flow not recorded (carrier.h). */
+volatile const __u32 cfg_tcp_pickup = 8192;
+volatile const __u32 cfg_udp_new = 65536;
+
+/* The budgets' window: one second. */
+#define BUDGET_WINDOW_NS 1000000000ull
+
+/* Keys of budgets. */
+enum budget_kind {
+	BUDGET_TCP_PICKUP = 0,
+	BUDGET_UDP_NEW,
+	BUDGET_MAX,
+};
 
 /* A frags entry lasts as long as the kernel waits for a datagram's fragments (ipfrag_time). */
 #define FRAG_TIMEOUT_NS (30ull * 1000000000ull)
@@ -68,6 +90,12 @@ struct flow_value {
 	__u64 seen_ns;      /* bpf_ktime_get_coarse_ns of the last carried packet or reply */
 };
 
+/* Value of budgets: one window of a flood budget. */
+struct budget {
+	__u64 start;        /* bpf_ktime_get_coarse_ns when the window began */
+	__u64 count;        /* flows taken out of the budget in it */
+};
+
 /* Key of frags: one fragmented reply datagram, as its fragments carry it (source = the Pod). */
 struct frag_key {
 	struct addr src;
@@ -105,6 +133,29 @@ struct {
 	__type(value, struct flow_value);
 	__uint(max_entries, DEFAULT_FLOWS);
 } flows SEC(".maps");
+
+/* half_open: the flows of carried TCP SYNs, keyed and valued as flows, until the handshake's
+ * ACK (the gateway carries it) moves them into flows. A SYN flood of distinct tuples churns
+ * this LRU, never flows: the established flows' entries stay. Written by ingress (a carried
+ * SYN records, the ACK deletes), read and refreshed by egress when flows has no entry (the
+ * SYN-ACK), read by Go (Flows). An LRU of DEFAULT_HALF_OPEN entries (the loader resizes it),
+ * preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct flow_value);
+	__uint(max_entries, DEFAULT_HALF_OPEN);
+} half_open SEC(".maps");
+
+/* budgets: enum budget_kind -> its current window (shared by all CPUs, counted with atomic
+ * adds; carrier.h's budget_allow). Written by ingress; not pinned (a restart starts a fresh
+ * window). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct budget);
+	__uint(max_entries, BUDGET_MAX);
+} budgets SEC(".maps");
 
 /* frags: a reply datagram whose first fragment egress rewrote -> the VIP its later fragments
  * (which carry no ports) get as their source. Written and read by egress. An LRU of MAX_FRAGS

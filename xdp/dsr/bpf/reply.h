@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* reply.h: the egress side for TCP and UDP. A packet whose {source, source port, destination,
- * destination port, protocol} is a flow ingress recorded (the Pod's reply to the client) gets
- * the flow's VIP and service port as its source, so that it can leave by the node's own
- * routing straight to the client. A fragmented reply's later fragments (no ports) follow its
+ * destination port, protocol} is a flow ingress recorded, in flows or half_open (the Pod's
+ * reply to the client), gets the flow's VIP and service port as its source, so that it can
+ * leave by the node's own routing straight to the client. A fragmented reply's later fragments (no ports) follow its
  * first through frags.
  *
  * Checksums go through the kernel's helpers, not by hand: an outgoing packet's TCP or UDP
@@ -29,6 +29,17 @@ static __always_inline int live(const struct flow_value *v, __u8 proto, __u64 no
 	__u64 timeout = proto == PROTO_TCP ? cfg_tcp_ns : cfg_udp_ns;
 
 	return now <= v->seen_ns || now - v->seen_ns <= timeout;
+}
+
+/* lookup_flow returns the entry of the flow whose replies carry k: flows', or for TCP, when
+ * flows has none, half_open's (the SYN-ACK of a handshake ingress saw the SYN of); NULL. */
+static __always_inline struct flow_value *lookup_flow(const struct flow_key *k)
+{
+	struct flow_value *v = bpf_map_lookup_elem(&flows, k);
+
+	if (!v && k->proto == PROTO_TCP)
+		v = bpf_map_lookup_elem(&half_open, k);
+	return v;
 }
 
 /* set_src4 writes IPv4 source address to into p's packet (a reply's or a fragment's, at l3 =
@@ -99,7 +110,7 @@ static __always_inline int reply(struct __sk_buff *skb, const struct pkt *p)
 			return TC_ACT_OK;
 		csum = *c;
 	}
-	v = bpf_map_lookup_elem(&flows, &k);
+	v = lookup_flow(&k);
 	if (!v)
 		return TC_ACT_OK;
 	now = bpf_ktime_get_coarse_ns();

@@ -25,6 +25,10 @@ enum dsr_stat {
 	STAT_ICMP_REWRITTEN,         /* ICMP error about a recorded flow given the VIP */
 	STAT_DROP_UDP6_ZERO_CSUM,    /* IPv6 UDP reply with checksum 0 (invalid): dropped */
 	STAT_DROP_REWRITE_FAILED,    /* a rewrite helper failed half-way: dropped, not sent half done */
+	STAT_TCP_PICKUP_OVER_BUDGET, /* carried non-SYN TCP packet of no known flow over cfg_tcp_pickup:
+				      * passed stripped, not recorded */
+	STAT_UDP_NEW_OVER_BUDGET,    /* carried UDP datagram of a new flow over cfg_udp_new: passed
+				      * stripped, not recorded */
 	STAT_MAX,
 };
 
