@@ -294,10 +294,9 @@ static __always_inline int reverse_vip(const struct addr *be_addr, const struct 
 				       .dport = cport, .proto = proto, .family = family };
 		struct ct_entry *ct = bpf_map_lookup_elem(&ct_reverse, &rk);
 
-		if (ct && (ct->flags & CT_F_REVERSE) &&
-		    elapsed(now, ct->last_seen) > ct_timeout(proto, ct->flags))
+		if (ct && elapsed(now, ct->last_seen) > ct_timeout(proto, ct->flags))
 			ct = NULL;
-		if (ct && (ct->flags & CT_F_REVERSE)) {
+		if (ct) {
 			vip_id = ct->vip_id;
 			*vport = ct->vip_port;
 			if (elapsed(now, ct->last_seen) > CT_REFRESH_NS)

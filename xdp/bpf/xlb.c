@@ -279,7 +279,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
 		 * (RFC 5961) while the connection lives: one spoofed SYN must not re-point an
 		 * established flow. Only a closing or idle entry is balanced again (below). */
-		ct = bpf_map_lookup_elem(&conntrack, fk);
+		ct = bpf_map_lookup_elem(&conntrack, fk); /* also used below, after the pick */
 		if (ct && !(ct->flags & (CT_F_REVERSE | CT_F_CLOSING)) && ct->vip_id == vip_id &&
 		    elapsed(now, ct->last_seen) <= ct_timeout(p->proto, 0) &&
 		    backend_get(ct->backend_id)) {
@@ -337,8 +337,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		 * a FIN, or a FIN that went through another gateway) starts a new connection: the
 		 * entry takes the SYN's backend in place, so the handshake's ACK follows it (a live
 		 * entry already names it, above). Nothing is inserted: a SYN flood still cannot evict
-		 * conntrack entries. */
-		ct = bpf_map_lookup_elem(&conntrack, fk);
+		 * conntrack entries. ct is the entry looked up above (nothing since wrote conntrack). */
 		if (ct && !(ct->flags & CT_F_REVERSE) &&
 		    (ct->backend_id != bid || ct->vip_id != vip_id || ct->flags)) {
 			ct->backend_id = bid;

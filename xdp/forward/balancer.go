@@ -403,14 +403,19 @@ func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
 	out := make([]datapath.Flow, 0, len(b.ct)+len(b.rct))
 	for _, m := range []map[flowKey]ctEntry{b.ct, b.rct} {
 		for k, c := range m {
-			out = append(out, datapath.Flow{
-				Src: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), Dst: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
-				Proto: datapath.Protocol(k.proto), Reverse: c.reverse, Backend: c.backend, VIP: c.vip,
-				VIPPort: c.vipPort, Closing: c.closing, Idle: max(0, now-time.Duration(c.lastSeen)),
-			})
+			out = append(out, flowOf(k, c, now))
 		}
 	}
 	return out
+}
+
+// flowOf is conntrack entry c of flow k as a datapath.Flow at time now.
+func flowOf(k flowKey, c ctEntry, now time.Duration) datapath.Flow {
+	return datapath.Flow{
+		Src: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), Dst: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
+		Proto: datapath.Protocol(k.proto), Reverse: c.reverse, Backend: c.backend, VIP: c.vip,
+		VIPPort: c.vipPort, Closing: c.closing, Idle: max(0, now-time.Duration(c.lastSeen)),
+	}
 }
 
 // FlushFlows deletes the conntrack entries (forward and reverse) for which match returns true
@@ -420,22 +425,15 @@ func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
 func (b *Balancer) FlushFlows(now time.Duration, match func(datapath.Flow) bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	flow := func(k flowKey, c ctEntry) datapath.Flow {
-		return datapath.Flow{
-			Src: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), Dst: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
-			Proto: datapath.Protocol(k.proto), Reverse: c.reverse, Backend: c.backend, VIP: c.vip,
-			VIPPort: c.vipPort, Closing: c.closing, Idle: max(0, now-time.Duration(c.lastSeen)),
-		}
-	}
 	for k, h := range b.hs {
-		if match == nil || match(flow(k, ctEntry{lastSeen: h.synSeen, backend: h.backend, vip: h.vip})) {
+		if match == nil || match(flowOf(k, ctEntry{lastSeen: h.synSeen, backend: h.backend, vip: h.vip}, now)) {
 			delete(b.hs, k)
 		}
 	}
 	n := 0
 	for _, m := range []map[flowKey]ctEntry{b.ct, b.rct} {
 		for k, c := range m {
-			if match == nil || match(flow(k, c)) {
+			if match == nil || match(flowOf(k, c, now)) {
 				delete(m, k)
 				n++
 			}

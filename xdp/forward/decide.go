@@ -266,10 +266,10 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 	if syn {
 		// A SYN on a live flow's tuple goes to that flow's backend (its challenge ACK answers
 		// a spoofed one); only a closing or idle entry is balanced again.
-		if c, ok := b.ct[fk]; ok && !c.reverse && !c.closing && c.vip == v.cfg.ID &&
-			t-c.lastSeen <= int64(b.settings.Timeout(p.Proto, false)) {
-			if _, usable := b.usable(c.backend); usable {
-				bid, d.SYNKept, hsFound = c.backend, true, false
+		if ctFound && !ct.reverse && !ct.closing && ct.vip == v.cfg.ID &&
+			t-ct.lastSeen <= int64(b.settings.Timeout(p.Proto, false)) {
+			if _, usable := b.usable(ct.backend); usable {
+				bid, d.SYNKept, hsFound = ct.backend, true, false
 			}
 		}
 	}
@@ -325,9 +325,9 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		}
 		// A SYN on a tuple conntrack still holds starts a new connection: the entry takes the
 		// SYN's backend in place.
-		if c, ok := b.ct[fk]; ok && !c.reverse && (c.backend != bid || c.vip != v.cfg.ID || c.closing) {
-			c.backend, c.vip, c.closing, c.lastSeen = bid, v.cfg.ID, false, t
-			b.ct[fk] = c
+		if ctFound && !ct.reverse && (ct.backend != bid || ct.vip != v.cfg.ID || ct.closing) {
+			ct.backend, ct.vip, ct.closing, ct.lastSeen = bid, v.cfg.ID, false, t
+			b.ct[fk] = ct
 		}
 	}
 	newFlow := syn || (p.Proto != datapath.TCP && !ctFound)

@@ -78,7 +78,7 @@ func ExplainFlow(p *xdp.Pinned, q FlowQuery) (Explanation, error) {
 	if err != nil {
 		return Explanation{}, err
 	}
-	first, est, err := s.decide(q)
+	first, est, err := s.decide(q, false)
 	if err != nil {
 		return Explanation{}, err
 	}
@@ -88,7 +88,7 @@ func ExplainFlow(p *xdp.Pinned, q FlowQuery) (Explanation, error) {
 	if first.SYNKept {
 		k := first
 		kept = &k
-		if first, _, err = s.decideFresh(q); err != nil {
+		if first, _, err = s.decide(q, true); err != nil {
 			return Explanation{}, err
 		}
 	}
@@ -106,24 +106,11 @@ func ExplainFlow(p *xdp.Pinned, q FlowQuery) (Explanation, error) {
 	return x.e, nil
 }
 
-// decideFresh is decide without the flow's conntrack entry: how a new connection is balanced
-// once the tuple is free.
-func (s *snapshot) decideFresh(q FlowQuery) (first, est forward.Decision, err error) {
-	fb, err := s.balancer(false)
-	if err != nil {
-		return first, est, err
-	}
-	p := forward.PacketOf(q.Client, q.To, q.Proto)
-	p.Role = datapath.RoleClient
-	syn := p
-	syn.TCPFlags, syn.Seq = forward.TCPSYN, s.hs.ISN+1
-	return fb.Forward(&syn, snapshotNow), est, nil
-}
-
 // decide asks the snapshot about q's flow: the first packet of a new connection (first) and an
-// established packet (est), each of a Balancer of its own.
-func (s *snapshot) decide(q FlowQuery) (first, est forward.Decision, err error) {
-	fb, err := s.balancer(q.Proto != datapath.UDP)
+// established packet (est), each of a Balancer of its own. fresh leaves the flow's conntrack
+// entry out of first's: how a new connection is balanced once the tuple is free.
+func (s *snapshot) decide(q FlowQuery, fresh bool) (first, est forward.Decision, err error) {
+	fb, err := s.balancer(!fresh && q.Proto != datapath.UDP)
 	if err != nil {
 		return first, est, err
 	}
