@@ -189,6 +189,12 @@ func (d *Datapath) Detach(ifname string) error {
 	}
 	delete(d.links, ifname)
 	var errs []error
+	// Detached explicitly: the last reference of a pinned link is released from a kernel
+	// workqueue, so unpinning and closing alone can leave the program running a moment after
+	// this returns.
+	if err := h.link.Detach(); err != nil && !errors.Is(err, link.ErrNotSupported) {
+		errs = append(errs, fmt.Errorf("detach from %s: %w", ifname, err))
+	}
 	if !d.opts.NoPin {
 		if err := h.link.Unpin(); err != nil {
 			errs = append(errs, fmt.Errorf("detach from %s: unpin: %w", ifname, err))

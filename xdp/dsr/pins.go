@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlb-dev/xlb/xdp/linkpin"
 )
 
 // Pin names inside a pin directory: "map_" + a map's name, link pins (attachment.pinName).
@@ -232,6 +234,13 @@ func pinFiles(dir string) []string {
 func removePins(dir string) error {
 	var errs []error
 	for _, n := range pinFiles(dir) {
+		if strings.HasPrefix(n, linkPrefix) {
+			// Detached before unpinned: the program stops before this returns.
+			if err := linkpin.Remove(filepath.Join(dir, n)); err != nil {
+				errs = append(errs, fmt.Errorf("dsr: %w", err))
+			}
+			continue
+		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("dsr: unpin %s: %w", n, err))
 		}

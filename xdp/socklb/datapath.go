@@ -29,6 +29,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/linkpin"
 )
 
 // Where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup on a unified host (every current
@@ -325,6 +326,13 @@ func (d *Datapath) pinAll() error {
 func removePinFiles(dir string) error {
 	var errs []error
 	for _, n := range pinNames() {
+		if strings.HasPrefix(n, "link_") {
+			// Detached before unpinned: connects stop being balanced before this returns.
+			if err := linkpin.Remove(filepath.Join(dir, n)); err != nil {
+				errs = append(errs, fmt.Errorf("socklb: %w", err))
+			}
+			continue
+		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("socklb: unpin %s: %w", n, err))
 		}
