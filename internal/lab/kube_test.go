@@ -112,7 +112,9 @@ type hit struct {
 }
 
 // load sends HTTP requests to vip from client c, each on a new connection, one after the
-// other, until stop is called (at most maxRequests), and records them.
+// other and at most one per loadPace, until stop is called (at most maxRequests, for at most
+// maxLoad), and records them. The pace keeps the count bound from ending a load early on a
+// fast machine (CI once ran 50,000 requests out in 20 s, before the test was done with it).
 type load struct {
 	mu   sync.Mutex
 	hits []hit
@@ -120,17 +122,26 @@ type load struct {
 	done chan struct{}
 }
 
-const maxRequests = 50000
+const (
+	maxRequests = 100000
+	loadPace    = 2 * time.Millisecond
+	maxLoad     = 3 * time.Minute
+)
 
 func startLoad(c *Client, vip netip.Addr) *load {
 	l := &load{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
+		pace := time.NewTicker(loadPace)
+		defer pace.Stop()
+		deadline := time.After(maxLoad)
 		for range maxRequests {
 			select {
 			case <-l.stop:
 				return
-			default:
+			case <-deadline:
+				return
+			case <-pace.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), IOTimeout)
 			began := time.Now()

@@ -28,7 +28,7 @@ func TestNodeRoutes(t *testing.T) {
 		"route add 198.18.4.2/32 dev cali1",
 		"route add 198.18.4.3/32 dev cali2",
 		"-6 route add 2001:db8:4::2/128 dev cali1",
-		"link add cni0 type bridge", "link set cni0 up",
+		"link add cni0 type bridge mcast_snooping 0", "link set cni0 up",
 		"link set veth1 master cni0", "link set veth2 master cni0",
 		"addr add 198.18.6.1/24 dev cni0",
 		"tuntap add tun0 mode tun", "link set tun0 up", // no MAC: the node side cannot attach

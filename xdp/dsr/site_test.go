@@ -56,7 +56,10 @@ func newSite(t *testing.T) *site {
 	netlab.RequireRoot(t, "it builds network namespaces")
 	p := netlab.Prefix()
 	s := &site{client: netlab.New(t, p+"c"), gateway: netlab.New(t, p+"g"), node: netlab.New(t, p+"n"), pod: netlab.New(t, p+"p")}
-	s.client.MustIP(t, "link add br0 type bridge")
+	// No multicast snooping (as the lab's L2): a snooping bridge with no MLD querier can
+	// withhold neighbor solicitations from a port whose report it missed; CI once saw an IPv6
+	// dial end in "no route to host" (neighbor discovery failed).
+	s.client.MustIP(t, "link add br0 type bridge mcast_snooping 0")
 	s.client.MustIP(t, "link set br0 up")
 	netlab.Veth(t, s.gateway, "g0", macGateway.String(), s.client, "cg", "02:00:00:00:00:c1")
 	netlab.Veth(t, s.node, "n0", macNode.String(), s.client, "cn", "02:00:00:00:00:c2")
