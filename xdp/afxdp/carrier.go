@@ -2,6 +2,7 @@ package afxdp
 
 import (
 	"encoding/binary"
+	"net/netip"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/forward"
@@ -26,6 +27,13 @@ func (e *Engine) carry(frame []byte, p *packet, ingress int, d *forward.Decision
 	if kind == HopUnreachable {
 		return e.sendHop(frame, p, ingress, hop, kind)
 	}
+	if kind == HopSend && hop.MTU > 0 && p.ipLen > hop.MTU { // too big even without the carrier
+		if tooBigEligible(frame, p) {
+			return e.tooBig(frame, p, ingress, d.Frontend.Addr, d.Frontend.Addr, d.CarryPort, true, hop.MTU,
+				forward.ReasonICMPTooBigClient)
+		}
+		return e.sendHop(frame, p, ingress, hop, kind)
+	}
 	clen := datapath.CarrierOpt4Len
 	if p.v6 {
 		clen = datapath.CarrierOpt6HdrLen
@@ -40,7 +48,8 @@ func (e *Engine) carry(frame []byte, p *packet, ingress int, d *forward.Decision
 	if p.ipLen+clen > limit {
 		dontFrag := p.v6 || binary.BigEndian.Uint16(frame[ethLen+6:])&ipv4DF != 0
 		if kind == HopSend && p.proto == protoUDP && dontFrag && hop.MTU > clen {
-			return e.tooBig(frame, p, ingress, d, hop.MTU-clen)
+			return e.tooBig(frame, p, ingress, d.Frontend.Addr, d.Frontend.Addr, d.CarryPort, true, hop.MTU-clen,
+				forward.ReasonDSRTooBig)
 		}
 		e.reasons[forward.ReasonDSRNoRoom]++
 		return e.sendHop(frame, p, ingress, hop, kind)
@@ -95,80 +104,102 @@ func insertCarrier(frame []byte, p *packet, d *forward.Decision) []byte {
 	return frame
 }
 
-// tooBig turns frame, a DNATed UDP datagram, into the ICMP "too big" (advertising mtu) its
-// client gets from the VIP, quoting the datagram as the client sent it, sent back out of the
-// interface it came in on.
-func (e *Engine) tooBig(frame []byte, p *packet, ingress int, d *forward.Decision, mtu int) Verdict {
-	vip := d.Frontend.Addr.Unmap()
+// tooBigEligible reports whether frame p, too long for its next hop, may be answered with an
+// ICMP "too big" (too_big_call): it may not be fragmented (IPv4 with DF, or IPv6) and has the
+// shape the answer quotes (an IPv4 header without options; IPv6 extension headers and
+// fragments are never steered here). The engine drops the rest (drop_mtu): the XDP datapath
+// hands them to the kernel, which fragments them, and a frame in an AF_XDP socket can no
+// longer reach it.
+func tooBigEligible(frame []byte, p *packet) bool {
+	if p.v6 {
+		return true
+	}
+	return frame[ethLen]&0x0f == 5 && binary.BigEndian.Uint16(frame[ethLen+6:])&ipv4DF != 0
+}
+
+// tooBig turns frame into the ICMP "too big" (advertising mtu) its sender gets, from address
+// from, quoting the frame's first IP header and 8 bytes of L4, sent back out of the interface
+// it came in on (pmtu.h's too_big4/too_big6), counted as reason. With restore set (a DNATed
+// packet) the quote is the packet as the client sent it: its destination vip:vport again (the
+// UDP checksum too; TCP's is not quoted), its TTL given back.
+func (e *Engine) tooBig(frame []byte, p *packet, ingress int, from, vip netip.Addr, vport uint16, restore bool,
+	mtu int, reason forward.Reason) Verdict {
+	from, vip = from.Unmap(), vip.Unmap()
 	var out []byte
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], vport)
 	if !p.v6 {
 		const quoteLen = ipv4MinLen + udpLen
 		q := append([]byte(nil), frame[ethLen:ethLen+quoteLen]...)
-		udpDiff := diff32(0, ne.Uint32(q[16:]), ne.Uint32(vip.AsSlice()))
-		var port [2]byte
-		binary.BigEndian.PutUint16(port[:], d.CarryPort)
-		udpDiff = diff16(udpDiff, ne.Uint16(q[ipv4MinLen+2:]), ne.Uint16(port[:]))
-		ne.PutUint16(q[ipv4MinLen+6:], csumApplyUDP(ne.Uint16(q[ipv4MinLen+6:]), udpDiff))
-		copy(q[ipv4MinLen+2:], port[:])
-		copy(q[16:20], vip.AsSlice())
-		q[8]++ // the TTL the client sent
-		binary.BigEndian.PutUint16(q[10:], 0)
-		ne.PutUint16(q[10:], ipChecksum(q[:ipv4MinLen]))
-		client := append([]byte(nil), frame[ethLen+12:ethLen+16]...)
+		if restore {
+			diff := diff32(0, ne.Uint32(q[16:]), ne.Uint32(vip.AsSlice()))
+			diff = diff16(diff, ne.Uint16(q[ipv4MinLen+2:]), ne.Uint16(port[:]))
+			if q[9] == protoUDP {
+				ne.PutUint16(q[ipv4MinLen+6:], csumApplyUDP(ne.Uint16(q[ipv4MinLen+6:]), diff))
+			}
+			copy(q[ipv4MinLen+2:], port[:])
+			copy(q[16:20], vip.AsSlice())
+			q[8]++ // the TTL the client sent
+			binary.BigEndian.PutUint16(q[10:], 0)
+			ne.PutUint16(q[10:], ipChecksum(q[:ipv4MinLen]))
+		}
+		sender := append([]byte(nil), frame[ethLen+12:ethLen+16]...)
 		out = frame[:ethLen+ipv4MinLen+8+quoteLen]
 		ip := out[ethLen:]
 		ip[0], ip[1] = 0x45, 0
 		binary.BigEndian.PutUint16(ip[2:], ipv4MinLen+8+quoteLen)
 		binary.BigEndian.PutUint32(ip[4:], 0) // id, flags, fragment offset
-		ip[8], ip[9] = icmpReplyTTL, 1
-		copy(ip[12:16], vip.AsSlice())
-		copy(ip[16:20], client)
+		ip[8], ip[9] = icmpReplyTTL, protoICMP
+		copy(ip[12:16], from.AsSlice())
+		copy(ip[16:20], sender)
 		binary.BigEndian.PutUint16(ip[10:], 0)
 		ne.PutUint16(ip[10:], ipChecksum(ip[:ipv4MinLen]))
 		ic := ip[ipv4MinLen:]
-		ic[0], ic[1] = 3, 4 // destination unreachable, fragmentation needed
-		binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
+		ic[0], ic[1] = icmpDestUnreach, icmpFragNeeded
+		binary.BigEndian.PutUint32(ic[4:], uint32(uint16(mtu)))
 		copy(ic[8:], q)
 		binary.BigEndian.PutUint16(ic[2:], 0)
 		ne.PutUint16(ic[2:], ^csumFold(sum16(0, ic[:8+quoteLen])))
 	} else {
 		const quoteLen = ipv6Len + udpLen
 		q := append([]byte(nil), frame[ethLen:ethLen+quoteLen]...)
-		var udpDiff uint32
-		for i := 0; i < 16; i += 4 {
-			udpDiff = diff32(udpDiff, ne.Uint32(q[24+i:]), ne.Uint32(vip.AsSlice()[i:]))
+		if restore {
+			var diff uint32
+			for i := 0; i < 16; i += 4 {
+				diff = diff32(diff, ne.Uint32(q[24+i:]), ne.Uint32(vip.AsSlice()[i:]))
+			}
+			diff = diff16(diff, ne.Uint16(q[ipv6Len+2:]), ne.Uint16(port[:]))
+			if q[6] == protoUDP {
+				ne.PutUint16(q[ipv6Len+6:], csumApply(ne.Uint16(q[ipv6Len+6:]), diff))
+			}
+			copy(q[ipv6Len+2:], port[:])
+			copy(q[24:40], vip.AsSlice())
+			q[7]++ // the hop limit the client sent
 		}
-		var port [2]byte
-		binary.BigEndian.PutUint16(port[:], d.CarryPort)
-		udpDiff = diff16(udpDiff, ne.Uint16(q[ipv6Len+2:]), ne.Uint16(port[:]))
-		ne.PutUint16(q[ipv6Len+6:], csumApply(ne.Uint16(q[ipv6Len+6:]), udpDiff))
-		copy(q[ipv6Len+2:], port[:])
-		copy(q[24:40], vip.AsSlice())
-		q[7]++ // the hop limit the client sent
-		client := append([]byte(nil), frame[ethLen+8:ethLen+24]...)
+		sender := append([]byte(nil), frame[ethLen+8:ethLen+24]...)
 		out = frame[:ethLen+ipv6Len+8+quoteLen]
 		ip := out[ethLen:]
 		binary.BigEndian.PutUint32(ip[0:], 0x60000000)
 		binary.BigEndian.PutUint16(ip[4:], 8+quoteLen)
-		ip[6], ip[7] = 58, icmpReplyTTL
-		copy(ip[8:24], vip.AsSlice())
-		copy(ip[24:40], client)
+		ip[6], ip[7] = protoICMPv6, icmpReplyTTL
+		copy(ip[8:24], from.AsSlice())
+		copy(ip[24:40], sender)
 		ic := ip[ipv6Len:]
-		ic[0], ic[1] = 2, 0 // packet too big
+		ic[0], ic[1] = icmp6PktTooBig, 0
 		binary.BigEndian.PutUint32(ic[4:], uint32(mtu))
 		copy(ic[8:], q)
 		binary.BigEndian.PutUint16(ic[2:], 0)
 		var pseudo [40]byte
 		copy(pseudo[0:32], ip[8:40])
 		binary.BigEndian.PutUint32(pseudo[32:], 8+quoteLen)
-		pseudo[39] = 58
+		pseudo[39] = protoICMPv6
 		ne.PutUint16(ic[2:], ^csumFold(sum16(sum16(0, pseudo[:]), ic[:8+quoteLen])))
 	}
 	var mac [6]byte
 	copy(mac[:], out[0:6])
 	copy(out[0:6], out[6:12])
 	copy(out[6:12], mac[:])
-	e.reasons[forward.ReasonDSRTooBig]++
+	e.reasons[reason]++
 	return Verdict{Send: true, Ifindex: ingress, Frame: out}
 }
 

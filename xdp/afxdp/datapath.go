@@ -114,7 +114,7 @@ func Load(cfg Config) (d *Datapath, err error) {
 	if d.steeredMap, err = ebpf.NewMap(spec.Maps["steered"]); err != nil {
 		return nil, fmt.Errorf("AF_XDP datapath: create map steered: %w", err)
 	}
-	d.Engine, err = NewEngine(cfg.Engine, hopsFunc(d.lookup))
+	d.Engine, err = NewEngine(cfg.Engine, datapathHops{d})
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +127,20 @@ func Load(cfg Config) (d *Datapath, err error) {
 	return d, nil
 }
 
-// hopsFunc adapts a function to NextHops.
-type hopsFunc func(netip.Addr) (Hop, HopKind)
+// datapathHops is the datapath's NextHops: its current Resolver's answers.
+type datapathHops struct{ d *Datapath }
 
 // Lookup implements NextHops.
-func (f hopsFunc) Lookup(dst netip.Addr) (Hop, HopKind) { return f(dst) }
+func (h datapathHops) Lookup(dst netip.Addr) (Hop, HopKind) { return h.d.lookup(dst) }
+
+// Source implements NextHops.
+func (h datapathHops) Source(dst netip.Addr) (netip.Addr, bool) {
+	r := h.d.res.Load()
+	if r == nil {
+		return netip.Addr{}, false
+	}
+	return r.Source(dst)
+}
 
 func (d *Datapath) closeMaps() error {
 	var errs []error
@@ -296,7 +305,8 @@ func (d *Datapath) Reasons() (map[string]uint64, error) {
 		return out, err
 	}
 	out["steered_to_socket"], out["steered_passed"], out["steered_no_socket"] = s.ToSocket, s.Passed, s.NoSocket
-	out["icmp_echo_reply"], out["pass_not_vip"] = s.EchoReplies, s.NotOurs // the XDP datapath's names
+	out["steered_icmp"] = s.ICMP
+	out["pass_not_vip"] = s.NotOurs // the XDP datapath's name
 	out["drop_vip_unserved"] += s.Unserved
 	out["drop_frag_unknown"] += s.Fragments // the XDP datapath's name for a fragment it cannot place
 	return out, nil
@@ -443,8 +453,9 @@ type Steered struct {
 	// NoSocket went to the kernel because their receive queue has no socket (a queue added
 	// after Attach, say): a sign that the datapath misses traffic.
 	NoSocket uint64
-	// EchoReplies are echo requests to a VIP address, answered by the steer program.
-	EchoReplies uint64
+	// ICMP are echo requests to a VIP address and ICMP errors to a VIP address or about a
+	// backend endpoint's flow, handed to the engine (counted in ToSocket or NoSocket too).
+	ICMP uint64
 	// NotOurs are IP packets for no VIP and from no backend, left to the kernel.
 	NotOurs uint64
 	// Unserved are packets to a VIP address of a protocol no service has (not TCP or UDP, nor
@@ -461,7 +472,7 @@ func (d *Datapath) Steered() (Steered, error) { return readSteered(d.steeredMap)
 // readSteered sums a steered map over CPUs.
 func readSteered(m *ebpf.Map) (Steered, error) {
 	var out Steered
-	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.EchoReplies, &out.NotOurs, &out.Unserved, &out.Fragments} {
+	for i, n := range []*uint64{&out.ToSocket, &out.Passed, &out.NoSocket, &out.ICMP, &out.NotOurs, &out.Unserved, &out.Fragments} {
 		var per []uint64
 		if err := m.Lookup(uint32(i), &per); err != nil {
 			return Steered{}, fmt.Errorf("read steered[%d]: %w", i, err)

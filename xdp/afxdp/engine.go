@@ -42,6 +42,10 @@ type Hop struct {
 // has the answer cached.
 type NextHops interface {
 	Lookup(dst netip.Addr) (Hop, HopKind)
+	// Source returns this host's preferred source address toward dst (bpf_fib_lookup's
+	// BPF_FIB_LOOKUP_SRC), false when it has none. Only the answers the engine builds itself
+	// ask for it (an ICMP "too big" to a backend).
+	Source(dst netip.Addr) (netip.Addr, bool)
 }
 
 // steerer keeps the kernel half (steer.c's steer map) in step with the engine's frontends and

@@ -18,6 +18,8 @@ func (fakeHops) Lookup(netip.Addr) (Hop, HopKind) {
 	return Hop{Ifindex: 2, Src: net.HardwareAddr{2, 0, 0, 0, 0, 1}, Dst: net.HardwareAddr{2, 0, 0, 0, 0, 2}, MTU: 1500}, HopSend
 }
 
+func (fakeHops) Source(netip.Addr) (netip.Addr, bool) { return netip.Addr{}, false }
+
 func testEngine(t testing.TB) *Engine {
 	t.Helper()
 	e, err := NewEngine(datapath.Settings{Seed: 1}, fakeHops{})

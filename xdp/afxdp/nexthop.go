@@ -48,6 +48,13 @@ type Resolver struct {
 	// Resolver lives.
 	routes atomic.Pointer[routeTable]
 	seed   maphash.Seed
+	// sources caches Source's answers (the kernel's, per destination) for the TTL.
+	sources map[netip.Addr]cachedSource
+}
+
+type cachedSource struct {
+	src     netip.Addr
+	expires time.Time
 }
 
 // RefreshRoutes reads the routing tables of h's namespace (the Resolver's) into the copy
@@ -90,7 +97,29 @@ func NewResolver(h *netlink.Handle, ttl time.Duration) *Resolver {
 		ttl = datapath.DefaultNextHopCacheTTL
 	}
 	return &Resolver{h: h, ttl: ttl, cache: map[netip.Addr]cachedHop{}, links: map[int]cachedLink{},
-		neighs: map[neighKey]cachedNeighbours{}, seed: maphash.MakeSeed()}
+		neighs: map[neighKey]cachedNeighbours{}, seed: maphash.MakeSeed(), sources: map[netip.Addr]cachedSource{}}
+}
+
+// Source implements NextHops: the preferred source address of the kernel's route to dst (the
+// route's own, or the one the kernel picks for it), cached for the TTL.
+func (r *Resolver) Source(dst netip.Addr) (netip.Addr, bool) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.sources[dst]; ok && now.Before(c.expires) {
+		return c.src, c.src.IsValid()
+	}
+	var src netip.Addr
+	if routes, err := r.h.RouteGet(dst.AsSlice()); err == nil && len(routes) > 0 {
+		src = addrOr(routes[0].Src)
+	}
+	if r.ttl >= 0 {
+		if len(r.sources) >= maxCachedHops {
+			clear(r.sources)
+		}
+		r.sources[dst] = cachedSource{src: src, expires: now.Add(r.ttl)}
+	}
+	return src, src.IsValid()
 }
 
 // Lookup implements NextHops.

@@ -16,8 +16,30 @@ const (
 	etherTypeIPv4 = 0x0800
 	etherTypeIPv6 = 0x86dd
 
-	protoTCP = 6
-	protoUDP = 17
+	protoTCP    = 6
+	protoUDP    = 17
+	protoICMP   = 1
+	protoICMPv6 = 58
+
+	// icmpHdrLen is an ICMP header (type, code, checksum, 4 bytes of "rest"); icmpL4Quote the
+	// bytes of the quoted TCP/UDP header every error carries (RFC 792).
+	icmpHdrLen  = 8
+	icmpL4Quote = 8
+
+	// ICMP and ICMPv6 types the datapath reads.
+	icmpEchoReply     = 0
+	icmpDestUnreach   = 3
+	icmpEcho          = 8
+	icmpTimeExceeded  = 11
+	icmpFragNeeded    = 4 // destination unreachable's code
+	icmp6DestUnreach  = 1
+	icmp6PktTooBig    = 2
+	icmp6TimeExceeded = 3
+	icmp6EchoRequest  = 128
+	icmp6EchoReply    = 129
+
+	// ipv4OffsetMask selects the fragment offset of an IPv4 header's flags word.
+	ipv4OffsetMask = 0x1fff
 
 	// ipv4FragMask selects the MF bit and the fragment offset of an IPv4 header's flags word.
 	ipv4FragMask = 0x3fff
@@ -58,8 +80,9 @@ type parseResult uint8
 
 const (
 	parsedOK        parseResult = iota
-	parsedNotOurs               // not untagged IPv4/IPv6 TCP/UDP, or an IPv4 fragment
+	parsedNotOurs               // not untagged IPv4/IPv6 TCP/UDP/ICMP, or an IPv4 fragment
 	parsedMalformed             // truncated or inconsistent headers
+	parsedICMP                  // ICMP (ICMPv6) with its 8-byte header: p.l4 is the header
 )
 
 // parse reads frame's headers into p. Nothing is written.
@@ -117,12 +140,59 @@ func parse(frame []byte, p *packet) parseResult {
 		if n := int(binary.BigEndian.Uint16(frame[p.l4+4:])); n < udpLen || p.l4+n > end {
 			return parsedMalformed // the datagram's length lies (parse_ports)
 		}
+	case protoICMP, protoICMPv6:
+		if (p.proto == protoICMP) == p.v6 || p.l4+icmpHdrLen > end {
+			return parsedNotOurs // the XDP datapath passes a short one to the kernel
+		}
+		return parsedICMP
 	default:
 		return parsedNotOurs
 	}
 	p.sport = binary.BigEndian.Uint16(frame[p.l4:])
 	p.dport = binary.BigEndian.Uint16(frame[p.l4+2:])
 	return parsedOK
+}
+
+// parseQuote reads the packet quoted in the ICMP error in frame (p from parse: parsedICMP) into
+// in, as xdp/bpf/icmp.h's parse_inner does: an IPv4 header (not a non-first fragment) or an
+// IPv6 fixed header, then the first icmpL4Quote bytes of TCP or UDP, all within the frame and
+// the error's IP datagram. It returns the quoted L3 and L4 offsets, ok false when the quote
+// names no flow.
+func parseQuote(frame []byte, p *packet, in *packet) (l3, l4 int, ok bool) {
+	l3 = p.l4 + icmpHdrLen
+	*in = packet{v6: p.v6}
+	if !p.v6 {
+		if l3+ipv4MinLen > len(frame) {
+			return 0, 0, false
+		}
+		ih := frame[l3:]
+		if ih[0]>>4 != 4 || ih[0]&0x0f < 5 || binary.BigEndian.Uint16(ih[6:])&ipv4OffsetMask != 0 {
+			return 0, 0, false
+		}
+		in.proto = ih[9]
+		copy(in.src[:4], ih[12:16])
+		copy(in.dst[:4], ih[16:20])
+		l4 = l3 + int(ih[0]&0x0f)*4
+	} else {
+		if l3+ipv6Len > len(frame) {
+			return 0, 0, false
+		}
+		ih := frame[l3:]
+		in.proto = ih[6]
+		copy(in.src[:], ih[8:24])
+		copy(in.dst[:], ih[24:40])
+		l4 = l3 + ipv6Len
+	}
+	if in.proto != protoTCP && in.proto != protoUDP {
+		return 0, 0, false
+	}
+	if l4+icmpL4Quote > len(frame) || l4+icmpL4Quote > ethLen+p.ipLen {
+		return 0, 0, false
+	}
+	in.l4 = l4
+	in.sport = binary.BigEndian.Uint16(frame[l4:])
+	in.dport = binary.BigEndian.Uint16(frame[l4+2:])
+	return l3, l4, true
 }
 
 func (p *packet) key() flowKey {

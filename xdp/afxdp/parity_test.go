@@ -59,15 +59,16 @@ type configurer interface {
 }
 
 var (
-	pVIP     = netip.MustParseAddr("198.18.100.1")
-	pVIPAll  = netip.MustParseAddr("198.18.100.2")
-	pVIPAmb  = netip.MustParseAddr("198.18.100.3")
-	pVIP6    = netip.MustParseAddr("2001:db8:100::1")
-	pVIPDSR  = netip.MustParseAddr("198.18.100.4")
-	pVIP6DSR = netip.MustParseAddr("2001:db8:100::4")
-	pBE      = []netip.Addr{netip.MustParseAddr("198.18.1.10"), netip.MustParseAddr("198.18.1.11"), netip.MustParseAddr("198.18.1.12")}
-	pBE6     = netip.MustParseAddr("2001:db8:1::10")
-	pClients = netip.MustParsePrefix("198.18.128.0/17")
+	pVIP      = netip.MustParseAddr("198.18.100.1")
+	pVIPAll   = netip.MustParseAddr("198.18.100.2")
+	pVIPAmb   = netip.MustParseAddr("198.18.100.3")
+	pVIP6     = netip.MustParseAddr("2001:db8:100::1")
+	pVIPDSR   = netip.MustParseAddr("198.18.100.4")
+	pVIP6DSR  = netip.MustParseAddr("2001:db8:100::4")
+	pVIPRange = netip.MustParseAddr("198.18.100.5")
+	pBE       = []netip.Addr{netip.MustParseAddr("198.18.1.10"), netip.MustParseAddr("198.18.1.11"), netip.MustParseAddr("198.18.1.12")}
+	pBE6      = netip.MustParseAddr("2001:db8:1::10")
+	pClients  = netip.MustParsePrefix("198.18.128.0/17")
 )
 
 func newParity(t testing.TB) *parity {
@@ -205,6 +206,10 @@ func configureParity(t testing.TB, c configurer) {
 	fill(7, 11, 12)
 	fill(8, 13)
 	fill(9, 14)
+	// VIP 10 pVIPRange:80/TCP over the IPv4 backends, for clients in 198.18.128.0/18 only.
+	must(c.UpsertVIP(datapath.Frontend{Addr: pVIPRange, Port: 80, Proto: datapath.TCP},
+		datapath.VIPConfig{ID: 10, SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.128.0/18")}}))
+	fill(10, 1, 2, 3)
 	// The site: the backends' networks and the gateway's client-side address.
 	must(c.SetSiteSource(netip.MustParsePrefix("198.18.1.0/24"), datapath.SiteCluster))
 	must(c.SetSiteSource(netip.MustParsePrefix("2001:db8:1::/64"), datapath.SiteCluster))
@@ -534,8 +539,7 @@ func echoRequest(src, dst netip.Addr) []byte {
 
 // TestSteerProgram runs steer.c under BPF_PROG_TEST_RUN with the steer keys an engine writes:
 // frames to a frontend and a backend's replies are steered (here: no socket, so counted as
-// such and passed), the rest is left alone, and an echo request to a VIP address gets the XDP
-// datapath's very reply.
+// such and passed), and so are echo requests and ICMP errors of ours; the rest is left alone.
 func TestSteerProgram(t *testing.T) {
 	px := newParity(t)
 	var objs steerObjects
@@ -640,30 +644,47 @@ func TestSteerProgram(t *testing.T) {
 		}
 	}
 
-	// Echo requests: the steer program's reply is the XDP datapath's, byte for byte.
+	// ICMP: echo requests to a VIP address and errors to one or quoting a backend endpoint go
+	// to the engine (icmp.go), the rest to the kernel.
+	c6 := netip.MustParseAddrPort("[2001:db8:80::7]:40000")
+	router, router6 := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:db8::2")
+	quote := func(f frameSpec) []byte { return f.bytes()[ethLen:] }
 	for _, tc := range []struct {
-		name     string
-		src, dst netip.Addr
-		answered bool
+		name    string
+		frame   []byte
+		ifindex int
+		steered bool
 	}{
-		{"ping a VIP", c.Addr(), pVIP, true},
-		{"ping an IPv6 VIP", netip.MustParseAddr("2001:db8:80::7"), pVIP6, true},
-		{"ping another address", c.Addr(), netip.MustParseAddr("198.18.200.1"), false},
+		{"ping a VIP", echoRequest(c.Addr(), pVIP), px.ext, true},
+		{"ping an IPv6 VIP", echoRequest(c6.Addr(), pVIP6), px.ext, true},
+		{"ping another address", echoRequest(c.Addr(), netip.MustParseAddr("198.18.200.1")), px.ext, false},
+		{"an error to a VIP address", icmpErrorFrame(router, pVIP, 3, 4, 1400,
+			quote(frameSpec{src: netip.AddrPortFrom(pVIP, 80), dst: c, proto: protoTCP, flags: tcpACK})), px.ext, true},
+		{"an IPv6 error to a VIP address", icmpErrorFrame(router6, pVIP6, 2, 0, 1400,
+			quote(frameSpec{src: netip.AddrPortFrom(pVIP6, 443), dst: c6, proto: protoTCP, flags: tcpACK})), px.ext, true},
+		{"an error quoting a backend endpoint", icmpErrorFrame(netip.MustParseAddr("198.18.1.9"), c.Addr(), 3, 3, 0,
+			quote(frameSpec{src: c, dst: netip.AddrPortFrom(pBE[0], 8080), proto: protoTCP, flags: tcpACK})), px.int, true},
+		{"an IPv6 error quoting a backend endpoint", icmpErrorFrame(netip.MustParseAddr("2001:db8:1::9"), c6.Addr(), 1, 4, 0,
+			quote(frameSpec{src: c6, dst: netip.AddrPortFrom(pBE6, 8443), proto: protoTCP, flags: tcpACK})), px.int, true},
+		{"an error quoting another port of a backend", icmpErrorFrame(netip.MustParseAddr("198.18.1.9"), c.Addr(), 3, 3, 0,
+			quote(frameSpec{src: c, dst: netip.AddrPortFrom(pBE[0], 22), proto: protoTCP, flags: tcpACK})), px.int, false},
+		{"an error quoting nothing", icmpErrorFrame(router, c.Addr(), 3, 3, 0, nil), px.ext, false},
+		{"an echo reply to a VIP", func() []byte {
+			f := echoRequest(c.Addr(), pVIP)
+			f[ethLen+ipv4MinLen] = 0 // the type; the checksum no longer matters here
+			return f
+		}(), px.ext, false},
 	} {
-		frame := echoRequest(tc.src, tc.dst)
-		res := run(frame, px.ext)
-		var want progrun.Result
-		if err := px.ns.Do(func() (err error) {
-			want, err = progrun.XDP(px.dp.Program(), frame, px.ext, 0)
-			return err
-		}); err != nil {
-			t.Fatal(err)
+		before := counts()
+		res := run(tc.frame, tc.ifindex)
+		after := counts()
+		if res.Verdict != xdpPass {
+			t.Errorf("%s: verdict %d, want XDP_PASS (no socket in a test run)", tc.name, res.Verdict)
 		}
-		if tc.answered && (res.Verdict != xdpTX || want.Verdict != xdpTX || !bytes.Equal(res.Data, want.Data)) {
-			t.Errorf("%s: steer verdict %d, XDP verdict %d\nsteer %x\nxdp   %x", tc.name, res.Verdict, want.Verdict, res.Data, want.Data)
-		}
-		if !tc.answered && res.Verdict != xdpPass {
-			t.Errorf("%s: verdict %d, want XDP_PASS", tc.name, res.Verdict)
+		want := map[bool]uint64{true: 1, false: 0}[tc.steered]
+		if after.NoSocket-before.NoSocket != want || after.ICMP-before.ICMP != want || after.NotOurs-before.NotOurs != 1-want {
+			t.Errorf("%s: counted %d steered without socket, %d ICMP, %d not ours: want steered=%v", tc.name,
+				after.NoSocket-before.NoSocket, after.ICMP-before.ICMP, after.NotOurs-before.NotOurs, tc.steered)
 		}
 	}
 	// The address's last frontend gone, its echo requests go to the kernel.
@@ -766,7 +787,7 @@ func icmpErrorFrame(src, dst netip.Addr, typ, code uint8, mtu uint32, quote []by
 // that went through the gateway and flows that never did, with path MTUs of any size and quotes
 // cut anywhere, run through the XDP program. Whatever it sends to the cluster side must be about
 // a flow that exists (the engine, fed the same traffic, has its conntrack entry) and advertise
-// no path MTU below the floors; the AF_XDP engine relays none.
+// no path MTU below the floors; the AF_XDP engine, fed the same, sends the same bytes or nothing.
 func TestHostileICMPReachesOnlyKnownFlows(t *testing.T) {
 	px := newParity(t)
 	r := rand.New(rand.NewPCG(3, 4))
@@ -817,10 +838,14 @@ func TestHostileICMPReachesOnlyKnownFlows(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if v := px.eng.Process(append([]byte(nil), in...), px.ext, px.now); v.Send {
-			t.Errorf("error %d: the AF_XDP engine sent an ICMP error", i)
+		v := px.eng.Process(append([]byte(nil), in...), px.ext, px.now)
+		sent := res.Verdict == xdpTX || res.Verdict == xdpRedirect
+		if v.Send != sent {
+			t.Errorf("error %d: XDP verdict %d, the AF_XDP engine sent=%v", i, res.Verdict, v.Send)
+		} else if sent && (!bytes.Equal(v.Frame, res.Data) || v.Ifindex != px.int) {
+			t.Errorf("error %d: outputs differ\nxdp    %x\nengine %x (out of %d)", i, res.Data, v.Frame, v.Ifindex)
 		}
-		if res.Verdict != xdpTX && res.Verdict != xdpRedirect {
+		if !sent {
 			dropped++
 			continue
 		}
@@ -875,6 +900,13 @@ func FuzzParity(f *testing.F) {
 		{frameSpec{src: netip.AddrPortFrom(pBE[1], 8080), dst: vip, proto: protoTCP, flags: tcpSYN}.bytes(), syn, 1},
 		{frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpSYN, ttl: 1}.bytes(),
 			frameSpec{src: c, dst: netip.AddrPortFrom(pVIP, 81), proto: protoUDP}.bytes(), 0},
+		// ICMP: an echo request; errors about a flow from either side; a flow too big.
+		{echoRequest(c.Addr(), pVIPRange), echoRequest(c6.Addr(), pVIP6), 0},
+		{syn, icmpErrorFrame(netip.MustParseAddr("198.18.0.2"), pVIP, 3, 4, 1400,
+			frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpSYN | tcpACK}.bytes()[ethLen:]), 0},
+		{ack, icmpErrorFrame(pBE[1], c.Addr(), 3, 3, 0,
+			frameSpec{src: c, dst: netip.AddrPortFrom(pBE[1], 8080), proto: protoTCP, flags: tcpACK}.bytes()[ethLen:]), 2},
+		{ack, frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpACK, seq: 8, payload: make([]byte, 1500), df: true}.bytes(), 0},
 	} {
 		f.Add(s.a, s.b, s.sides)
 	}
@@ -923,4 +955,126 @@ func FuzzParity(f *testing.F) {
 			px.check(t, fmt.Sprintf("fuzzed frame %d", i), frame, ifindex)
 		}
 	})
+}
+
+// TestParityICMP: ICMP through both datapaths, byte for byte: echo requests to VIP addresses
+// (with and without source ranges), ICMP errors about flows the gateway knows from the side each
+// may come from (relayed, all four checksums fixed), from the wrong side, about unknown flows,
+// with quotes cut short and with path MTUs below the floors (dropped), and packets too big for
+// the next hop's MTU (1500 here) answered "too big" to the client (from the VIP, its quote
+// restored) or to the backend (from the gateway's own address), or, when they may be
+// fragmented, sent by neither.
+func TestParityICMP(t *testing.T) {
+	px := newParity(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	sent := map[bool]int{}
+	ok := func(name string, frame []byte, ifindex int, want bool) {
+		t.Helper()
+		got := px.check(t, name, frame, ifindex)
+		sent[got]++
+		if got != want {
+			t.Errorf("%s: sent=%v, want %v (reasons %v)", name, got, want, px.eng.ReasonCounts())
+		}
+	}
+	quote := func(f frameSpec, n int) []byte {
+		b := f.bytes()[ethLen:]
+		return b[:min(n, len(b))]
+	}
+	router, router6 := netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("2001:db8::2")
+	inside := netip.MustParseAddr("198.18.1.9")
+
+	// Echo.
+	ok("ping a VIP", echoRequest(netip.MustParseAddr("198.18.128.9"), pVIP), px.ext, true)
+	ok("ping an IPv6 VIP", echoRequest(netip.MustParseAddr("2001:db8:80::9"), pVIP6), px.ext, true)
+	ok("ping a ranged VIP from inside its ranges", echoRequest(netip.MustParseAddr("198.18.130.9"), pVIPRange), px.ext, true)
+	ok("ping a ranged VIP from outside", echoRequest(netip.MustParseAddr("198.18.200.9"), pVIPRange), px.ext, false)
+
+	big := make([]byte, 1600)
+	for i := range 30 {
+		c := randClient(r)
+		c6 := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("2001:db8:80::%x", 1+r.IntN(0xfffe))), c.Port())
+		vip, vip6, vipUDP := netip.AddrPortFrom(pVIP, 80), netip.AddrPortFrom(pVIP6, 443), netip.AddrPortFrom(pVIP, 53)
+		seq := r.Uint32()
+		ok(fmt.Sprintf("SYN %d", i), frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpSYN, seq: seq}.bytes(), px.ext, true)
+		// Before the handshake completes: the handshake entry names the backend.
+		ok(fmt.Sprintf("error about a half-open flow %d", i), icmpErrorFrame(router, pVIP, 3, 4, 1400,
+			quote(frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpSYN | tcpACK}, 64)), px.ext, true)
+		ok(fmt.Sprintf("ACK %d", i), frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpACK, seq: seq + 1}.bytes(), px.ext, true)
+		ok(fmt.Sprintf("IPv6 SYN %d", i), frameSpec{src: c6, dst: vip6, proto: protoTCP, flags: tcpSYN, seq: seq}.bytes(), px.ext, true)
+		ok(fmt.Sprintf("IPv6 ACK %d", i), frameSpec{src: c6, dst: vip6, proto: protoTCP, flags: tcpACK, seq: seq + 1}.bytes(), px.ext, true)
+		ok(fmt.Sprintf("UDP %d", i), frameSpec{src: c, dst: vipUDP, proto: protoUDP, payload: []byte("q"), noCsum: i%3 == 0}.bytes(), px.ext, true)
+		be := px.backendOf(t, c, vip)
+		be6 := px.backendOf(t, c6, vip6)
+		beUDP := px.backendOf(t, c, vipUDP)
+		n := 28 + r.IntN(40) // the quote: the header and 8 bytes of L4 at least, the checksum sometimes
+		n6 := 48 + r.IntN(40)
+
+		// From the client side, about VIP -> client: toward the backend.
+		ok(fmt.Sprintf("frag needed %d", i), icmpErrorFrame(router, pVIP, 3, 4, uint32(552+r.IntN(1000)),
+			quote(frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpACK, payload: big[:40]}, n)), px.ext, true)
+		ok(fmt.Sprintf("time exceeded %d", i), icmpErrorFrame(router, pVIP, 11, 0, 0,
+			quote(frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpACK}, n)), px.ext, true)
+		ok(fmt.Sprintf("port unreachable (UDP) %d", i), icmpErrorFrame(router, pVIP, 3, 3, 0,
+			quote(frameSpec{src: vipUDP, dst: c, proto: protoUDP, payload: []byte("answer"), noCsum: i%2 == 0}, n)), px.ext, true)
+		ok(fmt.Sprintf("IPv6 too big %d", i), icmpErrorFrame(router6, pVIP6, 2, 0, uint32(1280+r.IntN(200)),
+			quote(frameSpec{src: vip6, dst: c6, proto: protoTCP, flags: tcpACK, payload: big[:40]}, n6)), px.ext, true)
+		ok(fmt.Sprintf("frag needed below the floor %d", i), icmpErrorFrame(router, pVIP, 3, 4, uint32(r.IntN(552)),
+			quote(frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpACK}, n)), px.ext, false)
+		ok(fmt.Sprintf("IPv6 too big below the floor %d", i), icmpErrorFrame(router6, pVIP6, 2, 0, uint32(r.IntN(1280)),
+			quote(frameSpec{src: vip6, dst: c6, proto: protoTCP, flags: tcpACK}, n6)), px.ext, false)
+		ok(fmt.Sprintf("about an unknown flow %d", i), icmpErrorFrame(router, pVIP, 3, 4, 1400,
+			quote(frameSpec{src: vip, dst: randClient(r), proto: protoTCP, flags: tcpACK}, n)), px.ext, false)
+		ok(fmt.Sprintf("quote too short %d", i), icmpErrorFrame(router, pVIP, 3, 4, 1400,
+			quote(frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpACK}, r.IntN(28))), px.ext, false)
+		ok(fmt.Sprintf("from the cluster side %d", i), icmpErrorFrame(inside, pVIP, 3, 4, 1400,
+			quote(frameSpec{src: vip, dst: c, proto: protoTCP, flags: tcpACK}, n)), px.int, false)
+
+		// From the cluster side, about client -> backend: toward the client, from the VIP when
+		// the backend itself sent it.
+		ok(fmt.Sprintf("backend's port unreachable %d", i), icmpErrorFrame(beUDP.Addr(), c.Addr(), 3, 3, 0,
+			quote(frameSpec{src: c, dst: beUDP, proto: protoUDP, payload: []byte("q"), noCsum: i%3 == 0}, n)), px.int, true)
+		ok(fmt.Sprintf("router's frag needed %d", i), icmpErrorFrame(inside, c.Addr(), 3, 4, uint32(552+r.IntN(900)),
+			quote(frameSpec{src: c, dst: be, proto: protoTCP, flags: tcpACK, payload: big[:40]}, n)), px.int, true)
+		ok(fmt.Sprintf("IPv6 backend's unreachable %d", i), icmpErrorFrame(be6.Addr(), c6.Addr(), 1, 4, 0,
+			quote(frameSpec{src: c6, dst: be6, proto: protoTCP, flags: tcpACK}, n6)), px.int, true)
+		ok(fmt.Sprintf("about another backend %d", i), icmpErrorFrame(inside, c.Addr(), 3, 3, 0,
+			quote(frameSpec{src: c, dst: netip.AddrPortFrom(pBE[(slicesIndex(pBE, be.Addr())+1)%len(pBE)], 8080),
+				proto: protoTCP, flags: tcpACK}, n)), px.int, false)
+		ok(fmt.Sprintf("from the client side about a backend %d", i), icmpErrorFrame(router, c.Addr(), 3, 3, 0,
+			quote(frameSpec{src: c, dst: be, proto: protoTCP, flags: tcpACK}, n)), px.ext, false)
+
+		// Too big for the 1500-byte links: answered when it may not be fragmented.
+		ok(fmt.Sprintf("too big DF TCP %d", i), frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpACK, seq: seq + 1,
+			payload: big[:1500-r.IntN(40)], df: true}.bytes(), px.ext, true)
+		ok(fmt.Sprintf("too big TCP %d", i), frameSpec{src: c, dst: vip, proto: protoTCP, flags: tcpACK, seq: seq + 1,
+			payload: big[:1500]}.bytes(), px.ext, false)
+		ok(fmt.Sprintf("too big DF UDP %d", i), frameSpec{src: c, dst: vipUDP, proto: protoUDP, payload: big[:1500],
+			df: true, noCsum: i%2 == 0}.bytes(), px.ext, true)
+		ok(fmt.Sprintf("too big IPv6 TCP %d", i), frameSpec{src: c6, dst: vip6, proto: protoTCP, flags: tcpACK, seq: seq + 1,
+			payload: big[:1500]}.bytes(), px.ext, true)
+		ok(fmt.Sprintf("too big reply %d", i), frameSpec{src: be, dst: c, proto: protoTCP, flags: tcpACK,
+			payload: big[:1500], df: true}.bytes(), px.int, true)
+		ok(fmt.Sprintf("too big IPv6 reply %d", i), frameSpec{src: be6, dst: c6, proto: protoTCP, flags: tcpACK,
+			payload: big[:1500]}.bytes(), px.int, true)
+		ok(fmt.Sprintf("too big DSR IPv6 UDP %d", i), frameSpec{src: c6, dst: netip.AddrPortFrom(pVIP6DSR, 53), proto: protoUDP,
+			payload: big[:1500]}.bytes(), px.ext, true)
+	}
+	reasons := px.eng.ReasonCounts()
+	for _, r := range []forward.Reason{forward.ReasonICMPEchoReply, forward.ReasonDropICMPSrcRange, forward.ReasonICMPToBackend,
+		forward.ReasonICMPToClient, forward.ReasonDropICMPUnknown, forward.ReasonDropICMPPTBLow, forward.ReasonICMPTooBigClient,
+		forward.ReasonICMPTooBigBackend, forward.ReasonDropMTU, forward.ReasonDropReplyWrongSide, forward.ReasonDropWrongSide} {
+		if reasons[r] == 0 {
+			t.Errorf("reason %s never counted: the cases missed it (%v)", r, reasons)
+		}
+	}
+	t.Logf("%d sent, %d not; engine reasons %v", sent[true], sent[false], reasons)
+}
+
+func slicesIndex(s []netip.Addr, a netip.Addr) int {
+	for i, x := range s {
+		if x == a {
+			return i
+		}
+	}
+	return -1
 }

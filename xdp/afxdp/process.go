@@ -34,6 +34,8 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 		return e.drop(forward.ReasonDropMalformed)
 	case parsedNotOurs:
 		return e.drop(forward.ReasonDropNotOurs)
+	case parsedICMP:
+		return e.processICMP(frame, &p, ingress, now)
 	}
 	fp := forward.Packet{V6: p.v6, Proto: datapath.Protocol(p.proto), TTL: p.ttl, Src: p.src, Dst: p.dst,
 		SrcPort: p.sport, DstPort: p.dport, TCPFlags: p.tcpFlags, Seq: p.seq, Len: len(frame),
@@ -68,16 +70,31 @@ func (e *Engine) Process(frame []byte, ingress int, now time.Duration) Verdict {
 		return e.drop(d.Reason)
 	case forward.ToBackend:
 		e.reasons[forward.ReasonNATForward]++
+		vip, vport := p.dstAddr(), p.dport
 		rewrite(frame, &p, false, d.Addr, d.Port)
 		if d.Carry {
 			return e.carry(frame, &p, ingress, &d)
 		}
-		return e.send(frame, &p, ingress)
+		hop, kind := e.hops.Lookup(p.dstAddr())
+		if kind == HopSend && hop.MTU > 0 && p.ipLen > hop.MTU && tooBigEligible(frame, &p) {
+			// The client is told, from the VIP, quoting what it sent (pmtu.h).
+			return e.tooBig(frame, &p, ingress, vip, vip, vport, true, hop.MTU, forward.ReasonICMPTooBigClient)
+		}
+		return e.sendHop(frame, &p, ingress, hop, kind)
 	case forward.ToClient:
 		// Route first: a backend's packet to this host is not ours (steer.c passes those).
 		hop, kind := e.hops.Lookup(p.dstAddr())
 		if kind == HopLocal {
 			return e.drop(forward.ReasonDropLocal)
+		}
+		if kind == HopSend && hop.MTU > 0 && p.ipLen > hop.MTU && tooBigEligible(frame, &p) {
+			// The backend is told, from this host's address toward it, quoting its reply as it
+			// sent it (pmtu.h): the kernel's answer would go to the VIP.
+			from, ok := e.hops.Source(p.srcAddr())
+			if !ok {
+				from = addrOf(d.Addr, p.v6)
+			}
+			return e.tooBig(frame, &p, ingress, from, netip.Addr{}, 0, false, hop.MTU, forward.ReasonICMPTooBigBackend)
 		}
 		e.reasons[forward.ReasonNATReverse]++
 		if d.ReverseByHash {

@@ -21,6 +21,8 @@ const (
 	// ToClient: a backend's reply, to be sent to its client: its source becomes Decision.Addr
 	// and Decision.Port (reverse NAT).
 	ToClient
+	// Answer: answered by the datapath itself, back to the sender (an echo reply).
+	Answer
 )
 
 // CTState says what the decision made of a flow's conntrack entry.
@@ -416,25 +418,47 @@ func (b *Balancer) Reply(p *Packet, now time.Duration) Decision {
 	if r, ok := b.replySideCheck(p); !ok {
 		return drop(d, r)
 	}
+	v, vport, byHash, ok := b.reverseVIP(r, p, now)
+	if !ok {
+		return drop(d, ReasonDropReverseNoCT)
+	}
+	if v == nil {
+		return Decision{}
+	}
+	d.ReverseByHash = byHash
+	if r.Ambiguous && !byHash {
+		d.Conntrack = CTUsed // its reverse conntrack entry
+	}
+	d.VIP, d.Frontend = v.cfg.ID, v.fe
+	if p.TTL <= 1 {
+		return drop(d, ReasonDropTTL)
+	}
+	d.Action, d.Reason, d.Addr, d.Port = ToClient, ReasonNATReverse, Key(v.fe.Addr), vport
+	return d
+}
+
+// reverseVIP finds the frontend (and its service port) a reply p of backend endpoint r is from
+// (reverse_vip): the live reverse conntrack entry of an ambiguous endpoint (refreshed), else
+// the Maglev re-derivation (byHash), else the endpoint's one VIP. ok is false for an ambiguous
+// endpoint's reply neither gives; v is nil when the VIP is gone or of the other family.
+func (b *Balancer) reverseVIP(r reverse, p *Packet, now time.Duration) (v *vip, vport uint16, byHash, ok bool) {
 	var id datapath.VIPID
-	var vport uint16
 	if r.Ambiguous {
 		rk := p.key()
-		c, ok := b.rct[rk]
+		c, found := b.rct[rk]
 		// Only a live reverse entry: one idle past its timeout (its flow gone, the tuple
 		// perhaps reused) is not trusted. One in use is refreshed, as its forward entry is.
-		if ok && int64(now)-c.lastSeen > int64(b.settings.Timeout(p.Proto, c.closing)) {
-			ok = false
+		if found && int64(now)-c.lastSeen > int64(b.settings.Timeout(p.Proto, c.closing)) {
+			found = false
 		}
-		if ok {
+		if found {
 			id, vport = c.vip, c.vipPort
-			d.Conntrack = CTUsed
 			c.lastSeen = int64(now)
 			b.rct[rk] = c
 		} else if mid, port, ok := b.reverseMaglev(r, p); ok {
-			id, vport, d.ReverseByHash = mid, port, true
+			id, vport, byHash = mid, port, true
 		} else {
-			return drop(d, ReasonDropReverseNoCT)
+			return nil, 0, false, false
 		}
 	} else {
 		id, vport = r.VIP, r.port
@@ -442,16 +466,11 @@ func (b *Balancer) Reply(p *Packet, now time.Duration) Decision {
 			vport = p.SrcPort
 		}
 	}
-	v := b.vipByID[id]
+	v = b.vipByID[id]
 	if v == nil || v.fe.Addr.Is6() != p.V6 {
-		return Decision{}
+		return nil, 0, byHash, true
 	}
-	d.VIP, d.Frontend = id, v.fe
-	if p.TTL <= 1 {
-		return drop(d, ReasonDropTTL)
-	}
-	d.Action, d.Reason, d.Addr, d.Port = ToClient, ReasonNATReverse, Key(v.fe.Addr), vport
-	return d
+	return v, vport, byHash, true
 }
 
 // reverseMaglev finds the one candidate VIP whose Maglev table sends the reply's forward tuple

@@ -46,6 +46,14 @@ const (
 	ReasonCTSYNKept                        // a SYN on a live flow's tuple sent to that flow's backend, not balanced again
 	ReasonCTMidFlowLimited                 // a TCP flow whose handshake was not seen here not recorded: the mid-flow budget
 	ReasonDropBogusSource                  // to a VIP from an address no client can have (multicast, loopback, ...)
+	ReasonICMPEchoReply                    // an echo request to a VIP address answered
+	ReasonICMPToBackend                    // an ICMP error about a VIP flow relayed to its backend
+	ReasonICMPToClient                     // an ICMP error from the cluster side relayed to the client
+	ReasonDropICMPUnknown                  // an ICMP error about no flow this gateway knows: never relayed
+	ReasonDropICMPSrcRange                 // an echo request or ICMP error whose client is outside the VIP's source ranges
+	ReasonDropICMPPTBLow                   // a "too big" advertising a path MTU below the floors (PMTUMin4, PMTUMin6)
+	ReasonICMPTooBigClient                 // a client's packet too big for the path to its backend, answered "too big" from the VIP
+	ReasonICMPTooBigBackend                // a backend's reply too big for the path to its client, answered "too big"
 	NumReasons
 )
 
@@ -57,6 +65,8 @@ var reasonNames = [NumReasons]string{
 	"drop_no_port", "drop_mtu", "drop_tx_full", "dsr_carried", "dsr_no_room", "dsr_too_big",
 	"drop_carrier_forged", "drop_no_role", "drop_site_source", "drop_wrong_side", "drop_reply_wrong_side",
 	"drop_vip_unserved", "ct_syn_kept", "ct_midflow_limited", "drop_bogus_source",
+	"icmp_echo_reply", "icmp_to_backend", "icmp_to_client", "drop_icmp_unknown", "drop_icmp_src_range",
+	"drop_icmp_ptb_low", "icmp_too_big_client", "icmp_too_big_backend",
 }
 
 // String returns the counter's name.

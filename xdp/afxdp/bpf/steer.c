@@ -5,14 +5,21 @@
  *   - to a VIP: IPv4/IPv6 TCP or UDP whose {dst, dport, proto} or {dst, 0, proto} is in steer
  *     with STEER_TO_VIP;
  *   - from a backend: {src, sport, proto} or {src, 0, proto} in steer with STEER_FROM_BACKEND,
- *     when the kernel would forward it (not a health-check reply to this host, see routed).
+ *     when the kernel would forward it (not a health-check reply to this host, see routed);
+ *   - ICMP (ICMPv6), not fragmented: an echo request to a VIP address (the engine answers it,
+ *     or drops it for the address's source ranges), an error (destination unreachable, packet
+ *     too big, time exceeded) to a VIP address (a client-side error about a VIP flow), and an
+ *     error whose quoted packet is to a backend endpoint (a cluster-side error about a flow the
+ *     engine sent there: the quote's {dst, dport, proto} or {dst, 0, proto} with
+ *     STEER_FROM_BACKEND). The engine relays an error about a flow it knows and drops the rest,
+ *     as the XDP datapath's icmp.h does.
  * Frames of ours that the engine leaves to the kernel are passed here, as the XDP datapath passes
  * them: an expiring TTL (the kernel answers with ICMP) and a backend's IPv4 fragment. The
  * engine keeps no fragment state, so an IPv4 fragment to a VIP address is dropped (passed, it
- * would loop between the gateway and its router, or reach the gateway's own sockets). VLAN-tagged frames,
- * IPv6 extension headers and anything but TCP/UDP are never steered. An echo request to a VIP
- * address is answered here, as the XDP datapath answers it; anything else to a VIP address that
- * no frontend has is dropped (another protocol: here; TCP/UDP: by the engine). */
+ * would loop between the gateway and its router, or reach the gateway's own sockets). VLAN-tagged
+ * frames, IPv6 extension headers and any other protocol are never steered; anything else to a
+ * VIP address that no frontend has is dropped (another protocol or ICMP type: here; TCP/UDP:
+ * by the engine). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -23,10 +30,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-/* What every xlb program shares (FAMILY_*, ICMP types, ECHO_REPLY_TTL) and the checksum updates
- * (xdp/datapath): an echo reply is byte for byte the XDP datapath's. */
+/* What every xlb program shares (FAMILY_*, ICMP types; xdp/datapath). */
 #include "datapath.h"
-#include "csum.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -75,7 +80,8 @@ struct {
 #define STEERED_PASSED 1    /* ours, passed to the kernel: a backend's IPv4 fragment or an
 			     * expiring TTL */
 #define STEERED_NO_SOCKET 2 /* ours, but its queue has no socket: passed to the kernel */
-#define STEERED_ECHO 3      /* an echo request to a VIP address, answered here (XDP_TX) */
+#define STEERED_ICMP 3      /* ICMP of ours (an echo request or an error), to the socket or,
+			     * without one, passed: counted in TO_SOCKET/NO_SOCKET too */
 #define STEERED_NOT_OURS 4  /* an IP packet for no VIP and from no backend: the kernel's */
 #define STEERED_UNSERVED 5  /* to a VIP address, of a protocol no service has: dropped */
 #define STEERED_FRAG 6      /* an IPv4 fragment to a VIP address: dropped (no fragment state) */
@@ -148,45 +154,80 @@ static __always_inline int not_ours(void)
 }
 
 /* ICMP's first word: type, code, checksum. */
-struct echo_hdr {
+struct icmp_word {
 	__u8 type;
 	__u8 code;
 	__u16 checksum;
 };
 
-/* echo_reply answers an echo request to a VIP address in place, as the XDP datapath's
- * icmp_echo_reply does: addresses and MACs swapped, TTL ECHO_REPLY_TTL, the type a reply, the
- * checksums updated (swapping the addresses changes no sum). l3 and ic are within bounds. */
-static __always_inline int echo_reply(struct ethhdr *eth, void *l3, struct echo_hdr *ic, int v6)
+/* to_socket hands a frame of ours to the socket of its receive queue (the kernel, counted, when
+ * the queue has none). */
+static __always_inline int to_socket(struct xdp_md *ctx)
 {
-	__u8 mac[ETH_ALEN];
-	__u16 oldt = *(__u16 *)ic;
+	long rc = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+
+	count(rc == XDP_REDIRECT ? STEERED_TO_SOCKET : STEERED_NO_SOCKET);
+	return rc;
+}
+
+/* icmp_is_error reports whether an ICMP (v6: ICMPv6) type is an error the datapath relays. */
+static __always_inline int icmp_is_error(__u8 type, int v6)
+{
+	if (!v6)
+		return type == ICMP_DEST_UNREACH || type == ICMP_TIME_EXCEEDED;
+	return type == ICMPV6_DEST_UNREACH || type == ICMPV6_PKT_TOOBIG ||
+	       type == ICMPV6_TIME_EXCEED;
+}
+
+/* quote_to_backend reports whether the packet an ICMP error quotes (its header at q) is to a
+ * backend endpoint the engine serves: its {dst, dport, proto} or {dst, 0, proto} in steer with
+ * STEER_FROM_BACKEND (the error is about a reply's flow). */
+static __always_inline int quote_to_backend(void *q, void *data_end, int v6)
+{
+	struct steer_key k = { .dir = STEER_FROM_BACKEND };
+	__be16 *ports;
 
 	if (!v6) {
-		struct iphdr *iph = l3;
-		__u16 *ttlw = (__u16 *)&iph->ttl, old_ttlw = *ttlw;
-		__be32 a = iph->saddr;
+		struct iphdr *ih = q;
 
-		iph->saddr = iph->daddr;
-		iph->daddr = a;
-		iph->ttl = ECHO_REPLY_TTL;
-		iph->check = csum_apply(iph->check, diff16(0, old_ttlw, *ttlw));
-		ic->type = ICMP_ECHOREPLY;
+		if ((void *)(ih + 1) > data_end || ih->version != 4 || ih->ihl < 5)
+			return 0;
+		k.proto = ih->protocol;
+		k.addr[0] = ih->daddr;
+		k.family = FAMILY_V4;
+		ports = q + ih->ihl * 4;
 	} else {
-		struct ipv6hdr *ip6 = l3;
-		struct in6_addr a = ip6->saddr;
+		struct ipv6hdr *ih = q;
 
-		ip6->saddr = ip6->daddr;
-		ip6->daddr = a;
-		ip6->hop_limit = ECHO_REPLY_TTL;
-		ic->type = ICMPV6_ECHO_REPLY;
+		if ((void *)(ih + 1) > data_end)
+			return 0;
+		k.proto = ih->nexthdr;
+		__builtin_memcpy(k.addr, &ih->daddr, 16);
+		k.family = FAMILY_V6;
+		ports = (void *)(ih + 1);
 	}
-	ic->checksum = csum_apply(ic->checksum, diff16(0, oldt, *(__u16 *)ic));
-	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
-	count(STEERED_ECHO);
-	return XDP_TX;
+	if ((k.proto != IPPROTO_TCP && k.proto != IPPROTO_UDP) || (void *)(ports + 2) > data_end)
+		return 0;
+	return hit(&k, ports[1]);
+}
+
+/* steer_icmp decides a non-fragment ICMP (v6: ICMPv6) packet whose header is at ic. */
+static __always_inline int steer_icmp(struct xdp_md *ctx, struct icmp_word *ic, void *data_end,
+				      struct steer_key *to)
+{
+	int v6 = to->family == FAMILY_V6;
+
+	if ((void *)ic + 8 > data_end)
+		return not_ours();
+	if (ic->type == (v6 ? ICMPV6_ECHO_REQUEST : ICMP_ECHO)) {
+		if (!vip_addr(to))
+			return not_ours();
+	} else if (!icmp_is_error(ic->type, v6) ||
+		   (!vip_addr(to) && !quote_to_backend((void *)ic + 8, data_end, v6))) {
+		return not_ours();
+	}
+	count(STEERED_ICMP);
+	return to_socket(ctx);
 }
 
 SEC("xdp")
@@ -197,7 +238,6 @@ int xlb_steer(struct xdp_md *ctx)
 	struct steer_key to = {}, from = {};
 	__be16 *ports;
 	int expiring, frag;
-	long rc;
 	__u8 proto;
 
 	if ((void *)(eth + 1) > data_end)
@@ -229,24 +269,8 @@ int xlb_steer(struct xdp_md *ctx)
 	} else {
 		return XDP_PASS;
 	}
-	if (proto == (to.family == FAMILY_V4 ? IPPROTO_ICMP : IPPROTO_ICMPV6) && !frag) {
-		struct echo_hdr *ic = (void *)ports;
-		void *l3 = eth + 1;
-
-		if ((void *)ic + 8 > data_end ||
-		    ic->type != (to.family == FAMILY_V4 ? ICMP_ECHO : ICMPV6_ECHO_REQUEST))
-			return not_ours();
-		to.dir = STEER_VIP_ADDR;
-		if (!bpf_map_lookup_elem(&steer, &to))
-			return not_ours();
-		if (to.family == FAMILY_V4) {
-			if (l3 + sizeof(struct iphdr) > data_end)
-				return not_ours();
-		} else if (l3 + sizeof(struct ipv6hdr) > data_end) {
-			return not_ours();
-		}
-		return echo_reply(eth, l3, ic, to.family == FAMILY_V6);
-	}
+	if (proto == (to.family == FAMILY_V4 ? IPPROTO_ICMP : IPPROTO_ICMPV6) && !frag)
+		return steer_icmp(ctx, (struct icmp_word *)ports, data_end, &to);
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) {
 		/* No service is of another protocol: never the gateway's own, as in the XDP datapath. */
 		if (vip_addr(&to)) {
@@ -272,7 +296,5 @@ int xlb_steer(struct xdp_md *ctx)
 		count(STEERED_PASSED);
 		return XDP_PASS;
 	}
-	rc = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
-	count(rc == XDP_REDIRECT ? STEERED_TO_SOCKET : STEERED_NO_SOCKET);
-	return rc;
+	return to_socket(ctx);
 }
