@@ -8,7 +8,8 @@ import (
 )
 
 // Timer defaults: short enough that a silent gateway failure is detected within HoldTime
-// (GoBGP v3 has no BFD), long enough for a busy 2-core gateway never to miss a keepalive.
+// without BFD, long enough for a busy 2-core gateway never to miss a keepalive. With BFD
+// (Peer.BFD) a failure is detected in ReceiveInterval × Multiplier instead.
 const (
 	// DefaultHoldTime is the hold time proposed in OPEN when Peer.HoldTime is zero.
 	DefaultHoldTime = 9 * time.Second
@@ -18,6 +19,15 @@ const (
 	DefaultConnectRetry = 1 * time.Second
 	// DefaultPort is the peer's TCP port when Peer.Port is zero.
 	DefaultPort = 179
+	// DefaultBFDInterval is BFD's transmit and receive interval when BFD's are zero: with
+	// DefaultBFDMultiplier a dead neighbour is detected within 900 ms.
+	DefaultBFDInterval = 300 * time.Millisecond
+	// DefaultBFDMultiplier is BFD's detection multiplier when BFD.Multiplier is zero.
+	DefaultBFDMultiplier = 3
+	// MinBFDInterval and MaxBFDInterval bound BFD's intervals: below 50 ms a busy 2-core
+	// gateway would flap sessions; above 60 s BFD detects nothing the hold timer does not.
+	MinBFDInterval = 50 * time.Millisecond
+	MaxBFDInterval = 60 * time.Second
 )
 
 // Config is the speaker's configuration (speaker.New takes it).
@@ -75,6 +85,65 @@ type Peer struct {
 	// LocalAddress is the source address of the session, and so the next hop announced to
 	// this neighbour. Unset: the kernel picks it from the route to Address.
 	LocalAddress netip.Addr
+	// BFD, when enabled, runs a single-hop BFD session (RFC 5880/5881) with the neighbour
+	// beside the BGP session: when BFD goes down the BGP session is reset at once, instead of
+	// when its hold timer expires. The neighbour must run BFD too. (A value, not a pointer:
+	// Peers compare with ==, and an unchanged peer is never reset by a reload.)
+	BFD BFD
+}
+
+// BFD is a peer's BFD session. The speaker does not negotiate timers: it sends every
+// TransmitInterval and declares the session down when nothing arrived for ReceiveInterval ×
+// Multiplier, so the neighbour must transmit at least every ReceiveInterval.
+type BFD struct {
+	// Enabled turns BFD on; the other fields apply only then.
+	Enabled bool
+	// TransmitInterval is the desired minimum transmit interval (whole milliseconds, 0 →
+	// DefaultBFDInterval, else MinBFDInterval to MaxBFDInterval).
+	TransmitInterval time.Duration
+	// ReceiveInterval is the required minimum receive interval, as TransmitInterval.
+	ReceiveInterval time.Duration
+	// Multiplier is the detection multiplier (0 → DefaultBFDMultiplier, else 1 to 255).
+	Multiplier uint8
+}
+
+// WithDefaults returns b with the defaults applied to the fields left zero.
+func (b BFD) WithDefaults() BFD {
+	if b.TransmitInterval == 0 {
+		b.TransmitInterval = DefaultBFDInterval
+	}
+	if b.ReceiveInterval == 0 {
+		b.ReceiveInterval = DefaultBFDInterval
+	}
+	if b.Multiplier == 0 {
+		b.Multiplier = DefaultBFDMultiplier
+	}
+	return b
+}
+
+// DetectionTime is how long after the last BFD packet from the neighbour the session is
+// declared down.
+func (b BFD) DetectionTime() time.Duration {
+	d := b.WithDefaults()
+	return d.ReceiveInterval * time.Duration(d.Multiplier)
+}
+
+// Validate checks the BFD settings; the error names the bad field.
+func (b BFD) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"bfd.transmitInterval", b.TransmitInterval}, {"bfd.receiveInterval", b.ReceiveInterval}} {
+		switch {
+		case f.d == 0:
+		case f.d < MinBFDInterval || f.d > MaxBFDInterval:
+			errs = append(errs, fmt.Errorf("%s %v: must be between %v and %v", f.name, f.d, MinBFDInterval, MaxBFDInterval))
+		case f.d%time.Millisecond != 0:
+			errs = append(errs, fmt.Errorf("%s %v: must be whole milliseconds", f.name, f.d))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Validate checks the configuration and its peers; the error names each bad field.
@@ -137,6 +206,14 @@ func (p Peer) Validate() error {
 	}
 	if d := p.WithDefaults(); d.KeepaliveTime >= d.HoldTime {
 		errs = append(errs, fmt.Errorf("keepaliveTime %v: must be less than holdTime %v", d.KeepaliveTime, d.HoldTime))
+	}
+	if p.BFD.Enabled {
+		if err := p.BFD.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if p.MultihopTTL > 1 {
+			errs = append(errs, fmt.Errorf("bfd: single-hop only, but multihopTTL is %d", p.MultihopTTL))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("peer %v: %w", p.Address, err)

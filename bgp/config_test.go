@@ -58,3 +58,33 @@ func TestWithDefaults(t *testing.T) {
 		t.Fatal("WithDefaults changed its receiver")
 	}
 }
+
+func TestBFDValidate(t *testing.T) {
+	ok := Peer{Address: netip.MustParseAddr("198.18.0.1"), ASN: 65000, BFD: BFD{Enabled: true}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("BFD with defaults: %v", err)
+	}
+	if d := ok.BFD.DetectionTime(); d != 900*time.Millisecond {
+		t.Errorf("default detection time %v, want 900ms", d)
+	}
+	for _, c := range []struct {
+		b    BFD
+		ttl  uint8
+		want string
+	}{
+		{BFD{Enabled: true, TransmitInterval: 10 * time.Millisecond}, 0, "bfd.transmitInterval 10ms: must be between 50ms and 1m0s"},
+		{BFD{Enabled: true, ReceiveInterval: 150500 * time.Microsecond}, 0, "bfd.receiveInterval 150.5ms: must be whole milliseconds"},
+		{BFD{Enabled: true}, 2, "bfd: single-hop only, but multihopTTL is 2"},
+	} {
+		p := ok
+		p.BFD, p.MultihopTTL = c.b, c.ttl
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.b, err, c.want)
+		}
+	}
+	off := ok
+	off.BFD = BFD{TransmitInterval: time.Nanosecond} // off: not checked
+	if err := off.Validate(); err != nil {
+		t.Errorf("BFD off: %v", err)
+	}
+}

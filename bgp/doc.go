@@ -18,7 +18,8 @@
 //
 // # Timers
 //
-// GoBGP v3 has no BFD: a gateway that dies with its kernel is noticed by the routers only when
-// the hold timer expires, so the defaults are short ([DefaultHoldTime] 9 s, [DefaultKeepaliveTime]
-// 3 s, [DefaultConnectRetry] 1 s). [Peer.WithDefaults] fills them in.
+// Without BFD a gateway that dies with its kernel is noticed by the routers only when the hold
+// timer expires, so the defaults are short ([DefaultHoldTime] 9 s, [DefaultKeepaliveTime] 3 s,
+// [DefaultConnectRetry] 1 s). [Peer.WithDefaults] fills them in. With [Peer.BFD] it is noticed
+// in [BFD.DetectionTime] (900 ms with the defaults).
 package bgp

@@ -27,6 +27,12 @@ type PeerStatus struct {
 	Received, Accepted, Advertised uint64
 	// UpdatesSent counts the UPDATE messages sent to the neighbour since the peer was added.
 	UpdatesSent uint64
+	// BFD is the peer's BFD session state: "" without BFD, else down, init, up or
+	// admin_down. BFDTransitions counts its transitions into and out of up since the peer was
+	// added, and BFDSince is when it last changed (zero before any).
+	BFD            string
+	BFDTransitions uint64
+	BFDSince       time.Time
 	// LastError is the last failure seen on the session (a failed connection attempt, the
 	// reason it went down, a NOTIFICATION), or "" if none. It is kept after the session
 	// comes back up.
@@ -37,6 +43,9 @@ type PeerStatus struct {
 func (st PeerStatus) String() string {
 	s := fmt.Sprintf("peer %v as %d %s up %v rx %d acc %d adv %d", st.Address, st.ASN, st.State,
 		st.Uptime, st.Received, st.Accepted, st.Advertised)
+	if st.BFD != "" {
+		s += " bfd " + st.BFD
+	}
 	if st.LastError != "" {
 		s += " last error: " + st.LastError
 	}

@@ -3,7 +3,7 @@
 // over the gateways with ECMP. Its configuration and routes are package bgp's types
 // ([bgp.Config], [bgp.Route]); this package holds what runs them.
 //
-// It runs GoBGP v3 (github.com/osrg/gobgp/v3) inside the calling process; there is no gobgpd
+// It runs GoBGP v4 (github.com/osrg/gobgp/v4) inside the calling process; there is no gobgpd
 // and no gRPC port. The API is declarative: [Speaker.SetRoutes] takes the full set of routes
 // that should be announced now and sends only the difference (new or changed routes are
 // announced, missing ones withdrawn); [Speaker.SetPeers] does the same for the sessions.
@@ -18,10 +18,15 @@
 //
 // # Failure detection
 //
-// GoBGP v3 has no BFD. A gateway that dies with its kernel (power, panic) is noticed by the
-// routers only when the hold timer expires, so the defaults are short (bgp.DefaultHoldTime and
-// the others: hold 9 s, keepalive 3 s, connect retry 1 s). A speaker process that dies while
-// the kernel lives is noticed at once: the kernel closes its TCP connections.
+// A gateway that dies with its kernel (power, panic, a cut link) is noticed by the routers when
+// the hold timer expires, so the defaults are short (bgp.DefaultHoldTime and the others: hold
+// 9 s, keepalive 3 s, connect retry 1 s), or, for a peer with [bgp.Peer.BFD], when its BFD
+// session times out: receive interval × multiplier, 900 ms with the defaults. BFD is GoBGP's
+// own (RFC 5880 asynchronous mode, RFC 5881 single hop, UDP 3784, TTL 255); when it goes down
+// GoBGP resets the BGP session at once. The speaker follows the BFD state from GoBGP's log
+// lines ([bgp.PeerStatus.BFD], the transitions counted and logged). A speaker process that
+// dies while the kernel lives is noticed at once either way: the kernel closes its TCP
+// connections.
 //
 // # Graceful restart
 //

@@ -58,7 +58,10 @@ router bgp 65000
 }
 
 // frr starts zebra and bgpd in ns as user frr, with their own directory and sockets.
-func frr(t *testing.T, ns *netlab.NS, bgpdConf string) {
+func frr(t *testing.T, ns *netlab.NS, bgpdConf string) { frrDaemons(t, ns, bgpdConf, false) }
+
+// frrDaemons is frr, with bfdd (started after zebra, before bgpd) when bfd is set.
+func frrDaemons(t *testing.T, ns *netlab.NS, bgpdConf string, bfd bool) {
 	t.Helper()
 	u, err := user.Lookup("frr")
 	if err != nil {
@@ -73,7 +76,8 @@ func frr(t *testing.T, ns *netlab.NS, bgpdConf string) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	writeFile(t, dir+"/zebra.conf", "hostname rt\n")
 	writeFile(t, dir+"/bgpd.conf", bgpdConf)
-	for _, p := range []string{dir, dir + "/zebra.conf", dir + "/bgpd.conf"} {
+	writeFile(t, dir+"/bfdd.conf", "hostname rt\n")
+	for _, p := range []string{dir, dir + "/zebra.conf", dir + "/bgpd.conf", dir + "/bfdd.conf"} {
 		if err := os.Chown(p, uid, gid); err != nil {
 			t.Fatal(err)
 		}
@@ -88,12 +92,24 @@ func frr(t *testing.T, ns *netlab.NS, bgpdConf string) {
 		_, err := os.Stat(dir + "/zserv.api")
 		return err == nil, fmt.Sprint(err)
 	})
+	if bfd {
+		daemon(t, ns, dir+"/bfdd.log", append([]string{frrDir + "/bfdd", "-i", dir + "/bfdd.pid",
+			"-f", dir + "/bfdd.conf"}, common...)...)
+		waitFor(t, 10*time.Second, "bfdd's socket", func() (bool, string) {
+			_, err := os.Stat(dir + "/bfdd.vty")
+			return err == nil, fmt.Sprint(err)
+		})
+	}
 	daemon(t, ns, dir+"/bgpd.log", append([]string{frrDir + "/bgpd", "-i", dir + "/bgpd.pid",
 		"-f", dir + "/bgpd.conf"}, common...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, _ := exec.Command("vtysh", "--vty_socket", dir, "-c", "show bgp summary").CombinedOutput()
 			t.Logf("show bgp summary:\n%s", out)
+			if bfd {
+				out, _ := exec.Command("vtysh", "--vty_socket", dir, "-c", "show bfd peers").CombinedOutput()
+				t.Logf("show bfd peers:\n%s", out)
+			}
 		}
 	})
 }
@@ -151,4 +167,32 @@ func TestFRRGracefulRestart(t *testing.T) {
 	took := s.stopWithdraw()
 	t.Logf("Stop(Withdraw) with graceful restart returned in %v; route gone from the kernel %v after it",
 		took.Round(time.Millisecond), routeVia(t, r, vip4, 2*time.Second).Round(time.Millisecond))
+}
+
+// TestFRRBFD is TestBIRDBFD against FRR (bgpd with bfdd, its default timers: 300 ms × 3).
+func TestFRRBFD(t *testing.T) {
+	requireLab(t, "vtysh", "nft", frrDir+"/zebra", frrDir+"/bgpd", frrDir+"/bfdd")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	frrDaemons(t, r, fmt.Sprintf(`hostname rt
+router bgp 65000
+ bgp router-id 198.18.1.1
+ no bgp ebgp-requires-policy
+ neighbor %s remote-as 65001
+ neighbor %s timers 3 9
+ neighbor %s timers connect 1
+ neighbor %s passive
+ neighbor %s bfd
+ neighbor %s remote-as 65001
+ neighbor %s timers 3 9
+ neighbor %s timers connect 1
+ neighbor %s passive
+ address-family ipv6 unicast
+  neighbor %s activate
+ exit-address-family
+`, gw[0], gw[0], gw[0], gw[0], gw[0], gw[1], gw[1], gw[1], gw[1], gw[1]), true)
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000, BFD: bgp.BFD{Enabled: true}}, {Address: rt[1], ASN: 65000}}})
+	testBFD(t, s, r, g, rt, gw)
 }

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
-
-	gobgplog "github.com/osrg/gobgp/v3/pkg/log"
+	"time"
 )
 
 // logAdapter sends GoBGP's log lines to slog (GoBGP's Debug stays Debug) and remembers, per
@@ -18,12 +18,83 @@ type logAdapter struct {
 	mu sync.Mutex
 	// lastErr maps a peer address → the last error GoBGP logged about it.
 	lastErr map[netip.Addr]string
+	// bfd maps a peer address → its BFD session's transitions, as GoBGP logs them; bfdDown
+	// → when BFD last took its session down.
+	bfd     map[netip.Addr]bfdTrack
+	bfdDown map[netip.Addr]time.Time
+	// bfdReset gets the address of a peer whose BFD session went down (GoBGP has reset its
+	// BGP session by then): the speaker re-adds the peer (see Speaker.resetAfterBFD).
+	bfdReset chan netip.Addr
 }
 
-var _ gobgplog.Logger = (*logAdapter)(nil)
+// bfdTrack is what the speaker saw of a peer's BFD session: its last state (down, init, up)
+// and the transitions into and out of up.
+type bfdTrack struct {
+	state       string
+	transitions uint64
+	since       time.Time
+}
 
 func newLogAdapter(l *slog.Logger) *logAdapter {
-	return &logAdapter{log: l, lastErr: make(map[netip.Addr]string)}
+	return &logAdapter{log: l, lastErr: make(map[netip.Addr]string), bfd: make(map[netip.Addr]bfdTrack),
+		bfdDown: make(map[netip.Addr]time.Time), bfdReset: make(chan netip.Addr, 16)}
+}
+
+// bfdState returns what was seen of peer addr's BFD session.
+func (a *logAdapter) bfdState(addr netip.Addr) bfdTrack {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bfd[addr]
+}
+
+// noteBFD records a BFD state change GoBGP logged ("Set state to UP", at Debug) and logs it at
+// Info (Warn when the session leaves up: the BGP session is reset with it).
+func (a *logAdapter) noteBFD(msg string, fields map[string]any) {
+	state, ok := strings.CutPrefix(msg, "Set state to ")
+	if !ok || fields["Topic"] != "bfd" {
+		return
+	}
+	peer, _ := fields["Peer"].(string)
+	addr, err := netip.ParseAddr(peer)
+	if err != nil {
+		return
+	}
+	addr, state = addr.Unmap(), strings.ToLower(state)
+	a.mu.Lock()
+	t := a.bfd[addr]
+	was := t.state
+	if was == state {
+		a.mu.Unlock()
+		return
+	}
+	if was == "up" || state == "up" {
+		t.transitions++
+	}
+	t.state, t.since = state, time.Now()
+	a.bfd[addr] = t
+	a.mu.Unlock()
+	if state == "down" && (was == "up" || was == "init") {
+		select {
+		case a.bfdReset <- addr:
+		default: // a re-add is pending already
+		}
+	}
+	level := slog.LevelInfo
+	if was == "up" {
+		level = slog.LevelWarn
+	}
+	if was == "" {
+		was = "none"
+	}
+	a.log.Log(context.Background(), level, "bfd session state changed", "peer", addr, "state", state, "was", was)
+}
+
+// logger is the logger GoBGP is given, with the level it logs at (Debug: GoBGP logs failed
+// connection attempts at Debug only, and lastErr needs them; slog filters what is printed).
+func (a *logAdapter) logger() (*slog.Logger, *slog.LevelVar) {
+	lv := new(slog.LevelVar)
+	lv.Set(slog.LevelDebug)
+	return slog.New(&gobgpHandler{a: a}), lv
 }
 
 func (a *logAdapter) lastError(addr netip.Addr) string {
@@ -36,39 +107,44 @@ func (a *logAdapter) forget(addr netip.Addr) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.lastErr, addr)
+	delete(a.bfd, addr)
+	delete(a.bfdDown, addr)
 }
 
-func (a *logAdapter) emit(level slog.Level, msg string, fields gobgplog.Fields) {
-	a.note(level, msg, fields)
-	if !a.log.Enabled(context.Background(), level) {
+// note records a peer's error: a failed connection attempt, a session that went down (named a
+// BFD failure when BFD took it down), or any warning or error about the peer. fields are the
+// line's attributes, resolved.
+func (a *logAdapter) note(level slog.Level, msg string, fields map[string]any) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if fields["Topic"] == "bfd" {
+		peer, _ := fields["Peer"].(string)
+		addr, err := netip.ParseAddr(peer)
+		if err != nil || (msg != "Expired" && msg != "Remote peer signaled BFD down") {
+			return
+		}
+		why := "no BFD packet within the detection time"
+		if msg != "Expired" {
+			why = "the peer signalled down"
+		}
+		a.lastErr[addr.Unmap()] = "bfd down (" + why + "): session reset"
+		a.bfdDown[addr.Unmap()] = time.Now()
 		return
 	}
-	attrs := make([]slog.Attr, 0, len(fields))
-	for k, v := range fields {
-		if k == "Topic" {
-			continue
-		}
-		if k == "Key" {
-			k = "peer"
-		}
-		attrs = append(attrs, slog.Any(k, v))
-	}
-	a.log.LogAttrs(context.Background(), level, "gobgp: "+msg, attrs...)
-}
-
-// note records a peer's error: a failed connection attempt, a session that went down, or any
-// warning or error about the peer.
-func (a *logAdapter) note(level slog.Level, msg string, fields gobgplog.Fields) {
 	key, _ := fields["Key"].(string)
 	addr, err := netip.ParseAddr(key)
 	if err != nil {
 		return
 	}
+	addr = addr.Unmap()
 	var text string
 	switch {
 	case msg == "failed to connect":
 		text = fmt.Sprintf("connect: %v", fields["Error"])
 	case msg == "state changed" && fields["old"] == "BGP_FSM_ESTABLISHED":
+		if time.Since(a.bfdDown[addr]) < bfdResetWindow {
+			return // BFD's reset: its own error says why
+		}
 		text = fmt.Sprintf("session down: %v", fields["reason"])
 	case level >= slog.LevelWarn:
 		text = msg
@@ -81,30 +157,59 @@ func (a *logAdapter) note(level slog.Level, msg string, fields gobgplog.Fields) 
 	default:
 		return
 	}
-	a.mu.Lock()
-	a.lastErr[addr.Unmap()] = text
-	a.mu.Unlock()
+	a.lastErr[addr] = text
 }
 
-func (a *logAdapter) Panic(msg string, f gobgplog.Fields) {
-	a.emit(slog.LevelError, msg, f)
-	panic(msg)
+// bfdResetWindow is how long after BFD went down a session's going down is BFD's doing.
+const bfdResetWindow = 5 * time.Second
+
+// gobgpHandler is the slog.Handler GoBGP logs through. Every line about a peer goes through
+// logAdapter.note; the lines the speaker's logger prints at their level are passed on to it,
+// "gobgp: " before the message, GoBGP's Topic attribute dropped and its Key (the peer) named
+// peer. Groups are flattened: GoBGP uses none.
+type gobgpHandler struct {
+	a     *logAdapter
+	attrs []slog.Attr
 }
 
-func (a *logAdapter) Fatal(msg string, f gobgplog.Fields) {
-	// GoBGP calls Fatal for unrecoverable internal errors; it expects the process to end.
-	a.emit(slog.LevelError+4, msg, f)
-	panic("gobgp fatal: " + msg)
+// Enabled implements slog.Handler: every level, for note.
+func (h *gobgpHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+// WithAttrs implements slog.Handler.
+func (h *gobgpHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &gobgpHandler{a: h.a, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
 }
 
-func (a *logAdapter) Error(msg string, f gobgplog.Fields) { a.emit(slog.LevelError, msg, f) }
-func (a *logAdapter) Warn(msg string, f gobgplog.Fields)  { a.emit(slog.LevelWarn, msg, f) }
-func (a *logAdapter) Info(msg string, f gobgplog.Fields)  { a.emit(slog.LevelInfo, msg, f) }
-func (a *logAdapter) Debug(msg string, f gobgplog.Fields) { a.emit(slog.LevelDebug, msg, f) }
+// WithGroup implements slog.Handler.
+func (h *gobgpHandler) WithGroup(string) slog.Handler { return h }
 
-// SetLevel is ignored: slog's handler decides what is printed.
-func (a *logAdapter) SetLevel(gobgplog.LogLevel) {}
-
-// GetLevel is Debug so that GoBGP always reports what lastErr needs (failed connections are
-// logged at Debug only); slog filters what is printed.
-func (a *logAdapter) GetLevel() gobgplog.LogLevel { return gobgplog.DebugLevel }
+// Handle implements slog.Handler.
+func (h *gobgpHandler) Handle(ctx context.Context, r slog.Record) error {
+	all := make([]slog.Attr, 0, len(h.attrs)+r.NumAttrs())
+	all = append(all, h.attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		all = append(all, a)
+		return true
+	})
+	fields := make(map[string]any, len(all))
+	for _, a := range all {
+		fields[a.Key] = a.Value.Resolve().Any()
+	}
+	h.a.note(r.Level, r.Message, fields)
+	h.a.noteBFD(r.Message, fields)
+	if !h.a.log.Enabled(ctx, r.Level) {
+		return nil
+	}
+	out := make([]slog.Attr, 0, len(all))
+	for _, a := range all {
+		switch a.Key {
+		case "Topic":
+			continue
+		case "Key":
+			a.Key = "peer"
+		}
+		out = append(out, a)
+	}
+	h.a.log.LogAttrs(ctx, r.Level, "gobgp: "+r.Message, out...)
+	return nil
+}

@@ -1,67 +1,61 @@
 package speaker
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	gbgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
 	"github.com/xlb-dev/xlb/bgp"
 )
 
 // family returns the GoBGP address family of the route (and of a session to addr).
-func family(addr netip.Addr) *api.Family {
+func family(addr netip.Addr) gbgp.Family {
 	if addr.Is4() {
-		return &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+		return gbgp.RF_IPv4_UC
 	}
-	return &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+	return gbgp.RF_IPv6_UC
 }
 
-// apiPath builds the GoBGP path for r. The next hop is the unspecified address, which GoBGP
+// path builds the GoBGP path for r. The next hop is the unspecified address, which GoBGP
 // replaces with the session's local address for every peer (next hop self).
-func apiPath(r bgp.Route) (*api.Path, error) {
-	fam := family(r.Prefix.Addr())
-	nlri, err := anypb.New(&api.IPAddressPrefix{
-		Prefix: r.Prefix.Addr().String(), PrefixLen: uint32(r.Prefix.Bits()),
-	})
+func path(r bgp.Route) (*apiutil.Path, error) {
+	nlri, err := gbgp.NewIPAddrPrefix(r.Prefix)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("prefix %v: %w", r.Prefix, err)
 	}
-	attrs := []proto.Message{&api.OriginAttribute{Origin: 0}} // IGP
+	fam := family(r.Prefix.Addr())
+	attrs := []gbgp.PathAttributeInterface{gbgp.NewPathAttributeOrigin(0)} // IGP
 	if r.Prefix.Addr().Is4() {
-		attrs = append(attrs, &api.NextHopAttribute{NextHop: "0.0.0.0"})
-	} else {
-		attrs = append(attrs, &api.MpReachNLRIAttribute{
-			Family: fam, NextHops: []string{"::"}, Nlris: []*anypb.Any{nlri},
-		})
-	}
-	if len(r.Communities) > 0 {
-		attrs = append(attrs, &api.CommunitiesAttribute{Communities: slices.Clone(r.Communities)})
-	}
-	if len(r.LargeCommunities) > 0 {
-		lc := &api.LargeCommunitiesAttribute{}
-		for _, c := range r.LargeCommunities {
-			lc.Communities = append(lc.Communities, &api.LargeCommunity{
-				GlobalAdmin: c.Global, LocalData1: c.Local1, LocalData2: c.Local2,
-			})
-		}
-		attrs = append(attrs, lc)
-	}
-	if r.LocalPref != nil {
-		attrs = append(attrs, &api.LocalPrefAttribute{LocalPref: *r.LocalPref})
-	}
-	if r.MED != nil {
-		attrs = append(attrs, &api.MultiExitDiscAttribute{Med: *r.MED})
-	}
-	p := &api.Path{Family: fam, Nlri: nlri}
-	for _, a := range attrs {
-		x, err := anypb.New(a)
+		nh, err := gbgp.NewPathAttributeNextHop(netip.IPv4Unspecified())
 		if err != nil {
 			return nil, err
 		}
-		p.Pattrs = append(p.Pattrs, x)
+		attrs = append(attrs, nh)
+	} else {
+		mp, err := gbgp.NewPathAttributeMpReachNLRI(fam, []gbgp.PathNLRI{{NLRI: nlri}}, netip.IPv6Unspecified())
+		if err != nil {
+			return nil, err
+		}
+		attrs = append(attrs, mp)
 	}
-	return p, nil
+	if len(r.Communities) > 0 {
+		attrs = append(attrs, gbgp.NewPathAttributeCommunities(slices.Clone(r.Communities)))
+	}
+	if len(r.LargeCommunities) > 0 {
+		var lc []*gbgp.LargeCommunity
+		for _, c := range r.LargeCommunities {
+			lc = append(lc, gbgp.NewLargeCommunity(c.Global, c.Local1, c.Local2))
+		}
+		attrs = append(attrs, gbgp.NewPathAttributeLargeCommunities(lc))
+	}
+	if r.LocalPref != nil {
+		attrs = append(attrs, gbgp.NewPathAttributeLocalPref(*r.LocalPref))
+	}
+	if r.MED != nil {
+		attrs = append(attrs, gbgp.NewPathAttributeMultiExitDisc(*r.MED))
+	}
+	return &apiutil.Path{Family: fam, Nlri: nlri, Attrs: attrs}, nil
 }

@@ -11,8 +11,9 @@ import (
 	"sync"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
-	"github.com/osrg/gobgp/v3/pkg/server"
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/server"
 
 	"github.com/xlb-dev/xlb/bgp"
 )
@@ -53,6 +54,8 @@ type Speaker struct {
 	want map[netip.Prefix]bgp.Route
 	// have maps a prefix → the route in GoBGP's RIB (announced to the peers).
 	have map[netip.Prefix]bgp.Route
+	// done ends resetAfterBFD at Stop.
+	done chan struct{}
 }
 
 // peerEntry is a configured peer with its password as read when it was added.
@@ -77,6 +80,7 @@ func New(cfg bgp.Config, log *slog.Logger) (*Speaker, error) {
 		peers: make(map[netip.Addr]peerEntry),
 		want:  make(map[netip.Prefix]bgp.Route),
 		have:  make(map[netip.Prefix]bgp.Route),
+		done:  make(chan struct{}),
 	}
 	for _, p := range cfg.Peers {
 		pw, err := password(p)
@@ -98,7 +102,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	if s.started {
 		return errors.New("bgp: speaker already started")
 	}
-	s.srv = server.NewBgpServer(server.LoggerOption(s.la))
+	s.srv = server.NewBgpServer(server.LoggerOption(s.la.logger()))
 	go s.srv.Serve()
 	port := s.cfg.ListenPort
 	if port == 0 {
@@ -113,6 +117,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		return fmt.Errorf("bgp: start as %d router-id %v: %w", s.cfg.ASN, s.cfg.RouterID, err)
 	}
 	s.started = true
+	go s.resetAfterBFD()
 	errs := []error{s.syncRoutes(ctx)}
 	if !s.cfg.WaitForRoutes || s.routesSet {
 		errs = append(errs, s.startPeering(ctx))
@@ -152,6 +157,7 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 		return nil
 	}
 	s.stopped = true
+	close(s.done)
 	switch mode {
 	case KeepRoutes:
 		n := abortSessions(s.peerList(), s.cfg.ListenPort)
@@ -209,7 +215,7 @@ func (s *Speaker) unestablished(ctx context.Context) map[netip.Addr]bool {
 	}
 	_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 		if a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress()); err == nil &&
-			p.GetState().GetSessionState() == api.PeerState_ESTABLISHED {
+			p.GetState().GetSessionState() == api.PeerState_SESSION_STATE_ESTABLISHED {
 			delete(out, a.Unmap())
 		}
 	})
@@ -226,7 +232,7 @@ func (s *Speaker) waitEndOfRIB(ctx context.Context, pending map[netip.Addr]bool)
 	for len(pending) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 			a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
-			if err == nil && p.GetState().GetSessionState() == api.PeerState_ESTABLISHED &&
+			if err == nil && p.GetState().GetSessionState() == api.PeerState_SESSION_STATE_ESTABLISHED &&
 				(p.GetState().GetMessages().GetSent().GetUpdate() > 0 || !remoteGR(p)) {
 				delete(pending, a.Unmap())
 			}
@@ -257,7 +263,7 @@ func (s *Speaker) withdrawWatch(ctx context.Context) map[netip.Addr]uint64 {
 	out := map[netip.Addr]uint64{}
 	_ = s.srv.ListPeer(ctx, &api.ListPeerRequest{}, func(p *api.Peer) {
 		a, err := netip.ParseAddr(p.GetConf().GetNeighborAddress())
-		if err != nil || p.GetState().GetSessionState() != api.PeerState_ESTABLISHED || !fams[a.Unmap().Is4()] {
+		if err != nil || p.GetState().GetSessionState() != api.PeerState_SESSION_STATE_ESTABLISHED || !fams[a.Unmap().Is4()] {
 			return
 		}
 		out[a.Unmap()] = p.GetState().GetMessages().GetSent().GetUpdate()
@@ -282,7 +288,7 @@ func (s *Speaker) waitWithdrawn(ctx context.Context, before map[netip.Addr]uint6
 				return
 			}
 			n, ok := before[a.Unmap()]
-			if ok && (p.GetState().GetSessionState() != api.PeerState_ESTABLISHED ||
+			if ok && (p.GetState().GetSessionState() != api.PeerState_SESSION_STATE_ESTABLISHED ||
 				p.GetState().GetMessages().GetSent().GetUpdate() > n) {
 				delete(before, a.Unmap())
 			}
@@ -341,11 +347,9 @@ func (s *Speaker) syncRoutes(ctx context.Context) error {
 		if _, ok := s.want[pfx]; ok {
 			continue
 		}
-		path, err := apiPath(old)
+		p, err := path(old)
 		if err == nil {
-			err = s.srv.DeletePath(ctx, &api.DeletePathRequest{
-				TableType: api.TableType_GLOBAL, Family: path.Family, Path: path,
-			})
+			err = s.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{p}})
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("withdraw %v: %w", pfx, err))
@@ -360,9 +364,12 @@ func (s *Speaker) syncRoutes(ctx context.Context) error {
 			continue
 		}
 		// A changed route replaces the old one: same prefix, same (local) source.
-		path, err := apiPath(r)
+		p, err := path(r)
 		if err == nil {
-			_, err = s.srv.AddPath(ctx, &api.AddPathRequest{TableType: api.TableType_GLOBAL, Path: path})
+			var rs []apiutil.AddPathResponse
+			if rs, err = s.srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{p}}); err == nil && len(rs) == 1 {
+				err = rs[0].Error
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("announce %v: %w", pfx, err))
@@ -458,6 +465,44 @@ func (s *Speaker) SetPeers(peers []bgp.Peer) error {
 	return nil
 }
 
+// resetAfterBFD re-adds (DeletePeer, AddPeer) each peer whose BFD session went down, until
+// Stop. GoBGP resets the BGP session itself when BFD goes down, by queueing a Cease
+// NOTIFICATION to the session; but a session that is not established at that moment (its hold
+// timer expired first, or it is reconnecting) keeps it queued, and the next session to come up
+// sends it at once and goes down. Against BIRD, which stops BFD when its session goes down, that
+// loops: BFD expires again while BGP reconnects, and so on (seen in TestBIRDBFD). A re-added
+// peer starts with a fresh session and nothing queued. The BFD session restarts with it.
+func (s *Speaker) resetAfterBFD() {
+	for {
+		var addr netip.Addr
+		select {
+		case <-s.done:
+			return
+		case addr = <-s.la.bfdReset:
+		}
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			return
+		}
+		e, ok := s.peers[addr]
+		if ok && s.peering {
+			ctx := context.Background()
+			err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()})
+			if err == nil {
+				err = s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(e)})
+			}
+			if err != nil {
+				s.log.Error("bgp: re-add peer after BFD down (left out until it is set again)", "peer", addr, "err", err)
+				delete(s.peers, addr)
+			} else {
+				s.log.Info("bgp: peer re-added after BFD down: a fresh session", "peer", addr)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 // peerList returns the configured peers. Called with s.mu held.
 func (s *Speaker) peerList() []bgp.Peer {
 	out := make([]bgp.Peer, 0, len(s.peers))
@@ -471,7 +516,7 @@ func (s *Speaker) peerList() []bgp.Peer {
 func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
 	p := e.WithDefaults()
 	retry := uint64(p.ConnectRetry / time.Second)
-	afi := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: family(p.Address), Enabled: true}}
+	afi := &api.AfiSafi{Config: &api.AfiSafiConfig{Family: apiFamily(p.Address), Enabled: true}}
 	ap := &api.Peer{
 		Conf: &api.PeerConf{
 			NeighborAddress: p.Address.String(),
@@ -500,5 +545,26 @@ func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
 		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(gr / time.Second)}
 		afi.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
 	}
+	if p.BFD.Enabled {
+		b := p.BFD.WithDefaults()
+		ap.Bfd = &api.BfdPeerConfig{
+			Enabled:                  true,
+			Port:                     bfdPort,
+			DesiredMinimumTxInterval: uint32(b.TransmitInterval / time.Microsecond),
+			RequiredMinimumReceive:   uint32(b.ReceiveInterval / time.Microsecond),
+			DetectionMultiplier:      uint32(b.Multiplier),
+		}
+	}
 	return ap
+}
+
+// bfdPort is single-hop BFD's UDP port (RFC 5881).
+const bfdPort = 3784
+
+// apiFamily is the GoBGP API's address family of a session to addr.
+func apiFamily(addr netip.Addr) *api.Family {
+	if addr.Is4() {
+		return &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	}
+	return &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
 }

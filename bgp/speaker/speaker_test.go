@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xlb-dev/xlb/bgp"
@@ -103,20 +103,21 @@ func TestSetRoutes(t *testing.T) {
 	for _, pfx := range []string{"198.18.100.1/32", "2001:db8:100::1/128"} {
 		r := bgp.Route{Prefix: netip.MustParsePrefix(pfx), Communities: []uint32{65000<<16 | 100},
 			LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 1, Local2: 2}}, LocalPref: &pref, MED: &med}
-		p, err := apiPath(r)
+		p, err := path(r)
 		if err != nil {
-			t.Fatalf("apiPath(%v): %v", pfx, err)
+			t.Fatalf("path(%v): %v", pfx, err)
 		}
 		// origin, next hop (or MP_REACH), communities, large communities, LOCAL_PREF, MED
-		if len(p.Pattrs) != 6 {
-			t.Errorf("apiPath(%v): %d attributes, want 6", pfx, len(p.Pattrs))
+		if len(p.Attrs) != 6 {
+			t.Errorf("path(%v): %d attributes, want 6", pfx, len(p.Attrs))
 		}
 	}
 }
 
 func TestCollector(t *testing.T) {
 	s, err := New(bgp.Config{RouterID: netip.MustParseAddr("198.18.1.2"), ASN: 65001,
-		Peers: []bgp.Peer{{Address: netip.MustParseAddr("198.18.1.1"), ASN: 65000}}}, nil)
+		Peers: []bgp.Peer{{Address: netip.MustParseAddr("198.18.1.1"), ASN: 65000},
+			{Address: netip.MustParseAddr("198.18.1.3"), ASN: 65000, BFD: bgp.BFD{Enabled: true}}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +128,15 @@ func TestCollector(t *testing.T) {
 	want := `# HELP xlb_bgp_session_up 1 if the BGP session to the peer is established.
 # TYPE xlb_bgp_session_up gauge
 xlb_bgp_session_up{peer="198.18.1.1"} 0
+xlb_bgp_session_up{peer="198.18.1.3"} 0
 # HELP xlb_bgp_announced_prefixes Prefixes the speaker announces.
 # TYPE xlb_bgp_announced_prefixes gauge
 xlb_bgp_announced_prefixes 0
+# HELP xlb_bfd_session_up 1 if the BFD session to the peer is up (peers with BFD only).
+# TYPE xlb_bfd_session_up gauge
+xlb_bfd_session_up{peer="198.18.1.3"} 0
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "xlb_bgp_session_up", "xlb_bgp_announced_prefixes"); err != nil {
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "xlb_bgp_session_up", "xlb_bgp_announced_prefixes", "xlb_bfd_session_up"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	api "github.com/osrg/gobgp/v3/api"
+	api "github.com/osrg/gobgp/v4/api"
 
 	"github.com/xlb-dev/xlb/bgp"
 )
@@ -33,33 +33,34 @@ func (s *Speaker) Peers() []bgp.PeerStatus {
 		st := bgp.PeerStatus{Address: addr, ASN: s.peers[addr].ASN, State: "idle",
 			LastError: s.la.lastError(addr)}
 		if p, ok := byAddr[addr]; ok {
-			fillStatus(&st, p, s.cfg.GracefulRestart > 0)
+			fillStatus(&st, p)
+		}
+		if s.peers[addr].BFD.Enabled {
+			t := s.la.bfdState(addr)
+			st.BFD, st.BFDTransitions, st.BFDSince = t.state, t.transitions, t.since
+			if st.BFD == "" {
+				st.BFD = "down"
+			}
 		}
 		out = append(out, st)
 	}
 	return out
 }
 
-// fillStatus copies GoBGP's view of peer p into st; gr says whether this speaker has graceful
-// restart on.
-func fillStatus(st *bgp.PeerStatus, p *api.Peer, gr bool) {
+// fillStatus copies GoBGP's view of peer p into st. (GoBGP v4's advertised count is of routes
+// only; v3's counted an End-of-RIB per family when graceful restart was negotiated.)
+func fillStatus(st *bgp.PeerStatus, p *api.Peer) {
 	state := p.GetState().GetSessionState()
-	st.State = strings.ToLower(state.String())
-	st.Up = state == api.PeerState_ESTABLISHED
+	st.State = strings.ToLower(strings.TrimPrefix(state.String(), "SESSION_STATE_"))
+	st.Up = state == api.PeerState_SESSION_STATE_ESTABLISHED
 	if up := p.GetTimers().GetState().GetUptime(); st.Up && up != nil && up.GetSeconds() > 0 {
 		st.Since = up.AsTime()
 		st.Uptime = time.Since(st.Since).Truncate(time.Second)
 	}
-	// GoBGP adds an End-of-RIB per family to its advertised count when graceful restart is
-	// negotiated: on here and in the peer's OPEN.
-	eor := uint64(0)
-	if gr && remoteGR(p) {
-		eor = 1
-	}
 	for _, af := range p.GetAfiSafis() {
 		st.Received += af.GetState().GetReceived()
 		st.Accepted += af.GetState().GetAccepted()
-		st.Advertised += af.GetState().GetAdvertised() - min(eor, af.GetState().GetAdvertised())
+		st.Advertised += af.GetState().GetAdvertised()
 	}
 	st.UpdatesSent = p.GetState().GetMessages().GetSent().GetUpdate()
 }
@@ -67,7 +68,7 @@ func fillStatus(st *bgp.PeerStatus, p *api.Peer, gr bool) {
 // remoteGR reports whether peer p's OPEN offered graceful restart.
 func remoteGR(p *api.Peer) bool {
 	for _, c := range p.GetState().GetRemoteCap() {
-		if c.MessageIs(&api.GracefulRestartCapability{}) {
+		if c.GetGracefulRestart() != nil {
 			return true
 		}
 	}

@@ -8,14 +8,14 @@ import (
 	"testing"
 )
 
-// TestBGPCLIFormat: `xlb bgp` prints every session (address, ASN, state, uptime, prefixes
-// sent and received, last error) and every announced route with its attributes, from the
+// TestBGPCLIFormat: `xlb bgp` prints every session (address, ASN, state, uptime, BFD state and
+// transitions, prefixes sent and received, last error) and every announced route with its attributes, from the
 // daemon's /bgp JSON; `--json` prints the JSON as served; a daemon without BGP and a daemon
 // that is not there are reported as such.
 func TestBGPCLIFormat(t *testing.T) {
 	doc := `{"enabled": true, "routerID": "198.18.2.2", "asn": 65001,
 	 "peers": [
-	  {"address": "198.18.2.1", "asn": 65000, "state": "established", "uptimeSeconds": 75, "prefixesSent": 1, "prefixesReceived": 0, "updatesSent": 3},
+	  {"address": "198.18.2.1", "asn": 65000, "state": "established", "uptimeSeconds": 75, "prefixesSent": 1, "prefixesReceived": 0, "updatesSent": 3, "bfd": "up", "bfdTransitions": 3},
 	  {"address": "198.18.3.1", "asn": 65003, "state": "active", "lastError": "connect: dial tcp 198.18.3.1:179: i/o timeout"}],
 	 "routes": [{"prefix": "198.18.100.1/32", "communities": ["65000:100", "65000:200"], "largeCommunities": ["65000:1:2"], "med": 7}]}`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -36,8 +36,8 @@ func TestBGPCLIFormat(t *testing.T) {
 	t.Logf("xlb bgp:\n%s", out.String())
 	for _, want := range []string{
 		"router ID 198.18.2.2, AS 65001",
-		"198.18.2.1  65000  established  1m15s   1     0",
-		"198.18.3.1  65003  active       -       0     0         connect: dial tcp 198.18.3.1:179: i/o timeout",
+		"198.18.2.1  65000  established  1m15s   up (3)  1     0",
+		"198.18.3.1  65003  active       -       -       0     0         connect: dial tcp 198.18.3.1:179: i/o timeout",
 		"1 announced prefix(es)",
 		"198.18.100.1/32  65000:100 65000:200  65000:1:2          -           7",
 	} {

@@ -65,7 +65,7 @@ func TestXDPGateway(t *testing.T) {
 type noHops struct{}
 
 func (noHops) Lookup(netip.Addr) (afxdp.Hop, afxdp.HopKind) { return afxdp.Hop{}, afxdp.HopUnreachable }
-func (noHops) Source(netip.Addr) (netip.Addr, bool)          { return netip.Addr{}, false }
+func (noHops) Source(netip.Addr) (netip.Addr, bool)         { return netip.Addr{}, false }
 
 // TestAFXDPGateway runs the reconciler scenarios against the AF_XDP engine (nothing of it
 // outlives the process: a new process would find nothing, so Reopen hands back the same engine).

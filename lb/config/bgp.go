@@ -199,9 +199,54 @@ func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []bgp.P
 				p.LocalAddress = a
 			}
 		}
+		if v := o.get("bfd"); v != nil {
+			p.BFD = d.bfd(v, o.at("bfd"))
+			if p.BFD.Enabled && p.MultihopTTL > 1 {
+				d.failf(v, o.at("bfd"), "single-hop BFD only, but multihopTTL is %d", p.MultihopTTL)
+			}
+		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// bfd reads a peer's bfd: true or false (the defaults: 300 ms × 3), or an object of
+// transmitInterval, receiveInterval (50ms to 60s, whole milliseconds), multiplier (1 to 255)
+// and enabled (true unless said).
+func (d *decoder) bfd(n *yaml.Node, path string) bgp.BFD {
+	if r := resolve(n); r.Kind == yaml.ScalarNode {
+		on, _ := d.boolean(n, path)
+		return bgp.BFD{Enabled: on}
+	}
+	o, ok := d.object(n, path, bfdFields)
+	if !ok {
+		return bgp.BFD{}
+	}
+	b := bgp.BFD{Enabled: true}
+	if v := o.get("enabled"); v != nil {
+		b.Enabled, _ = d.boolean(v, o.at("enabled"))
+	}
+	for _, f := range []struct {
+		key string
+		to  *time.Duration
+	}{{"transmitInterval", &b.TransmitInterval}, {"receiveInterval", &b.ReceiveInterval}} {
+		v := o.get(f.key)
+		if v == nil {
+			continue
+		}
+		if x, ok := d.duration(v, o.at(f.key)); ok {
+			if x < bgp.MinBFDInterval || x > bgp.MaxBFDInterval || x%time.Millisecond != 0 {
+				d.failf(v, o.at(f.key), "%s: want whole milliseconds from %s to %s", x, bgp.MinBFDInterval, bgp.MaxBFDInterval)
+			} else {
+				*f.to = x
+			}
+		}
+	}
+	if v := o.get("multiplier"); v != nil {
+		m, _ := d.integer(v, o.at("multiplier"), 1, 255)
+		b.Multiplier = uint8(m)
+	}
+	return b
 }
 
 // asn checks that n is an AS number, 1 to 4294967295.

@@ -141,7 +141,7 @@ type BGP struct {
 	//   - MultihopTTL (key multihopTTL) allows an eBGP neighbour that many hops away, 1 to 255;
 	//     absent or 0 means directly connected.
 	//   - HoldTime (key holdTime) is the hold time proposed in OPEN: whole seconds, at least 3s;
-	//     default 9s (there is no BFD: this bounds the detection of a silent failure).
+	//     default 9s (without BFD this bounds the detection of a silent failure).
 	//   - KeepaliveTime (key keepaliveTime) is the keepalive interval: whole seconds, less than
 	//     the hold time; default 3s.
 	//   - ConnectRetry (key connectRetry) is the wait between connection attempts: whole
@@ -150,6 +150,11 @@ type BGP struct {
 	//     bgp.listenPort. Default false.
 	//   - LocalAddress (key localAddress) is the session's source address, and so the next hop
 	//     announced to the neighbour: of the address's family. Absent: the kernel picks it.
+	//   - BFD (key bfd) runs single-hop BFD with the neighbour (which must run it too): true for
+	//     the defaults, or an object of transmitInterval and receiveInterval (whole
+	//     milliseconds, 50ms to 60s; default 300ms), multiplier (1 to 255; default 3) and enabled
+	//     (default true). A dead neighbour is detected in receiveInterval × multiplier and the
+	//     session reset at once. Not with multihopTTL above 1. Absent or false: no BFD.
 	//
 	// A default is left zero in the bgp.Peer (bgp.Peer.WithDefaults fills it in).
 	Peers []bgp.Peer

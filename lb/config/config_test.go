@@ -113,7 +113,8 @@ func TestExample(t *testing.T) {
 			Peers: []bgp.Peer{
 				{Address: netip.MustParseAddr("198.18.0.254"), ASN: 65000, Port: 179,
 					PasswordFile: "../../deploy/bgp-upstream.pw", HoldTime: 9 * time.Second,
-					KeepaliveTime: 3 * time.Second, ConnectRetry: time.Second, LocalAddress: netip.MustParseAddr("198.18.0.1")},
+					KeepaliveTime: 3 * time.Second, ConnectRetry: time.Second, LocalAddress: netip.MustParseAddr("198.18.0.1"),
+					BFD: bgp.BFD{Enabled: true, TransmitInterval: 300 * time.Millisecond, ReceiveInterval: 300 * time.Millisecond, Multiplier: 3}},
 				{Address: netip.MustParseAddr("2001:db8::fe"), ASN: 65000},
 			},
 		},

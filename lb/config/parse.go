@@ -40,7 +40,8 @@ var (
 	bgpFields = []string{"routerID", "asn", "listenPort", "gracefulRestart", "minHealthyBackends", "withdrawOnExit",
 		"communities", "largeCommunities", "localPref", "med", "peers"}
 	bgpPeerFields = []string{"address", "asn", "port", "passwordFile", "multihopTTL", "holdTime", "keepaliveTime",
-		"connectRetry", "passive", "localAddress"}
+		"connectRetry", "passive", "localAddress", "bfd"}
+	bfdFields = []string{"enabled", "transmitInterval", "receiveInterval", "multiplier"}
 )
 
 // Load reads and parses the config file at path; errors name the file by path.

@@ -51,6 +51,11 @@ type BGPPeerStatus struct {
 	PrefixesReceived uint64 `json:"prefixesReceived"`
 	PrefixesAccepted uint64 `json:"prefixesAccepted"`
 	UpdatesSent      uint64 `json:"updatesSent"`
+	// BFD is the BFD session's state (down, init, up, admin_down; empty: no BFD),
+	// BFDTransitions its transitions into and out of up, BFDSince when it last changed.
+	BFD            string `json:"bfd,omitempty"`
+	BFDTransitions uint64 `json:"bfdTransitions,omitempty"`
+	BFDSince       string `json:"bfdSince,omitempty"`
 }
 
 // BGPRouteStatus is one announced route in /bgp with its path attributes.
@@ -76,6 +81,10 @@ func bgpStatusOf(s *speaker.Speaker) BGPStatus {
 			UpdatesSent: p.UpdatesSent}
 		if !p.Since.IsZero() {
 			ps.Since = p.Since.UTC().Format(time.RFC3339)
+		}
+		ps.BFD, ps.BFDTransitions = p.BFD, p.BFDTransitions
+		if !p.BFDSince.IsZero() {
+			ps.BFDSince = p.BFDSince.UTC().Format(time.RFC3339Nano)
 		}
 		st.Peers = append(st.Peers, ps)
 	}
@@ -133,7 +142,7 @@ func FetchBGPStatus(listen string) ([]byte, error) {
 func PrintBGPStatus(w io.Writer, st BGPStatus) {
 	fmt.Fprintf(w, "BGP speaker: router ID %s, AS %d\n\n", st.RouterID, st.ASN)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tASN\tSTATE\tUPTIME\tSENT\tRECEIVED\tLAST ERROR")
+	fmt.Fprintln(tw, "PEER\tASN\tSTATE\tUPTIME\tBFD\tSENT\tRECEIVED\tLAST ERROR")
 	for _, p := range st.Peers {
 		up := "-"
 		if p.State == "established" {
@@ -143,7 +152,11 @@ func PrintBGPStatus(w io.Writer, st BGPStatus) {
 		if lastErr == "" {
 			lastErr = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\n", p.Address, p.ASN, p.State, up,
+		bfd := "-"
+		if p.BFD != "" {
+			bfd = fmt.Sprintf("%s (%d)", p.BFD, p.BFDTransitions)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", p.Address, p.ASN, p.State, up, bfd,
 			p.PrefixesSent, p.PrefixesReceived, lastErr)
 	}
 	_ = tw.Flush()

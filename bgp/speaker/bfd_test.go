@@ -1,0 +1,131 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+// birdBFD is BIRD's BFD protocol at the speaker's defaults: 300 ms both ways, × 3.
+const birdBFD = `protocol bfd { interface "*" { min rx interval 300 ms; min tx interval 300 ms; multiplier 3; }; }`
+
+// TestBIRDBFD: with BFD on the IPv4 session and not on the IPv6 one, a gateway that vanishes
+// (its namespace's traffic dropped, its speaker frozen: nothing withdrawn, no TCP closed) loses
+// its IPv4 route at the router within BFD's detection time and its IPv6 route only at the hold
+// time; back, it is re-announced. Then the router vanishes, and the speaker sees its BFD
+// session go down and resets the BGP session, counted and named in its status.
+func TestBIRDBFD(t *testing.T) {
+	requireLab(t, "bird", "nft")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	// BIRD waits `error wait time` (60 s by default) after a session failed before it takes a
+	// connection again: 1 s here, as docs/bgp.md recommends for gateways' sessions.
+	bird(t, r, birdConf("198.18.1.1", true, birdBFD,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; bfd on; error wait time 1, 10; }",
+		"protocol bgp gw1v6 from lb { neighbor 2001:db8:1::2 as 65001; error wait time 1, 10; }"))
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000, BFD: bgp.BFD{Enabled: true}}, {Address: rt[1], ASN: 65000}}})
+	testBFD(t, s, r, g, rt, gw)
+}
+
+// testBFD is TestBIRDBFD and TestFRRBFD once the router runs: speaker s in g peers with the
+// router r at rt[0] with BFD and at rt[1] without.
+func testBFD(t *testing.T, s *speaker, r, g *netlab.NS, rt, gw [2]netip.Addr) {
+	s.waitUp(30 * time.Second)
+	waitFor(t, 10*time.Second, "BFD up at the speaker", func() (bool, string) {
+		ps := s.peers()
+		return ps[0].BFD == "up" && ps[1].BFD == "", fmt.Sprint(ps)
+	})
+	s.announce(vip4+"/32", vip6+"/128")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	routeVia(t, r, vip6, 5*time.Second, gw[1])
+
+	// The gateway vanishes.
+	s.freeze()
+	off := blackhole(t, g)
+	start := time.Now()
+	gone4 := routeVia(t, r, vip4, 5*time.Second)
+	gone6 := routeVia(t, r, vip6, 15*time.Second) + gone4
+	t.Logf("gateway gone: its route left the router's FIB %v after with BFD (300 ms × 3), %v after without (hold time 9 s)",
+		gone4.Round(time.Millisecond), gone6.Round(time.Millisecond))
+	// BFD's 0.9 s plus the router's reaction, well before the hold time: the hold timer did not
+	// do it.
+	if gone4 > 3*time.Second {
+		t.Errorf("with BFD the route left %v after the gateway vanished: want about 1 s", gone4)
+	}
+	if gone6 < 5*time.Second {
+		t.Errorf("without BFD the route left %v after the gateway vanished: before the hold time (9 s)?", gone6)
+	}
+
+	// It comes back.
+	off()
+	s.thaw()
+	back := time.Now()
+	routeVia(t, r, vip4, 20*time.Second, gw[0])
+	t.Logf("gateway back: route re-announced %v after (%v since it vanished)", time.Since(back).Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond))
+	routeVia(t, r, vip6, 20*time.Second, gw[1])
+	waitFor(t, 10*time.Second, "BFD up again", func() (bool, string) {
+		ps := s.peers()
+		return ps[0].BFD == "up" && ps[0].Up, fmt.Sprint(ps)
+	})
+
+	// The router vanishes: the speaker's BFD session goes down and takes the session with it.
+	before := s.peers()[0]
+	off = blackhole(t, r)
+	defer off()
+	took := waitFor(t, 5*time.Second, "the speaker's BFD session down", func() (bool, string) {
+		p := s.peers()[0]
+		return p.BFD == "down" && !p.Up, p.String()
+	})
+	p := s.peers()[0]
+	t.Logf("router gone: the speaker's BFD session down and BGP session reset %v after: %v (bfd transitions %d)",
+		took.Round(time.Millisecond), p, p.BFDTransitions)
+	if p.BFDTransitions <= before.BFDTransitions || !strings.Contains(p.LastError, "bfd") {
+		t.Errorf("after a BFD failure: %v, %d transitions (before: %d): want more transitions and the error named",
+			p, p.BFDTransitions, before.BFDTransitions)
+	}
+	if q := s.peers()[1]; !q.Up {
+		t.Logf("the session without BFD: %v (its hold timer has not expired yet)", q)
+	}
+}
+
+// blackhole drops every packet into and out of namespace ns (nftables, before anything else:
+// the namespace looks dead to its neighbours, its links up) until the returned function runs
+// (or the test ends).
+func blackhole(t *testing.T, ns *netlab.NS) func() {
+	t.Helper()
+	const rules = `table inet xlb_blackhole {
+	chain in { type filter hook prerouting priority -400; policy drop; }
+	chain out { type filter hook output priority -400; policy drop; }
+}`
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("blackhole %s: %v: %s", ns.Name, err, out)
+	}
+	done := false
+	off := func() {
+		if done {
+			return
+		}
+		done = true
+		if out, err := exec.Command("ip", "netns", "exec", ns.Name, "nft", "delete", "table", "inet", "xlb_blackhole").CombinedOutput(); err != nil {
+			t.Errorf("lift the blackhole of %s: %v: %s", ns.Name, err, out)
+		}
+	}
+	t.Cleanup(off)
+	return off
+}
+
+// freeze stops the speaker process (SIGSTOP): its sessions stay open, silent; thaw resumes it.
+func (s *speaker) freeze() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *speaker) thaw()   { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
