@@ -258,14 +258,16 @@ Try it (as root, in another shell):
   ip netns exec %[1]s curl 'http://[%[3]s]/'
   ip netns exec %[1]s ping -c 3 %[2]s          (if iputils-ping is installed: make deps)
   ip netns exec %[4]s curl -s http://%[5]s/metrics | grep ^xlb_vip
-  ip netns exec %[6]s ip route show %[7]s      (the ECMP route to the gateways)
+  ip netns exec %[6]s ip route show root %[7]s   (the ECMP routes to the gateways)
   tail -f %[8]s                                (xlb's log on %[9]s)
 `, c, vip4, vip6, g.NS.Name, g.Listen, s.Router.NS.Name, VIPPrefix4, g.LogPath, g.Name)
 	switch s.Opts.Routing {
 	case BIRD:
 		fmt.Fprintf(w, "  birdc -s %s show protocols                (the router's BGP sessions)\n", s.birdPath(routerBIRDCtlSuffix))
+		fmt.Fprintf(w, "  birdc -s %s show bfd sessions             (the router's BFD sessions)\n", s.birdPath(routerBIRDCtlSuffix))
 	case FRR:
 		fmt.Fprintf(w, "  vtysh --vty_socket %s -c 'show bgp summary'   (the router's BGP sessions)\n", s.frrDir())
+		fmt.Fprintf(w, "  vtysh --vty_socket %s -c 'show bfd peers brief'   (the router's BFD sessions)\n", s.frrDir())
 	}
 	if s.Opts.Routing.BGP() {
 		fmt.Fprintf(w, "  ip netns exec %s %s bgp --listen %s   (%s's BGP sessions and routes)\n", g.NS.Name, s.Opts.XLB, g.Listen, g.Name)
@@ -320,6 +322,7 @@ func (s *Site) demoRouting(w io.Writer, fail func(string, ...any), vips []netip.
 				}
 			}
 		}
+		s.demoBFD(w, fail)
 	}
 	fmt.Fprintf(w, "\n== The router's route to each VIP (%v routing) ==\n", s.Opts.Routing)
 	for _, vip := range vips {
@@ -331,6 +334,42 @@ func (s *Site) demoRouting(w io.Writer, fail func(string, ...any), vips []netip.
 		fmt.Fprintf(w, "  %s\n", strings.Join(strings.Fields(route), " "))
 		if len(gws) != len(s.Gateways) {
 			fail("the router's route to %s has %d next hops, want %d (one per gateway)", vip, len(gws), len(s.Gateways))
+		}
+	}
+}
+
+// demoBFD shows the BFD sessions beside the BGP ones: the router's view, then each gateway's
+// xlb_bfd_session_up (waiting up to 5 s for them: BFD starts a second after the sessions).
+func (s *Site) demoBFD(w io.Writer, fail func(string, ...any)) {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, g := range s.Gateways {
+		for {
+			m, err := g.Metrics()
+			if err == nil && m.Sum("xlb_bfd_session_up") == 2 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	fmt.Fprintf(w, "\n== BFD (300 ms × 3): a dead gateway leaves ECMP in under a second ==\n")
+	out, err := s.RouterBFD()
+	if err != nil {
+		fail("%v", err)
+	}
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+	for _, g := range s.Gateways {
+		m, err := g.Metrics()
+		if err != nil {
+			fail("%v", err)
+			continue
+		}
+		for _, smp := range m.Samples("xlb_bfd_session_up") {
+			fmt.Fprintf(w, "  %s: xlb_bfd_session_up{peer=%q} %v\n", g.Name, smp.Labels["peer"], smp.Value)
+			if smp.Value != 1 {
+				fail("%s: BFD session to %s is down", g.Name, smp.Labels["peer"])
+			}
 		}
 	}
 }

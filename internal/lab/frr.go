@@ -1,6 +1,6 @@
 package lab
 
-// Routing FRR: the router runs FRR's zebra (kernel routes) and bgpd as user frr, each in the
+// Routing FRR: the router runs FRR's zebra (kernel routes), bfdd and bgpd as user frr, each in the
 // foreground inside the router's namespace, with their own directory (configs, pid files, the
 // zserv socket, the vty sockets) under the site's state directory, so they share nothing with
 // a system FRR or another site.
@@ -28,7 +28,8 @@ const frrStartTimeout = 10 * time.Second
 func (s *Site) frrDir() string { return filepath.Join(s.Dir, "frr") }
 
 // frrConf is the router's bgpd config: AS 65000, per family a peer group of the gateways
-// (passive, eBGP with whatever AS each has, hold 9 s, keepalive 3 s, connect retry 1 s),
+// (passive, eBGP with whatever AS each has, hold 9 s, keepalive 3 s, connect retry 1 s, BFD at
+// bfdd's defaults: 300 ms × 3),
 // no policy required to accept them, and up to 16 equal paths of different neighbouring ASes
 // merged into one multipath route (as-path multipath-relax, maximum-paths 16).
 func (s *Site) frrConf() string {
@@ -48,11 +49,13 @@ router bgp %d
  neighbor gw4 passive
  neighbor gw4 timers 3 9
  neighbor gw4 timers connect 1
+ neighbor gw4 bfd
  neighbor gw6 peer-group
  neighbor gw6 remote-as external
  neighbor gw6 passive
  neighbor gw6 timers 3 9
  neighbor gw6 timers connect 1
+ neighbor gw6 bfd
 `, s.Prefix, s.Router.NS.Name, RouterASN, r4)
 	for g := 1; g <= s.Opts.Gateways; g++ {
 		gw4, _, gw6, _ := upstreamAddrs(g)
@@ -70,12 +73,12 @@ router bgp %d
 	return b.String()
 }
 
-// startFRR writes the router's FRR configs and runs zebra, then bgpd, as user frr in the
+// startFRR writes the router's FRR configs and runs zebra, bfdd, then bgpd, as user frr in the
 // router's namespace (nsenter execs them: the pids are theirs), waiting for each one's socket.
 // FRR drops its privileges, which clears the parent-death signal: if the lab process dies,
 // Down (make lab-down) finds them by their config file.
 func (s *Site) startFRR() error {
-	for _, d := range []string{"zebra", "bgpd"} {
+	for _, d := range []string{"zebra", "bfdd", "bgpd"} {
 		if _, err := os.Stat(filepath.Join(FRRDir, d)); err != nil {
 			return fmt.Errorf("lab: routing frr needs %s (make deps installs frr): %w", filepath.Join(FRRDir, d), err)
 		}
@@ -93,13 +96,14 @@ func (s *Site) startFRR() error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	files := map[string]string{"zebra.conf": "hostname " + s.Router.NS.Name + "\n", "bgpd.conf": s.frrConf()}
+	files := map[string]string{"zebra.conf": "hostname " + s.Router.NS.Name + "\n",
+		"bfdd.conf": "hostname " + s.Router.NS.Name + "\n", "bgpd.conf": s.frrConf()}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
-	for _, p := range []string{dir, filepath.Join(dir, "zebra.conf"), filepath.Join(dir, "bgpd.conf")} {
+	for _, p := range []string{dir, filepath.Join(dir, "zebra.conf"), filepath.Join(dir, "bfdd.conf"), filepath.Join(dir, "bgpd.conf")} {
 		if err := os.Chown(p, uid, gid); err != nil {
 			return fmt.Errorf("lab: chown %s to frr: %w", p, err)
 		}
@@ -107,14 +111,17 @@ func (s *Site) startFRR() error {
 	if err := s.startFRRDaemon("zebra", filepath.Join(dir, "zserv.api")); err != nil {
 		return err
 	}
+	if err := s.startFRRDaemon("bfdd", filepath.Join(dir, "bfdd.vty")); err != nil {
+		return err
+	}
 	if err := s.startFRRDaemon("bgpd", filepath.Join(dir, "bgpd.vty")); err != nil {
 		return err
 	}
-	s.logf("router: FRR zebra and bgpd, config %s", filepath.Join(dir, "bgpd.conf"))
+	s.logf("router: FRR zebra, bfdd and bgpd, config %s", filepath.Join(dir, "bgpd.conf"))
 	return nil
 }
 
-// startFRRDaemon starts FRR daemon name (zebra or bgpd) and waits until ready exists.
+// startFRRDaemon starts FRR daemon name (zebra, bfdd or bgpd) and waits until ready exists.
 func (s *Site) startFRRDaemon(name, ready string) error {
 	dir := s.frrDir()
 	logf, err := os.OpenFile(filepath.Join(s.Dir, "frr-"+name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -97,8 +97,10 @@ type routerProc struct {
 func (s *Site) birdPath(ext string) string { return filepath.Join(s.Dir, routerBIRDName+ext) }
 
 // birdConf is the router's BIRD config: device and kernel protocols (equal paths merged into one
-// multipath route, the kernel's L4 hash spreads the flows), and per gateway a passive IPv4 and
-// IPv6 session importing everything and exporting nothing.
+// multipath route, the kernel's L4 hash spreads the flows), BFD at xlb's defaults (300 ms × 3),
+// and per gateway a passive IPv4 and IPv6 session with BFD importing everything and exporting
+// nothing, that takes a connection again 1 s after a failure (BIRD's default error wait is
+// 60 s: docs/bgp.md).
 func (s *Site) birdConf() string {
 	_, r4, _, _ := upstreamAddrs(1)
 	var b strings.Builder
@@ -107,12 +109,15 @@ router id %s;
 protocol device { scan time 10; }
 protocol kernel { ipv4 { import none; export all; }; merge paths yes limit 16; learn off; }
 protocol kernel { ipv6 { import none; export all; }; merge paths yes limit 16; learn off; }
+protocol bfd { interface "*" { min rx interval 300 ms; min tx interval 300 ms; multiplier 3; }; }
 template bgp lb4 {
   local as %d; hold time 9; keepalive time 3; connect retry time 1; passive on;
+  bfd on; error wait time 1, 10;
   ipv4 { import all; export none; };
 }
 template bgp lb6 {
   local as %d; hold time 9; keepalive time 3; connect retry time 1; passive on;
+  bfd on; error wait time 1, 10;
   ipv6 { import all; export none; };
 }
 `, s.Prefix, r4, RouterASN, RouterASN)
@@ -125,7 +130,7 @@ template bgp lb6 {
 }
 
 // bgpYAML is gateway g's `bgp:` config section (BIRD or FRR routing): eBGP to the router over up0,
-// one IPv4 and one IPv6 session.
+// one IPv4 and one IPv6 session, each with BFD (300 ms × 3).
 func (s *Site) bgpYAML(g *Gateway) string {
 	_, r4, _, r6 := upstreamAddrs(g.Index)
 	return fmt.Sprintf(`bgp:
@@ -134,8 +139,8 @@ func (s *Site) bgpYAML(g *Gateway) string {
   gracefulRestart: %s
   withdrawOnExit: true
   peers:
-    - {address: %s, asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s}
-    - {address: "%s", asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: "%s"}
+    - {address: %s, asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s, bfd: true}
+    - {address: "%s", asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: "%s", bfd: true}
 `, g.Upstream4, GatewayASN(g.Index), bgpGracefulRestart, r4, RouterASN, g.Upstream4, r6, RouterASN, g.Upstream6)
 }
 
@@ -303,4 +308,16 @@ func (s *Site) routerSessions() (string, error) {
 		return s.VTYSH("show bgp summary")
 	}
 	return "", fmt.Errorf("lab: the site's routing is %v: no BGP sessions", s.Opts.Routing)
+}
+
+// RouterBFD returns the router's view of its BFD sessions: `birdc show bfd sessions` (BIRD) or
+// vtysh's `show bfd peers brief` (FRR).
+func (s *Site) RouterBFD() (string, error) {
+	switch s.Opts.Routing {
+	case BIRD:
+		return s.BIRDC("show", "bfd", "sessions")
+	case FRR:
+		return s.VTYSH("show bfd peers brief")
+	}
+	return "", fmt.Errorf("lab: the site's routing is %v: no BFD sessions", s.Opts.Routing)
 }

@@ -129,7 +129,7 @@ type Router struct {
 	NS *netlab.NS
 
 	bird *routerProc   // Routing BIRD: the router's bird
-	frr  []*routerProc // Routing FRR: the router's zebra and bgpd, in start order
+	frr  []*routerProc // Routing FRR: the router's zebra, bfdd and bgpd, in start order
 }
 
 // Client is a client namespace: link "eth0" to the router.

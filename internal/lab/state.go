@@ -277,7 +277,7 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 			switch filepath.Base(args[0]) {
 			case "bird":
 				i = slices.Index(args, "-c")
-			case "zebra", "bgpd":
+			case "zebra", "bgpd", "bfdd":
 				i = slices.Index(args, "-f")
 			case "etcd": // Kubernetes mode's control plane: data in <site>/kube/etcd
 				i = slices.Index(args, "--data-dir")
