@@ -105,7 +105,23 @@ type BFD struct {
 	ReceiveInterval time.Duration
 	// Multiplier is the detection multiplier (0 → DefaultBFDMultiplier, else 1 to 255).
 	Multiplier uint8
+	// HoldDown dampens a flapping BFD session (a lossy link): after BFDFlapLimit downs within
+	// BFDFlapWindow the speaker runs the session without BFD (on its hold timer) for HoldDown,
+	// doubled at each suspension that follows the last within 10 × HoldDown (at most 16 ×),
+	// then turns BFD on again without resetting the session. Whole seconds, 0 →
+	// DefaultBFDHoldDown, at most MaxBFDHoldDown.
+	HoldDown time.Duration
 }
+
+// BFD flap dampening (BFD.HoldDown).
+const (
+	// BFDFlapLimit downs within BFDFlapWindow suspend BFD.
+	BFDFlapLimit  = 3
+	BFDFlapWindow = time.Minute
+	// DefaultBFDHoldDown is BFD.HoldDown when it is zero; MaxBFDHoldDown its largest value.
+	DefaultBFDHoldDown = time.Minute
+	MaxBFDHoldDown     = time.Hour
+)
 
 // WithDefaults returns b with the defaults applied to the fields left zero.
 func (b BFD) WithDefaults() BFD {
@@ -117,6 +133,9 @@ func (b BFD) WithDefaults() BFD {
 	}
 	if b.Multiplier == 0 {
 		b.Multiplier = DefaultBFDMultiplier
+	}
+	if b.HoldDown == 0 {
+		b.HoldDown = DefaultBFDHoldDown
 	}
 	return b
 }
@@ -142,6 +161,9 @@ func (b BFD) Validate() error {
 		case f.d%time.Millisecond != 0:
 			errs = append(errs, fmt.Errorf("%s %v: must be whole milliseconds", f.name, f.d))
 		}
+	}
+	if err := seconds("bfd.holdDown", b.HoldDown, 0, MaxBFDHoldDown); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -27,8 +27,8 @@ type PeerStatus struct {
 	Received, Accepted, Advertised uint64
 	// UpdatesSent counts the UPDATE messages sent to the neighbour since the peer was added.
 	UpdatesSent uint64
-	// BFD is the peer's BFD session state: "" without BFD, else down, init, up or
-	// admin_down. BFDTransitions counts its transitions into and out of up since the peer was
+	// BFD is the peer's BFD session state: "" without BFD, else down, init, up, admin_down
+	// or suspended (flapping: off for its hold-down, see bgp.BFD.HoldDown). BFDTransitions counts its transitions into and out of up since the peer was
 	// added, and BFDSince is when it last changed (zero before any).
 	BFD            string
 	BFDTransitions uint64

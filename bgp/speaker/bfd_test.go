@@ -129,3 +129,116 @@ func blackhole(t *testing.T, ns *netlab.NS) func() {
 // freeze stops the speaker process (SIGSTOP): its sessions stay open, silent; thaw resumes it.
 func (s *speaker) freeze() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 func (s *speaker) thaw()   { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// TestBIRDBFDFlapping: over a link that drops half the BFD packets both ways, the BFD session
+// flaps, and each flap resets the BGP session; after bgp.BFDFlapLimit downs the speaker
+// suspends BFD for its hold-down, and the session then stays up on its hold timer. When the
+// link is clean again and the hold-down is over, BFD comes back without resetting the session.
+func TestBIRDBFDFlapping(t *testing.T) {
+	requireLab(t, "bird", "nft")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	bird(t, r, birdConf("198.18.1.1", false, birdBFD,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; bfd on; error wait time 1, 10; }"))
+	const holdDown = 8 * time.Second
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000, BFD: bgp.BFD{Enabled: true, HoldDown: holdDown}}}})
+	s.waitUp(30 * time.Second)
+	waitFor(t, 10*time.Second, "BFD up", func() (bool, string) {
+		p := s.peers()[0]
+		return p.BFD == "up", p.String()
+	})
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+
+	clean := lossy(t, g, 50)
+	took := waitFor(t, 90*time.Second, "BFD suspended", func() (bool, string) {
+		p := s.peers()[0]
+		return p.BFD == "suspended", p.String()
+	})
+	suspendedAt := time.Now()
+	p := s.peers()[0]
+	t.Logf("lossy link (50%% of BFD packets dropped both ways): BFD suspended after %v, %d transitions", took.Round(time.Millisecond), p.BFDTransitions)
+	// The router's BFD times out once more (nothing is sent now) and resets the session; after
+	// that the session stays, on its hold timer.
+	s.waitUp(30 * time.Second)
+	since := s.peers()[0].Since
+	time.Sleep(time.Until(suspendedAt.Add(holdDown - time.Second)))
+	if p := s.peers()[0]; !p.Up || !p.Since.Equal(since) || p.BFD != "suspended" {
+		t.Errorf("BFD suspended, over the lossy link: %v since %v (was since %v), want the session up all along", p, p.Since, since)
+	}
+	routeVia(t, r, vip4, time.Second, gw[0])
+
+	clean()
+	waitFor(t, holdDown+10*time.Second, "BFD back up after the hold-down", func() (bool, string) {
+		p := s.peers()[0]
+		return p.BFD == "up", p.String()
+	})
+	if p := s.peers()[0]; !p.Up || !p.Since.Equal(since) {
+		t.Errorf("BFD back: %v since %v, want the session kept since %v", p, p.Since, since)
+	}
+	t.Logf("link clean again: BFD up %v after the suspension, the BGP session kept", time.Since(suspendedAt).Round(time.Millisecond))
+}
+
+// lossy drops pct per cent of the BFD packets into and out of namespace ns, at random, until the
+// returned function runs (or the test ends).
+func lossy(t *testing.T, ns *netlab.NS, pct int) func() {
+	t.Helper()
+	rules := fmt.Sprintf(`table inet xlb_lossy {
+	chain in { type filter hook prerouting priority -400; udp dport 3784 numgen random mod 100 < %d drop; }
+	chain out { type filter hook output priority -400; udp dport 3784 numgen random mod 100 < %d drop; }
+}`, pct, pct)
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lossy link in %s: %v: %s", ns.Name, err, out)
+	}
+	done := false
+	off := func() {
+		if !done {
+			done = true
+			_ = exec.Command("ip", "netns", "exec", ns.Name, "nft", "delete", "table", "inet", "xlb_lossy").Run()
+		}
+	}
+	t.Cleanup(off)
+	return off
+}
+
+// TestBIRDRepeer: the router disables a gateway's session and enables it again, three times:
+// each time the route is back within a few seconds of the enable, the same every time (GoBGP
+// alone waits a 5 s idle hold before reconnecting after any session but its first).
+func TestBIRDRepeer(t *testing.T) {
+	requireLab(t, "bird", "birdc")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	ctl := bird(t, r, birdConf("198.18.1.1", false,
+		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}})
+	s.waitUp(30 * time.Second)
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	birdc := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("birdc", append([]string{"-s", ctl}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("birdc %v: %v: %s", args, err, out)
+		}
+	}
+	var backs []string
+	for i := range 3 {
+		time.Sleep(steadyUptime + time.Second) // a steady session, as a router's operator would find it
+		birdc("disable", "gw1")
+		routeVia(t, r, vip4, 5*time.Second)
+		time.Sleep(time.Second)
+		birdc("enable", "gw1")
+		back := routeVia(t, r, vip4, 20*time.Second, gw[0])
+		backs = append(backs, back.Round(time.Millisecond).String())
+		if back > 4*time.Second {
+			t.Errorf("re-peering %d: route back %v after the enable, want within about the connect retry (1 s)", i, back)
+		}
+	}
+	t.Logf("BIRD disabled and enabled the session 3 times: the route back %v after each enable", backs)
+}

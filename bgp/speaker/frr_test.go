@@ -60,8 +60,9 @@ router bgp 65000
 // frr starts zebra and bgpd in ns as user frr, with their own directory and sockets.
 func frr(t *testing.T, ns *netlab.NS, bgpdConf string) { frrDaemons(t, ns, bgpdConf, false) }
 
-// frrDaemons is frr, with bfdd (started after zebra, before bgpd) when bfd is set.
-func frrDaemons(t *testing.T, ns *netlab.NS, bgpdConf string, bfd bool) {
+// frrDaemons is frr, with bfdd (started after zebra, before bgpd) when bfd is set; it returns
+// the daemons' directory (vtysh --vty_socket).
+func frrDaemons(t *testing.T, ns *netlab.NS, bgpdConf string, bfd bool) string {
 	t.Helper()
 	u, err := user.Lookup("frr")
 	if err != nil {
@@ -112,6 +113,7 @@ func frrDaemons(t *testing.T, ns *netlab.NS, bgpdConf string, bfd bool) {
 			}
 		}
 	})
+	return dir
 }
 
 func writeFile(t *testing.T, path, s string) {
@@ -195,4 +197,50 @@ router bgp 65000
 	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001, GracefulRestart: 30 * time.Second,
 		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000, BFD: bgp.BFD{Enabled: true}}, {Address: rt[1], ASN: 65000}}})
 	testBFD(t, s, r, g, rt, gw)
+}
+
+// TestFRRRepeer is TestBIRDRepeer against FRR (neighbor shutdown, then no neighbor shutdown).
+func TestFRRRepeer(t *testing.T) {
+	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	dir := frrDaemons(t, r, fmt.Sprintf(`hostname rt
+router bgp 65000
+ bgp router-id 198.18.1.1
+ no bgp ebgp-requires-policy
+ neighbor %[1]s remote-as 65001
+ neighbor %[1]s timers 3 9
+ neighbor %[1]s timers connect 1
+ neighbor %[1]s passive
+`, gw[0]), false)
+	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
+		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}})
+	s.waitUp(30 * time.Second)
+	s.announce(vip4 + "/32")
+	routeVia(t, r, vip4, 5*time.Second, gw[0])
+	vtysh := func(cmds ...string) {
+		t.Helper()
+		args := []string{"--vty_socket", dir, "-c", "configure terminal", "-c", "router bgp 65000"}
+		for _, c := range cmds {
+			args = append(args, "-c", c)
+		}
+		if out, err := exec.Command("vtysh", args...).CombinedOutput(); err != nil {
+			t.Fatalf("vtysh %v: %v: %s", cmds, err, out)
+		}
+	}
+	var backs []string
+	for i := range 2 {
+		time.Sleep(steadyUptime + time.Second)
+		vtysh("neighbor " + gw[0].String() + " shutdown")
+		routeVia(t, r, vip4, 5*time.Second)
+		time.Sleep(time.Second)
+		vtysh("no neighbor " + gw[0].String() + " shutdown")
+		back := routeVia(t, r, vip4, 20*time.Second, gw[0])
+		backs = append(backs, back.Round(time.Millisecond).String())
+		if back > 4*time.Second {
+			t.Errorf("re-peering %d: route back %v after the enable, want within about the connect retry (1 s)", i, back)
+		}
+	}
+	t.Logf("FRR shut the session down and up 2 times: the route back %v after each", backs)
 }

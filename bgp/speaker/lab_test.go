@@ -173,8 +173,8 @@ func daemon(t *testing.T, ns *netlab.NS, log string, argv ...string) *exec.Cmd {
 	return cmd
 }
 
-// bird starts BIRD 2 in ns with conf.
-func bird(t *testing.T, ns *netlab.NS, conf string) {
+// bird starts BIRD 2 in ns with conf and returns its control socket.
+func bird(t *testing.T, ns *netlab.NS, conf string) string {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bird.conf")
@@ -183,6 +183,7 @@ func bird(t *testing.T, ns *netlab.NS, conf string) {
 	}
 	daemon(t, ns, filepath.Join(dir, "bird.log"), "bird", "-f", "-c", path,
 		"-s", filepath.Join(dir, "bird.ctl"), "-P", filepath.Join(dir, "bird.pid"))
+	return filepath.Join(dir, "bird.ctl")
 }
 
 // birdConf is a BIRD router (AS 65000) that installs what it learns into the kernel, merging

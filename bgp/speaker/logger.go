@@ -22,10 +22,24 @@ type logAdapter struct {
 	// → when BFD last took its session down.
 	bfd     map[netip.Addr]bfdTrack
 	bfdDown map[netip.Addr]time.Time
-	// bfdReset gets the address of a peer whose BFD session went down (GoBGP has reset its
-	// BGP session by then): the speaker re-adds the peer (see Speaker.resetAfterBFD).
-	bfdReset chan netip.Addr
+	// readd gets a peer to re-add (see Speaker.readdPeers): its BFD session went down (GoBGP
+	// has reset its BGP session by then), or its session went down after being up a while.
+	readd chan readd
+	// establishedAt maps a peer → when its session last became established.
+	establishedAt map[netip.Addr]time.Time
 }
+
+// readd is a peer to re-add, why, and when the event that asks for it was logged.
+type readd struct {
+	addr netip.Addr
+	why  string
+	at   time.Time
+}
+
+// steadyUptime is how long a session must have been up for its going down to re-add the peer
+// at once (a fresh session: it reconnects within connectRetry); a session that drops sooner
+// waits GoBGP's idle hold (5 s), which keeps a peer that refuses us from a tight loop.
+const steadyUptime = 10 * time.Second
 
 // bfdTrack is what the speaker saw of a peer's BFD session: its last state (down, init, up)
 // and the transitions into and out of up.
@@ -33,11 +47,24 @@ type bfdTrack struct {
 	state       string
 	transitions uint64
 	since       time.Time
+	suspended   bool // flap dampening: BFD off for now (Speaker.noteBFDDown)
+}
+
+// setSuspended marks peer addr's BFD suspended (or not).
+func (a *logAdapter) setSuspended(addr netip.Addr, on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.bfd[addr]
+	t.suspended = on
+	if on {
+		t.state, t.since = "down", time.Now()
+	}
+	a.bfd[addr] = t
 }
 
 func newLogAdapter(l *slog.Logger) *logAdapter {
 	return &logAdapter{log: l, lastErr: make(map[netip.Addr]string), bfd: make(map[netip.Addr]bfdTrack),
-		bfdDown: make(map[netip.Addr]time.Time), bfdReset: make(chan netip.Addr, 16)}
+		bfdDown: make(map[netip.Addr]time.Time), readd: make(chan readd, 64), establishedAt: make(map[netip.Addr]time.Time)}
 }
 
 // bfdState returns what was seen of peer addr's BFD session.
@@ -74,10 +101,7 @@ func (a *logAdapter) noteBFD(msg string, fields map[string]any) {
 	a.bfd[addr] = t
 	a.mu.Unlock()
 	if state == "down" && (was == "up" || was == "init") {
-		select {
-		case a.bfdReset <- addr:
-		default: // a re-add is pending already
-		}
+		a.askReadd(readd{addr: addr, why: "bfd down", at: time.Now()})
 	}
 	level := slog.LevelInfo
 	if was == "up" {
@@ -109,6 +133,7 @@ func (a *logAdapter) forget(addr netip.Addr) {
 	delete(a.lastErr, addr)
 	delete(a.bfd, addr)
 	delete(a.bfdDown, addr)
+	delete(a.establishedAt, addr)
 }
 
 // note records a peer's error: a failed connection attempt, a session that went down (named a
@@ -160,6 +185,44 @@ func (a *logAdapter) note(level slog.Level, msg string, fields map[string]any) {
 	a.lastErr[addr] = text
 }
 
+// askReadd queues r for Speaker.readdPeers (dropped when the queue is full: a flood of events
+// needs no more than the re-adds already queued).
+func (a *logAdapter) askReadd(r readd) {
+	select {
+	case a.readd <- r:
+	default:
+	}
+}
+
+// noteSession follows a peer's session: when it became established, and, when it goes down
+// after steadyUptime, a re-add (GoBGP would wait its 5 s idle hold before reconnecting).
+func (a *logAdapter) noteSession(msg string, fields map[string]any) {
+	if msg != "state changed" {
+		return
+	}
+	key, _ := fields["Key"].(string)
+	addr, err := netip.ParseAddr(key)
+	if err != nil {
+		return
+	}
+	addr = addr.Unmap()
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case fields["new"] == "BGP_FSM_ESTABLISHED":
+		a.establishedAt[addr] = now
+	case fields["old"] == "BGP_FSM_ESTABLISHED":
+		if up, ok := a.establishedAt[addr]; ok && now.Sub(up) >= steadyUptime {
+			select {
+			case a.readd <- readd{addr: addr, why: fmt.Sprintf("session down after %v up", now.Sub(up).Round(time.Second)), at: now}:
+			default:
+			}
+		}
+		delete(a.establishedAt, addr)
+	}
+}
+
 // bfdResetWindow is how long after BFD went down a session's going down is BFD's doing.
 const bfdResetWindow = 5 * time.Second
 
@@ -197,6 +260,7 @@ func (h *gobgpHandler) Handle(ctx context.Context, r slog.Record) error {
 	}
 	h.a.note(r.Level, r.Message, fields)
 	h.a.noteBFD(r.Message, fields)
+	h.a.noteSession(r.Message, fields)
 	if !h.a.log.Enabled(ctx, r.Level) {
 		return nil
 	}

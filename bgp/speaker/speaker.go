@@ -56,6 +56,27 @@ type Speaker struct {
 	have map[netip.Prefix]bgp.Route
 	// done ends resetAfterBFD at Stop.
 	done chan struct{}
+	// damp is each peer's BFD flap record (see readdPeers).
+	damp map[netip.Addr]*bfdDamp
+	// addedAt maps a peer → when it was last given to GoBGP: a re-add asked for by an event
+	// logged before that is about an earlier incarnation, and is dropped.
+	addedAt map[netip.Addr]time.Time
+}
+
+// bfdDamp is a peer's BFD flap dampening: its recent downs and, while BFD is suspended, until
+// when; holdDown is the last suspension's length, ended its end.
+type bfdDamp struct {
+	downs    []time.Time
+	until    time.Time
+	holdDown time.Duration
+	ended    time.Time
+	timer    *time.Timer
+}
+
+// suspended reports whether peer addr runs without BFD for now. Called with s.mu held.
+func (s *Speaker) suspended(addr netip.Addr) bool {
+	d := s.damp[addr]
+	return d != nil && !d.until.IsZero()
 }
 
 // peerEntry is a configured peer with its password as read when it was added.
@@ -74,13 +95,15 @@ func New(cfg bgp.Config, log *slog.Logger) (*Speaker, error) {
 	}
 	log = log.With("component", "bgp")
 	s := &Speaker{
-		cfg:   cfg,
-		log:   log,
-		la:    newLogAdapter(log),
-		peers: make(map[netip.Addr]peerEntry),
-		want:  make(map[netip.Prefix]bgp.Route),
-		have:  make(map[netip.Prefix]bgp.Route),
-		done:  make(chan struct{}),
+		cfg:     cfg,
+		log:     log,
+		la:      newLogAdapter(log),
+		peers:   make(map[netip.Addr]peerEntry),
+		want:    make(map[netip.Prefix]bgp.Route),
+		have:    make(map[netip.Prefix]bgp.Route),
+		done:    make(chan struct{}),
+		damp:    make(map[netip.Addr]*bfdDamp),
+		addedAt: make(map[netip.Addr]time.Time),
 	}
 	for _, p := range cfg.Peers {
 		pw, err := password(p)
@@ -117,7 +140,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 		return fmt.Errorf("bgp: start as %d router-id %v: %w", s.cfg.ASN, s.cfg.RouterID, err)
 	}
 	s.started = true
-	go s.resetAfterBFD()
+	go s.readdPeers()
 	errs := []error{s.syncRoutes(ctx)}
 	if !s.cfg.WaitForRoutes || s.routesSet {
 		errs = append(errs, s.startPeering(ctx))
@@ -139,7 +162,9 @@ func (s *Speaker) startPeering(ctx context.Context) error {
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(s.peers[addr])}); err != nil {
 			errs = append(errs, fmt.Errorf("bgp: add peer %v (left out until it is set again): %w", addr, err))
 			delete(s.peers, addr)
+			continue
 		}
+		s.addedAt[addr] = time.Now()
 	}
 	return errors.Join(errs...)
 }
@@ -158,6 +183,11 @@ func (s *Speaker) Stop(ctx context.Context, mode StopMode) error {
 	}
 	s.stopped = true
 	close(s.done)
+	for _, d := range s.damp {
+		if d.timer != nil {
+			d.timer.Stop()
+		}
+	}
 	switch mode {
 	case KeepRoutes:
 		n := abortSessions(s.peerList(), s.cfg.ListenPort)
@@ -446,6 +476,10 @@ func (s *Speaker) SetPeers(peers []bgp.Peer) error {
 		}
 		delete(s.peers, addr)
 		s.la.forget(addr)
+		if d := s.damp[addr]; d != nil && d.timer != nil {
+			d.timer.Stop()
+		}
+		delete(s.damp, addr)
 		s.log.Info("bgp: removed peer", "peer", addr)
 	}
 	for _, addr := range slices.SortedFunc(maps.Keys(next), netip.Addr.Compare) {
@@ -456,6 +490,7 @@ func (s *Speaker) SetPeers(peers []bgp.Peer) error {
 			errs = append(errs, fmt.Errorf("add peer %v: %w", addr, err))
 			continue
 		}
+		s.addedAt[addr] = time.Now()
 		s.peers[addr] = next[addr]
 		s.log.Info("bgp: added peer", "peer", addr, "asn", next[addr].ASN)
 	}
@@ -465,42 +500,106 @@ func (s *Speaker) SetPeers(peers []bgp.Peer) error {
 	return nil
 }
 
-// resetAfterBFD re-adds (DeletePeer, AddPeer) each peer whose BFD session went down, until
-// Stop. GoBGP resets the BGP session itself when BFD goes down, by queueing a Cease
-// NOTIFICATION to the session; but a session that is not established at that moment (its hold
-// timer expired first, or it is reconnecting) keeps it queued, and the next session to come up
-// sends it at once and goes down. Against BIRD, which stops BFD when its session goes down, that
-// loops: BFD expires again while BGP reconnects, and so on (seen in TestBIRDBFD). A re-added
-// peer starts with a fresh session and nothing queued. The BFD session restarts with it.
-func (s *Speaker) resetAfterBFD() {
+// readdPeers re-adds (DeletePeer, AddPeer) the peers the log handler asks for, until Stop:
+//   - a peer whose BFD session went down. GoBGP resets the BGP session itself when BFD goes
+//     down, by queueing a Cease NOTIFICATION to the session; but a session that is not
+//     established at that moment (its hold timer expired first, or it is reconnecting) keeps it
+//     queued, and the next session to come up sends it at once and goes down. Against BIRD,
+//     which stops BFD when its session goes down, that loops: BFD expires again while BGP
+//     reconnects, and so on (seen in TestBIRDBFD). A re-added peer starts with nothing queued,
+//     and its BFD session restarts with it. BFD flaps are dampened here (noteBFDDown).
+//   - a peer whose session went down after steadyUptime: GoBGP waits 5 s in idle before it
+//     reconnects after any session but the first (its idle hold time is reset to 5 s after one
+//     use, except when the peer's NOTIFICATION was an administrative reset), so a router that
+//     disabled and re-enabled the session got it back after 0.6 s or ~6 s depending on what came
+//     before. A re-added peer reconnects at once, then every connectRetry (TestBIRDRepeer).
+func (s *Speaker) readdPeers() {
 	for {
-		var addr netip.Addr
+		var r readd
 		select {
 		case <-s.done:
 			return
-		case addr = <-s.la.bfdReset:
+		case r = <-s.la.readd:
 		}
 		s.mu.Lock()
 		if s.stopped {
 			s.mu.Unlock()
 			return
 		}
-		e, ok := s.peers[addr]
-		if ok && s.peering {
+		e, ok := s.peers[r.addr]
+		if ok && s.peering && !r.at.Before(s.addedAt[r.addr]) {
+			if r.why == "bfd down" {
+				s.noteBFDDown(r.addr, e)
+			}
 			ctx := context.Background()
-			err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()})
+			err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: r.addr.String()})
 			if err == nil {
 				err = s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(e)})
 			}
 			if err != nil {
-				s.log.Error("bgp: re-add peer after BFD down (left out until it is set again)", "peer", addr, "err", err)
-				delete(s.peers, addr)
+				s.log.Error("bgp: re-add peer (left out until it is set again)", "peer", r.addr, "why", r.why, "err", err)
+				delete(s.peers, r.addr)
 			} else {
-				s.log.Info("bgp: peer re-added after BFD down: a fresh session", "peer", addr)
+				s.addedAt[r.addr] = time.Now()
+				s.log.Info("bgp: peer re-added: a fresh session", "peer", r.addr, "why", r.why)
 			}
 		}
 		s.mu.Unlock()
 	}
+}
+
+// noteBFDDown records a BFD down of peer e and suspends its BFD when it flaps: BFDFlapLimit
+// downs within BFDFlapWindow. The re-add that follows then runs the session without BFD; a
+// timer turns BFD on again after the hold-down (restoreBFD). Called with s.mu held.
+func (s *Speaker) noteBFDDown(addr netip.Addr, e peerEntry) {
+	now := time.Now()
+	d := s.damp[addr]
+	if d == nil {
+		d = &bfdDamp{}
+		s.damp[addr] = d
+	}
+	keep := d.downs[:0]
+	for _, t := range d.downs {
+		if now.Sub(t) < bgp.BFDFlapWindow {
+			keep = append(keep, t)
+		}
+	}
+	d.downs = append(keep, now)
+	if len(d.downs) < bgp.BFDFlapLimit || !d.until.IsZero() {
+		return
+	}
+	base := e.BFD.WithDefaults().HoldDown
+	hold := base
+	if !d.ended.IsZero() && now.Sub(d.ended) < 10*d.holdDown {
+		hold = min(2*d.holdDown, 16*base)
+	}
+	d.downs, d.holdDown, d.until = nil, hold, now.Add(hold)
+	d.timer = time.AfterFunc(hold, func() { s.restoreBFD(addr) })
+	s.la.setSuspended(addr, true)
+	s.log.Warn("bfd flapping: suspended, the session runs on its hold timer", "peer", addr,
+		"downs", bgp.BFDFlapLimit, "within", bgp.BFDFlapWindow, "for", hold)
+}
+
+// restoreBFD ends peer addr's BFD suspension: BFD is turned on again (UpdatePeer: the BGP
+// session is not reset).
+func (s *Speaker) restoreBFD(addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.damp[addr]
+	if d == nil || d.until.IsZero() || s.stopped {
+		return
+	}
+	d.until, d.ended = time.Time{}, time.Now()
+	s.la.setSuspended(addr, false)
+	e, ok := s.peers[addr]
+	if !ok || !s.peering {
+		return
+	}
+	if _, err := s.srv.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: s.apiPeer(e)}); err != nil {
+		s.log.Error("bgp: turn BFD on again", "peer", addr, "err", err)
+		return
+	}
+	s.log.Info("bfd: suspension over, BFD on again", "peer", addr, "after", d.holdDown)
 }
 
 // peerList returns the configured peers. Called with s.mu held.
@@ -545,7 +644,7 @@ func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
 		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(gr / time.Second)}
 		afi.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
 	}
-	if p.BFD.Enabled {
+	if p.BFD.Enabled && !s.suspended(p.Address) {
 		b := p.BFD.WithDefaults()
 		ap.Bfd = &api.BfdPeerConfig{
 			Enabled:                  true,

@@ -41,6 +41,9 @@ func (s *Speaker) Peers() []bgp.PeerStatus {
 			if st.BFD == "" {
 				st.BFD = "down"
 			}
+			if t.suspended {
+				st.BFD = "suspended"
+			}
 		}
 		out = append(out, st)
 	}

@@ -211,8 +211,8 @@ func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []bgp.P
 }
 
 // bfd reads a peer's bfd: true or false (the defaults: 300 ms × 3), or an object of
-// transmitInterval, receiveInterval (50ms to 60s, whole milliseconds), multiplier (1 to 255)
-// and enabled (true unless said).
+// transmitInterval, receiveInterval (50ms to 60s, whole milliseconds), multiplier (1 to 255),
+// holdDown (whole seconds, 1s to 1h) and enabled (true unless said).
 func (d *decoder) bfd(n *yaml.Node, path string) bgp.BFD {
 	if r := resolve(n); r.Kind == yaml.ScalarNode {
 		on, _ := d.boolean(n, path)
@@ -245,6 +245,9 @@ func (d *decoder) bfd(n *yaml.Node, path string) bgp.BFD {
 	if v := o.get("multiplier"); v != nil {
 		m, _ := d.integer(v, o.at("multiplier"), 1, 255)
 		b.Multiplier = uint8(m)
+	}
+	if v := o.get("holdDown"); v != nil {
+		b.HoldDown, _ = d.wholeSeconds(v, o.at("holdDown"), time.Second, bgp.MaxBFDHoldDown)
 	}
 	return b
 }

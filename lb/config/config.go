@@ -154,7 +154,10 @@ type BGP struct {
 	//     the defaults, or an object of transmitInterval and receiveInterval (whole
 	//     milliseconds, 50ms to 60s; default 300ms), multiplier (1 to 255; default 3) and enabled
 	//     (default true). A dead neighbour is detected in receiveInterval × multiplier and the
-	//     session reset at once. Not with multihopTTL above 1. Absent or false: no BFD.
+	//     session reset at once. holdDown (whole seconds, 1s to 1h; default 60s) dampens a
+	//     flapping session: after 3 downs within a minute BFD is suspended for holdDown (doubled
+	//     at each suspension that follows soon after, at most 16 ×), the session running on its
+	//     hold timer. Not with multihopTTL above 1. Absent or false: no BFD.
 	//
 	// A default is left zero in the bgp.Peer (bgp.Peer.WithDefaults fills it in).
 	Peers []bgp.Peer

@@ -374,7 +374,7 @@ func TestErrors(t *testing.T) {
 		{"bgp BFD multiplier zero", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, bfd: {multiplier: 0}}\n"),
 			"xlb.yaml:6: bgp.peers[0].bfd.multiplier: 0 is out of range (1 to 255)"},
 		{"bgp BFD unknown field", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, bfd: {interval: 1s}}\n"),
-			"xlb.yaml:6: bgp.peers[0].bfd.interval: unknown field (known fields: enabled, transmitInterval, receiveInterval, multiplier)"},
+			"xlb.yaml:6: bgp.peers[0].bfd.interval: unknown field (known fields: enabled, transmitInterval, receiveInterval, multiplier, holdDown)"},
 		{"bgp BFD not a bool", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, bfd: yes-please}\n"),
 			"xlb.yaml:6: bgp.peers[0].bfd: want true or false, got \"yes-please\""},
 		{"bgp BFD multihop", bgpFile(bgpTop, "    - {address: 198.18.0.254, asn: 65000, multihopTTL: 2, bfd: true}\n"),

@@ -41,7 +41,7 @@ var (
 		"communities", "largeCommunities", "localPref", "med", "peers"}
 	bgpPeerFields = []string{"address", "asn", "port", "passwordFile", "multihopTTL", "holdTime", "keepaliveTime",
 		"connectRetry", "passive", "localAddress", "bfd"}
-	bfdFields = []string{"enabled", "transmitInterval", "receiveInterval", "multiplier"}
+	bfdFields = []string{"enabled", "transmitInterval", "receiveInterval", "multiplier", "holdDown"}
 )
 
 // Load reads and parses the config file at path; errors name the file by path.
