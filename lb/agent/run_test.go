@@ -130,8 +130,14 @@ func TestRun(t *testing.T) {
 	if code, body := httpGet(ln, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
-	// dns and the apiserver's default/kubernetes.
-	if _, body := httpGet(ln, "/metrics"); !strings.Contains(body, "xlb_agent_frontends 2\n") || !strings.Contains(body, "xlb_agent_scrape_errors 0\n") {
+	// dns and the apiserver's default/kubernetes (which may be applied a moment after dns: CI
+	// once read 1).
+	var body string
+	eventually("/metrics counts 2 frontends", func() bool {
+		_, body = httpGet(ln, "/metrics")
+		return strings.Contains(body, "xlb_agent_frontends 2\n")
+	})
+	if !strings.Contains(body, "xlb_agent_scrape_errors 0\n") {
 		t.Errorf("/metrics:\n%s", body)
 	}
 
