@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -250,6 +251,23 @@ func (cp *ControlPlane) Stop() error {
 		}
 	})
 	return cp.stopErr
+}
+
+// Pause stops the apiserver process (SIGSTOP): an outage as its clients see a hung or
+// partitioned apiserver (connections made, nothing answered, watches silent). Resume ends it.
+func (cp *ControlPlane) Pause() error { return cp.signalAPIServer(syscall.SIGSTOP) }
+
+// Resume continues the apiserver after Pause (SIGCONT).
+func (cp *ControlPlane) Resume() error { return cp.signalAPIServer(syscall.SIGCONT) }
+
+func (cp *ControlPlane) signalAPIServer(sig syscall.Signal) error {
+	if cp.apiserver == nil || cp.apiserver.cmd.Process == nil {
+		return errors.New("kubetest: the apiserver is not running")
+	}
+	if err := cp.apiserver.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("kubetest: signal the apiserver (%v): %w", sig, err)
+	}
+	return nil
 }
 
 // URL returns the apiserver's address, https://127.0.0.1:port (or Options.Address).

@@ -67,6 +67,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Scale", func(t *testing.T) { testScale(t, s) })
 	t.Run("LocalHealth", func(t *testing.T) { testLocalHealth(t, s) })
 	t.Run("LeaderKilled", func(t *testing.T) { testLeaderKilled(t, s) })
+	t.Run("APIServerOutage", func(t *testing.T) { testAPIServerOutage(t, s) })
 	// Last: it adds a pod of its own to the site.
 	t.Run("ClusterIPs", func(t *testing.T) { testClusterIPs(t, s) })
 }

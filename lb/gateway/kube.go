@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/xlb-dev/xlb/lb/config"
+	"github.com/xlb-dev/xlb/lb/health"
 	"github.com/xlb-dev/xlb/lb/ipam"
 	"github.com/xlb-dev/xlb/lb/kube"
 )
@@ -130,12 +131,16 @@ var (
 		"LoadBalancer Services of xlb's class that have an address and are balanced.", nil, nil)
 	kubePoolDesc = prometheus.NewDesc("xlb_kube_pool_addresses",
 		"Addresses of each pool and family: size (assignable) and used (leader only).", []string{"pool", "family", "state"}, nil)
+	kubeNodeHealthDesc = prometheus.NewDesc("xlb_node_healthy",
+		"1 if the node passes its check, 0 if not, -1 before its first probe: its kube-proxy /healthz (service \"\"), or an externalTrafficPolicy: Local Service's healthCheckNodePort.",
+		[]string{"node", "service"}, nil)
 )
 
 func (k kubeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- kubeLeaderDesc
 	ch <- kubeServicesDesc
 	ch <- kubePoolDesc
+	ch <- kubeNodeHealthDesc
 }
 
 func (k kubeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -156,6 +161,14 @@ func (k kubeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(kubePoolDesc, prometheus.GaugeValue, float64(u.Size), u.Pool, fam, "size")
 		ch <- prometheus.MustNewConstMetric(kubePoolDesc, prometheus.GaugeValue, float64(u.Used), u.Pool, fam, "used")
+	}
+	for _, v := range m.prober.Verdicts() {
+		svc := ""
+		if v.Service.Name != "" {
+			svc = v.Service.String()
+		}
+		val := map[health.Health]float64{health.Healthy: 1, health.Unhealthy: 0, health.Unknown: -1}[v.Health]
+		ch <- prometheus.MustNewConstMetric(kubeNodeHealthDesc, prometheus.GaugeValue, val, v.Node, svc)
 	}
 }
 

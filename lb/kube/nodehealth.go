@@ -225,6 +225,33 @@ func (p *NodeProber) LocalHealthy(node string, service types.NamespacedName) boo
 	return true
 }
 
+// NodeVerdict is one node check's current verdict (NodeProber.Verdicts).
+type NodeVerdict struct {
+	// Node is the node's name; Service the Service of a healthCheckNodePort check, the zero
+	// value for the node's kube-proxy /healthz.
+	Node    string
+	Service types.NamespacedName
+	// Health is the check's verdict (health.Unknown before its first probes).
+	Health health.Health
+}
+
+// Verdicts returns every node check's verdict, in no particular order.
+func (p *NodeProber) Verdicts() []NodeVerdict {
+	p.mu.Lock()
+	checks := make(map[string]nodeCheck, len(p.checks))
+	for k, c := range p.checks {
+		checks[k] = c
+	}
+	p.mu.Unlock()
+	out := make([]NodeVerdict, 0, len(checks))
+	for key, st := range p.checker.Snapshot() {
+		if c, ok := checks[key]; ok {
+			out = append(out, NodeVerdict{Node: c.node, Service: c.service, Health: st.Health})
+		}
+	}
+	return out
+}
+
 // changed turns a checker update into a NodeHealthChange.
 func (p *NodeProber) changed(u health.Update) {
 	p.mu.Lock()
