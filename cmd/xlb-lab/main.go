@@ -5,20 +5,25 @@
 //	xlb-lab up   [flags]   build the site, show that it works, keep it running until Ctrl-C
 //	xlb-lab demo [flags]   build the site, show that it works, remove it and exit (non-zero on failure)
 //	xlb-lab down [--all]   remove the leftovers of lab sites whose process is gone (--all: every site)
+//	xlb-lab status         the running sites, as JSON
+//	xlb-lab gateway NAME stop|kill|start|restart|vanish|return   act on a running site's gateway
 //
 // It needs root. `make lab` and `make lab-down` run it.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/xlb-dev/xlb/internal/lab"
 )
@@ -28,7 +33,7 @@ func main() {
 }
 
 const usage = `usage:
-  xlb-lab up   [--xlb PATH] [--clients N] [--gateways N] [--nodes N] [--pods N] [--seed N] [--demo]
+  xlb-lab up   [--xlb PATH] [--clients N] [--gateways N] [--nodes N] [--pods N] [--seed N] [--demo] [--detach]
               [--routing bird|frr|static] [--mode kubernetes|file] [--forwarding dsr|returnPath]
       Build a lab site, show that it works, and keep it running until Ctrl-C (SIGINT/SIGTERM),
       then remove it. --demo (or the demo command) exits after the demonstration instead.
@@ -41,10 +46,21 @@ const usage = `usage:
       --forwarding: dsr (the default) is direct server return: the nodes' default route is
       the router and each node runs xlb agent with the node side of DSR, so replies bypass the
       gateways; returnPath routes the nodes' replies through the gateways, which translate them.
+      --detach starts the site in the background, prints its description (JSON: names,
+      namespaces, addresses, pids, VIPs, the control socket) once it is up, and exits; the site
+      runs until xlb-lab down --all (or SIGTERM to its process, the description's ownerPid).
   xlb-lab demo [same flags as up]
+  xlb-lab status [--site PREFIX] [--state-dir DIR]
+      Print the running sites' descriptions (JSON, one array), as their processes see them now.
+  xlb-lab gateway NAME stop|kill|start|restart|vanish|return [--site PREFIX] [--state-dir DIR]
+      Have the site's process act on gateway NAME (g1, g2...): stop (SIGTERM) or kill (SIGKILL)
+      its xlb, start or restart it, make it fail hard (vanish: its links silenced with nftables
+      where they arrive at the router and the cluster L2, its xlb SIGSTOPped) or come back
+      (return). The site's process owns the restarted daemon: Ctrl-C or down removes it too.
+      Prints the gateway's state (JSON). --site is needed when several sites run.
   xlb-lab down [--all] [--state-dir DIR]
       Remove what lab sites left behind (namespaces, pins, xlb processes, state) when their
-      lab process is gone; --all removes running sites too.
+      lab process is gone; --all removes running sites too (their process is asked first).
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -69,6 +85,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, "lab leftovers removed")
 		return 0
+	case "status":
+		return status(args[1:], stdout, stderr)
+	case "gateway":
+		return gateway(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -88,6 +108,7 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Pods, "pods", 5, "pods (backends), round robin over the nodes")
 	seed := fs.Uint("seed", 0x5eed, "the datapath hash seed (the same on every gateway)")
 	demo := fs.Bool("demo", cmd == "demo", "exit after the demonstration")
+	detach := fs.Bool("detach", false, "run the site in the background; print its description (JSON) once it is up")
 	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird or frr (BGP from the gateways' xlb), or static")
 	mode := fs.String("mode", "kubernetes", "where the gateways get their services: kubernetes (a control plane and the example Services) or file")
 	forwarding := fs.String("forwarding", "dsr", "how replies reach the clients: dsr (direct server return through the node agents) or returnPath (through the gateways)")
@@ -136,6 +157,13 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	o.XLB, _ = filepath.Abs(*xlb)
 	o.Log = stdout
+	if *detach {
+		if *demo {
+			fmt.Fprintln(stderr, "xlb-lab: --detach and --demo exclude each other")
+			return 2
+		}
+		return detached(args, stdout, stderr)
+	}
 
 	// From here on a signal means: remove the site and exit. A closed stdout (`make lab | tee`
 	// whose tee got the Ctrl-C too) must not kill the process in the middle of that: writes
@@ -172,7 +200,173 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	site.Guide(stdout)
-	fmt.Fprintf(stdout, "\nThe lab keeps running; press Ctrl-C to remove it.\n")
+	if err := site.WriteInfo(); err != nil {
+		fmt.Fprintf(stderr, "xlb-lab: %v\n", err)
+	}
+	ctlDone := make(chan struct{})
+	go func() {
+		defer close(ctlDone)
+		if err := site.ServeControl(ctx); err != nil {
+			fmt.Fprintf(stderr, "xlb-lab: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "\nThe lab keeps running; press Ctrl-C to remove it. Scripts: xlb-lab status, xlb-lab gateway NAME ACTION.\n")
 	<-ctx.Done()
+	<-ctlDone
+	return 0
+}
+
+// detached re-runs `xlb-lab up` with args (less --detach) in a session of its own, its output
+// in a log file next to the sites' state, waits until its site is up (its site.json written)
+// and prints that. It fails, with the log's tail, if the child exits first.
+func detached(args []string, stdout, stderr io.Writer) int {
+	var rest []string
+	for _, a := range args {
+		if a != "--detach" && a != "-detach" && a != "--detach=true" && a != "-detach=true" {
+			rest = append(rest, a)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb-lab: %v\n", err)
+		return 1
+	}
+	if err := os.MkdirAll(lab.DefaultStateDir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "xlb-lab: %v\n", err)
+		return 1
+	}
+	logf, err := os.CreateTemp(lab.DefaultStateDir, "up-*.log")
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb-lab: %v\n", err)
+		return 1
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, append([]string{"up"}, rest...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "xlb-lab: start the site's process: %v\n", err)
+		return 1
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.After(10 * time.Minute)
+	for {
+		dirs, _ := lab.RunningSites(lab.DefaultStateDir)
+		for _, dir := range dirs {
+			b, err := os.ReadFile(filepath.Join(dir, lab.SiteInfoFile))
+			var in lab.SiteInfo
+			if err == nil && json.Unmarshal(b, &in) == nil && in.OwnerPid == cmd.Process.Pid {
+				stdout.Write(b)
+				fmt.Fprintf(stderr, "xlb-lab: site %s is up (pid %d, its output in %s); remove it with xlb-lab down --all\n",
+					in.Prefix, in.OwnerPid, logf.Name())
+				return 0
+			}
+		}
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logf.Name())
+			fmt.Fprintf(stderr, "xlb-lab: the site's process exited (%v) before the site was up; its output:\n%s", err, tail(string(b), 40))
+			return 1
+		case <-deadline:
+			fmt.Fprintf(stderr, "xlb-lab: the site is not up after 10 minutes (its output in %s)\n", logf.Name())
+			return 1
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// siteFlags parses --site and --state-dir for status and gateway; it returns the control
+// sockets of the running sites that match.
+func siteFlags(name string, args []string, stderr io.Writer) (sockets []string, rest []string, code int) {
+	fs := flag.NewFlagSet("xlb-lab "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	site := fs.String("site", "", "the site's prefix (xl + 6 hex digits); needed when several run")
+	dir := fs.String("state-dir", lab.DefaultStateDir, "where sites keep their state")
+	// Flags may come after the positional arguments: parse what follows them too.
+	var pos []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, nil, 2
+		}
+		args = fs.Args()
+		if len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	dirs, err := lab.RunningSites(*dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb-lab %s: %v\n", name, err)
+		return nil, nil, 1
+	}
+	for _, d := range dirs {
+		if *site == "" || filepath.Base(d) == *site {
+			sockets = append(sockets, filepath.Join(d, lab.ControlSocket))
+		}
+	}
+	return sockets, pos, 0
+}
+
+func status(args []string, stdout, stderr io.Writer) int {
+	sockets, pos, code := siteFlags("status", args, stderr)
+	if code != 0 {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "xlb-lab status: unexpected %q\n", pos)
+		return 2
+	}
+	out := []lab.SiteInfo{}
+	for _, sock := range sockets {
+		rep, err := lab.Control(sock, lab.ControlRequest{Op: "status"})
+		if err != nil || rep.Site == nil {
+			fmt.Fprintf(stderr, "xlb-lab status: %v\n", err)
+			continue
+		}
+		out = append(out, *rep.Site)
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	fmt.Fprintf(stdout, "%s\n", b)
+	return 0
+}
+
+func gateway(args []string, stdout, stderr io.Writer) int {
+	sockets, pos, code := siteFlags("gateway", args, stderr)
+	if code != 0 {
+		return code
+	}
+	if len(pos) != 2 {
+		fmt.Fprintf(stderr, "xlb-lab gateway: want NAME ACTION (stop, kill, start, restart, vanish, return)\n")
+		return 2
+	}
+	switch len(sockets) {
+	case 0:
+		fmt.Fprintln(stderr, "xlb-lab gateway: no running site (xlb-lab up, or --state-dir)")
+		return 1
+	case 1:
+	default:
+		fmt.Fprintf(stderr, "xlb-lab gateway: %d sites run: say which with --site\n", len(sockets))
+		return 2
+	}
+	rep, err := lab.Control(sockets[0], lab.ControlRequest{Op: "gateway", Gateway: pos[0], Action: pos[1]})
+	if err != nil {
+		fmt.Fprintf(stderr, "xlb-lab gateway %s %s: %v\n", pos[0], pos[1], err)
+		return 1
+	}
+	for _, g := range rep.Site.Gateways {
+		if g.Name == pos[0] {
+			b, _ := json.MarshalIndent(g, "", "  ")
+			fmt.Fprintf(stdout, "%s\n", b)
+		}
+	}
 	return 0
 }

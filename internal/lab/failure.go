@@ -36,6 +36,9 @@ func (g *Gateway) Vanish() error {
 	if err := g.signal(syscall.SIGSTOP, false); err != nil {
 		return err
 	}
+	g.mu.Lock()
+	g.vanished = true
+	g.mu.Unlock()
 	s.logf("%s: vanished (links silent at the router and the L2, xlb stopped)", g.Name)
 	return nil
 }
@@ -56,6 +59,9 @@ func (g *Gateway) Return() error {
 	if len(errs) > 0 {
 		return fmt.Errorf("lab: %s back: %s", g.Name, strings.Join(errs, "; "))
 	}
+	g.mu.Lock()
+	g.vanished = false
+	g.mu.Unlock()
 	s.logf("%s: back (links open, xlb continued)", g.Name)
 	return nil
 }

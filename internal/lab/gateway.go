@@ -41,6 +41,15 @@ type Gateway struct {
 	site *Site
 	mu   sync.Mutex
 	proc *xlbProc
+	// vanished is set between Vanish and Return.
+	vanished bool
+}
+
+// isVanished reports whether g is between Vanish and Return.
+func (g *Gateway) isVanished() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.vanished
 }
 
 type xlbProc struct {
@@ -240,6 +249,9 @@ func (g *Gateway) Reload() error {
 // unpin) with `xlb cleanup`, or by removing the pins if that fails.
 func (g *Gateway) shutdown() error {
 	var errs []error
+	if g.isVanished() { // a stopped xlb would take SIGTERM only once continued
+		_ = g.signal(syscall.SIGCONT, false)
+	}
 	if err := g.Stop(); err != nil {
 		errs = append(errs, err)
 	}

@@ -107,6 +107,27 @@ func procStart(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64) // field 22 overall: starttime
 }
 
+// stopOwner sends SIGTERM to the process that made site directory dir and waits up to a minute
+// for it to exit (it removes its site on the way out); what it leaves, Down removes.
+func stopOwner(dir string, log io.Writer) {
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	var pid int
+	if err != nil {
+		return
+	}
+	if _, err := fmt.Sscanf(string(b), "%d", &pid); err != nil || pid <= 1 || pid == os.Getpid() {
+		return
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return
+	}
+	fmt.Fprintf(log, "site %s: asked its lab process %d to remove it (SIGTERM)\n", filepath.Base(dir), pid)
+	deadline := time.Now().Add(time.Minute)
+	for ownerAlive(dir) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // ownerAlive reports whether the process that made site directory dir still runs.
 func ownerAlive(dir string) bool {
 	b, err := os.ReadFile(filepath.Join(dir, "owner"))
@@ -135,7 +156,9 @@ var (
 // site when all is set), the xlb processes it started (found by their command line, which names
 // the site's config file under stateDir), its namespaces, its pins under /sys/fs/bpf, its node
 // agents' cgroups and its state directory; and namespaces and pins with a lab name whose site has no state directory.
-// Sites of running lab processes are left alone unless all.
+// Sites of running lab processes are left alone unless all: then each such process (an
+// `xlb-lab up`, detached or not) is sent SIGTERM first and given a minute to remove its site
+// itself, and the output files of detached ones (up-*.log) are removed too.
 func Down(stateDir string, all bool, log io.Writer) error {
 	if stateDir == "" {
 		stateDir = DefaultStateDir
@@ -151,15 +174,25 @@ func Down(stateDir string, all bool, log io.Writer) error {
 			if !e.IsDir() || !prefixRE.MatchString(e.Name()) {
 				continue
 			}
-			if !all && ownerAlive(filepath.Join(stateDir, e.Name())) {
-				live[e.Name()] = true
-				fmt.Fprintf(log, "site %s is in use by a running lab: left alone (use --all to remove it too)\n", e.Name())
-				continue
+			dir := filepath.Join(stateDir, e.Name())
+			if ownerAlive(dir) {
+				if !all {
+					live[e.Name()] = true
+					fmt.Fprintf(log, "site %s is in use by a running lab: left alone (use --all to remove it too)\n", e.Name())
+					continue
+				}
+				stopOwner(dir, log)
 			}
 			stale[e.Name()] = true
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
+	}
+	if all {
+		logs, _ := filepath.Glob(filepath.Join(stateDir, "up-*.log"))
+		for _, l := range logs {
+			_ = os.Remove(l)
+		}
 	}
 	remove := func(prefix string) bool { return !live[prefix] }
 
