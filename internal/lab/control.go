@@ -21,7 +21,7 @@ import (
 
 // File names in a site's state directory.
 const (
-	SiteInfoFile   = "site.json"
+	SiteInfoFile  = "site.json"
 	ControlSocket = "control.sock"
 )
 

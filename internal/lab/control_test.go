@@ -93,4 +93,3 @@ func TestControl(t *testing.T) {
 		t.Errorf("xlb %d, started through the control socket, survived the site's Close", started.Pid)
 	}
 }
-
