@@ -142,6 +142,30 @@ func TestBIRDBFDFlapping(t *testing.T) {
 	rt, gw := link(t, pfx, r, g, 1)
 	bird(t, r, birdConf("198.18.1.1", false, birdBFD,
 		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; bfd on; error wait time 1, 10; }"))
+	testBFDFlapping(t, r, g, rt, gw)
+}
+
+// TestFRRBFDFlapping is TestBIRDBFDFlapping against FRR (bfdd).
+func TestFRRBFDFlapping(t *testing.T) {
+	requireLab(t, "vtysh", "nft", frrDir+"/zebra", frrDir+"/bgpd", frrDir+"/bfdd")
+	pfx := netlab.Prefix()
+	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
+	rt, gw := link(t, pfx, r, g, 1)
+	frrDaemons(t, r, fmt.Sprintf(`hostname rt
+router bgp 65000
+ bgp router-id 198.18.1.1
+ no bgp ebgp-requires-policy
+ neighbor %[1]s remote-as 65001
+ neighbor %[1]s timers 3 9
+ neighbor %[1]s timers connect 1
+ neighbor %[1]s passive
+ neighbor %[1]s bfd
+`, gw[0]), true)
+	testBFDFlapping(t, r, g, rt, gw)
+}
+
+// testBFDFlapping is TestBIRDBFDFlapping and TestFRRBFDFlapping once the router runs.
+func testBFDFlapping(t *testing.T, r, g *netlab.NS, rt, gw [2]netip.Addr) {
 	const holdDown = 8 * time.Second
 	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
 		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000, BFD: bgp.BFD{Enabled: true, HoldDown: holdDown}}}})
@@ -163,6 +187,8 @@ func TestBIRDBFDFlapping(t *testing.T) {
 	t.Logf("lossy link (50%% of BFD packets dropped both ways): BFD suspended after %v, %d transitions", took.Round(time.Millisecond), p.BFDTransitions)
 	// The router's BFD times out once more (nothing is sent now) and resets the session; after
 	// that the session stays, on its hold timer.
+	s.waitUp(30 * time.Second)
+	time.Sleep(time.Second)
 	s.waitUp(30 * time.Second)
 	since := s.peers()[0].Since
 	time.Sleep(time.Until(suspendedAt.Add(holdDown - time.Second)))

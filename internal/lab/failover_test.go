@@ -4,7 +4,8 @@ package lab
 // out of ECMP within BFD's detection time (300 ms × 3), and every connection that crossed it
 // carries on through the other gateway, to the same pod (every gateway computes the same Maglev
 // tables; direct server return: the replies never crossed a gateway). Then it comes back and
-// rejoins ECMP without breaking anything.
+// rejoins ECMP without breaking anything. Then the same failure without BFD, for comparison:
+// the router notices at the hold time.
 
 import (
 	"fmt"
@@ -110,7 +111,64 @@ func gatewayHardFailure(t *testing.T, s *Site) {
 	if n > 0 {
 		t.Errorf("%d requests failed while g2 rejoined; first: %v", n, firstErr)
 	}
-	waitBFDUp(t, s)
+
+	// The same failure without BFD: its packets to and from g2 dropped at the router first, so
+	// that g2's sessions run on their hold timers (9 s).
+	lift, err := g2.DropBFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lift() })
+	if !waitFor(30*time.Second, func() bool {
+		m, err := g2.Metrics()
+		if err != nil || m.Sum("xlb_bfd_session_up") != 0 {
+			return false
+		}
+		for _, vip := range []netip.Addr{VIP4, VIP6} {
+			if _, gws, err := s.RouterRoute(vip); err != nil || !sameGateways(gws, s.Gateways) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("g2's BFD sessions not down, or its BGP sessions not back, within 30 s of dropping its BFD packets")
+	}
+	l = startLoad(c, VIP4)
+	defer l.end()
+	time.Sleep(time.Second)
+	mark = len(l.snapshot())
+	if err := g2.Vanish(); err != nil {
+		t.Fatal(err)
+	}
+	vanished = time.Now()
+	gaps = make(chan []time.Duration, 1)
+	go func() { gaps <- timedRound(cs) }()
+	var holdFIB time.Duration
+	if _, err := s.WaitRouterRoute(VIP4, 20*time.Second, g1); err != nil {
+		t.Fatal(err)
+	}
+	holdFIB = time.Since(vanished)
+	lat = <-gaps
+	time.Sleep(2 * time.Second)
+	hits = l.end()[mark:]
+	window, failed, slow = lossWindow(hits, vanished)
+	broken, gap, delayed = summarize(cs, lat)
+	t.Logf("without BFD, g2 vanished: out of the router's FIB after %v (the hold time); new connections: %d requests, %d failed, %d slow, loss window %v; open connections: %d broken, %d waited, the longest %v",
+		holdFIB.Round(time.Millisecond), len(hits), failed, slow, window.Round(time.Millisecond), broken, delayed, gap.Round(time.Millisecond))
+	if holdFIB < 5*time.Second {
+		t.Errorf("without BFD the router moved off g2 after %v: something other than the hold timer did it", holdFIB)
+	}
+	if err := g2.Return(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lift(); err != nil {
+		t.Error(err)
+	}
+	for _, vip := range []netip.Addr{VIP4, VIP6} {
+		if _, err := s.WaitRouterRoute(vip, 30*time.Second, g1, g2); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitBFDUp waits until every gateway's xlb reports its BFD sessions up.

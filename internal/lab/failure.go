@@ -65,3 +65,29 @@ func (g *Gateway) Return() error {
 	s.logf("%s: back (links open, xlb continued)", g.Name)
 	return nil
 }
+
+// DropBFD drops the BFD packets (UDP 3784) between the router and g, where g's upstream link
+// arrives at the router, until the returned function runs: g's BFD sessions go down and stay
+// down, and its BGP sessions run on their hold timers, as without BFD.
+func (g *Gateway) DropBFD() (func() error, error) {
+	s := g.site
+	table := "xlb_nobfd_" + g.Name
+	rules := fmt.Sprintf(`table netdev %s {
+	chain in { type filter hook ingress device "%s" priority -450; udp dport 3784 drop; }
+	chain out { type filter hook egress device "%s" priority -450; udp dport 3784 drop; }
+}
+`, table, g.Name, g.Name)
+	cmd := exec.Command("ip", "netns", "exec", s.Router.NS.Name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("lab: drop %s's BFD: %v: %s", g.Name, err, out)
+	}
+	s.logf("%s: BFD packets dropped at the router", g.Name)
+	return func() error {
+		out, err := exec.Command("ip", "netns", "exec", s.Router.NS.Name, "nft", "delete", "table", "netdev", table).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("lab: let %s's BFD through again: %v: %s", g.Name, err, out)
+		}
+		return nil
+	}, nil
+}

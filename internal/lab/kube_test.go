@@ -20,7 +20,8 @@ import (
 // bird is installed, as make lab runs it).
 func kubeSite(t *testing.T) *Site { return kubeSiteWith(t, Options{}) }
 
-// kubeSiteWith is kubeSite with opts (XLB, Mode, Routing, Log and ReturnPath are set here).
+// kubeSiteWith is kubeSite with opts (XLB, Mode, Log and ReturnPath are set here, and Routing
+// unless opts asks for BGP routing).
 func kubeSiteWith(t *testing.T, opts Options) *Site {
 	t.Helper()
 	routing := Static
@@ -28,6 +29,9 @@ func kubeSiteWith(t *testing.T, opts Options) *Site {
 		routing = BIRD
 	}
 	var log bytes.Buffer
+	if opts.Routing != Static {
+		routing = opts.Routing
+	}
 	opts.XLB, opts.Mode, opts.Routing, opts.Log, opts.ReturnPath = xlbBin, Kubernetes, routing, &log, EnvReturnPath()
 	s, err := New(opts)
 	if err != nil {
@@ -70,6 +74,15 @@ func TestKubernetes(t *testing.T) {
 	t.Run("APIServerOutage", func(t *testing.T) { testAPIServerOutage(t, s) })
 	// Last: it adds a pod of its own to the site.
 	t.Run("ClusterIPs", func(t *testing.T) { testClusterIPs(t, s) })
+}
+
+// TestKubernetesFRR runs the failures of TestKubernetes that involve the router with FRR as the
+// router: the leader killed, the apiserver out.
+func TestKubernetesFRR(t *testing.T) {
+	needFRR(t)
+	s := kubeSiteWith(t, Options{Routing: FRR})
+	t.Run("LeaderKilled", func(t *testing.T) { testLeaderKilled(t, s) })
+	t.Run("APIServerOutage", func(t *testing.T) { testAPIServerOutage(t, s) })
 }
 
 // newLBService returns a LoadBalancer Service of xlb's class in KubeNamespace: HTTP port 80 to
