@@ -151,16 +151,7 @@ func TestFRRBFDFlapping(t *testing.T) {
 	pfx := netlab.Prefix()
 	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
 	rt, gw := link(t, pfx, r, g, 1)
-	frrDaemons(t, r, fmt.Sprintf(`hostname rt
-router bgp 65000
- bgp router-id 198.18.1.1
- no bgp ebgp-requires-policy
- neighbor %[1]s remote-as 65001
- neighbor %[1]s timers 3 9
- neighbor %[1]s timers connect 1
- neighbor %[1]s passive
- neighbor %[1]s bfd
-`, gw[0]), true)
+	frrPeer(t, r, gw[0], true)
 	testBFDFlapping(t, r, g, rt, gw)
 }
 

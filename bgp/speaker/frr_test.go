@@ -205,15 +205,7 @@ func TestFRRRepeer(t *testing.T) {
 	pfx := netlab.Prefix()
 	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
 	rt, gw := link(t, pfx, r, g, 1)
-	dir := frrDaemons(t, r, fmt.Sprintf(`hostname rt
-router bgp 65000
- bgp router-id 198.18.1.1
- no bgp ebgp-requires-policy
- neighbor %[1]s remote-as 65001
- neighbor %[1]s timers 3 9
- neighbor %[1]s timers connect 1
- neighbor %[1]s passive
-`, gw[0]), false)
+	dir := frrPeer(t, r, gw[0], false)
 	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
 		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}})
 	s.waitUp(30 * time.Second)
@@ -243,4 +235,24 @@ router bgp 65000
 		}
 	}
 	t.Logf("FRR shut the session down and up 2 times: the route back %v after each", backs)
+}
+
+// frrPeer runs FRR in r with one passive eBGP neighbour, the gateway at gw (AS 65001, timers
+// 3/9, connect retry 1 s), with BFD (bfdd running) when bfd is set; it returns the daemons'
+// directory.
+func frrPeer(t *testing.T, r *netlab.NS, gw netip.Addr, bfd bool) string {
+	t.Helper()
+	conf := fmt.Sprintf(`hostname rt
+router bgp 65000
+ bgp router-id 198.18.1.1
+ no bgp ebgp-requires-policy
+ neighbor %[1]s remote-as 65001
+ neighbor %[1]s timers 3 9
+ neighbor %[1]s timers connect 1
+ neighbor %[1]s passive
+`, gw)
+	if bfd {
+		conf += fmt.Sprintf(" neighbor %s bfd\n", gw)
+	}
+	return frrDaemons(t, r, conf, bfd)
 }

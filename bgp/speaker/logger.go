@@ -81,12 +81,11 @@ func (a *logAdapter) noteBFD(msg string, fields map[string]any) {
 	if !ok || fields["Topic"] != "bfd" {
 		return
 	}
-	peer, _ := fields["Peer"].(string)
-	addr, err := netip.ParseAddr(peer)
-	if err != nil {
+	addr, ok := peerOf(fields, "Peer")
+	if !ok {
 		return
 	}
-	addr, state = addr.Unmap(), strings.ToLower(state)
+	state = strings.ToLower(state)
 	a.mu.Lock()
 	t := a.bfd[addr]
 	was := t.state
@@ -143,25 +142,22 @@ func (a *logAdapter) note(level slog.Level, msg string, fields map[string]any) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if fields["Topic"] == "bfd" {
-		peer, _ := fields["Peer"].(string)
-		addr, err := netip.ParseAddr(peer)
-		if err != nil || (msg != "Expired" && msg != "Remote peer signaled BFD down") {
+		addr, ok := peerOf(fields, "Peer")
+		if !ok || (msg != "Expired" && msg != "Remote peer signaled BFD down") {
 			return
 		}
 		why := "no BFD packet within the detection time"
 		if msg != "Expired" {
 			why = "the peer signalled down"
 		}
-		a.lastErr[addr.Unmap()] = "bfd down (" + why + "): session reset"
-		a.bfdDown[addr.Unmap()] = time.Now()
+		a.lastErr[addr] = "bfd down (" + why + "): session reset"
+		a.bfdDown[addr] = time.Now()
 		return
 	}
-	key, _ := fields["Key"].(string)
-	addr, err := netip.ParseAddr(key)
-	if err != nil {
+	addr, ok := peerOf(fields, "Key")
+	if !ok {
 		return
 	}
-	addr = addr.Unmap()
 	var text string
 	switch {
 	case msg == "failed to connect":
@@ -200,12 +196,10 @@ func (a *logAdapter) noteSession(msg string, fields map[string]any) {
 	if msg != "state changed" {
 		return
 	}
-	key, _ := fields["Key"].(string)
-	addr, err := netip.ParseAddr(key)
-	if err != nil {
+	addr, ok := peerOf(fields, "Key")
+	if !ok {
 		return
 	}
-	addr = addr.Unmap()
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -221,6 +215,17 @@ func (a *logAdapter) noteSession(msg string, fields map[string]any) {
 		}
 		delete(a.establishedAt, addr)
 	}
+}
+
+// peerOf reads the peer address a GoBGP log line names in attribute key (Key for the BGP
+// session's lines, Peer for BFD's).
+func peerOf(fields map[string]any, key string) (netip.Addr, bool) {
+	v, _ := fields[key].(string)
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
 }
 
 // bfdResetWindow is how long after BFD went down a session's going down is BFD's doing.

@@ -303,25 +303,7 @@ func (s *Site) demoRouting(w io.Writer, fail func(string, ...any), vips []netip.
 			fmt.Fprintf(w, "\n== The router's BGP sessions (vtysh: show bgp summary) ==\n")
 			out, err = s.VTYSH("show bgp summary")
 		}
-		if err != nil {
-			fail("%v", err)
-		}
-		for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-			fmt.Fprintf(w, "  %s\n", line)
-		}
-		for _, g := range s.Gateways {
-			m, err := g.Metrics()
-			if err != nil {
-				fail("%v", err)
-				continue
-			}
-			for _, smp := range m.Samples("xlb_bgp_session_up") {
-				fmt.Fprintf(w, "  %s: xlb_bgp_session_up{peer=%q} %v\n", g.Name, smp.Labels["peer"], smp.Value)
-				if smp.Value != 1 {
-					fail("%s: BGP session to %s is down", g.Name, smp.Labels["peer"])
-				}
-			}
-		}
+		s.demoSessions(w, fail, out, err, "xlb_bgp_session_up", "BGP")
 		s.demoBFD(w, fail)
 	}
 	fmt.Fprintf(w, "\n== The router's route to each VIP (%v routing) ==\n", s.Opts.Routing)
@@ -353,6 +335,12 @@ func (s *Site) demoBFD(w io.Writer, fail func(string, ...any)) {
 	}
 	fmt.Fprintf(w, "\n== BFD (300 ms × 3): a dead gateway leaves ECMP in under a second ==\n")
 	out, err := s.RouterBFD()
+	s.demoSessions(w, fail, out, err, "xlb_bfd_session_up", "BFD")
+}
+
+// demoSessions prints the router's view of its sessions (out, or err), then each gateway's
+// metric (xlb_bgp_session_up, xlb_bfd_session_up) per peer, failing on one that is not 1.
+func (s *Site) demoSessions(w io.Writer, fail func(string, ...any), out string, err error, metric, what string) {
 	if err != nil {
 		fail("%v", err)
 	}
@@ -365,10 +353,10 @@ func (s *Site) demoBFD(w io.Writer, fail func(string, ...any)) {
 			fail("%v", err)
 			continue
 		}
-		for _, smp := range m.Samples("xlb_bfd_session_up") {
-			fmt.Fprintf(w, "  %s: xlb_bfd_session_up{peer=%q} %v\n", g.Name, smp.Labels["peer"], smp.Value)
+		for _, smp := range m.Samples(metric) {
+			fmt.Fprintf(w, "  %s: %s{peer=%q} %v\n", g.Name, metric, smp.Labels["peer"], smp.Value)
 			if smp.Value != 1 {
-				fail("%s: BFD session to %s is down", g.Name, smp.Labels["peer"])
+				fail("%s: %s session to %s is down", g.Name, what, smp.Labels["peer"])
 			}
 		}
 	}
