@@ -4,15 +4,23 @@ GO      ?= go
 PKGS    ?= ./...
 # Packages Debian must provide: the BPF toolchain, and the tools the tests drive (bird2 and frr:
 # the real BGP routers bgp/speaker's tests peer with, each run inside a test namespace; nftables: the
-# DNAT datapath bench/ compares xlb with).
-DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables
+# DNAT datapath bench/ compares xlb with, and what the failover tests silence links with;
+# containerd and runc: the container runtime xlb's image is proven in, cmd/xlb's TestImage).
+DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables containerd runc
 # curl: the lab's pods reach cluster IPs with it (through the node agents); curl and ping are
 # also what a person uses to poke at the lab.
 LAB_PKGS = curl iputils-ping
 
 export GOTOOLCHAIN ?= local
 
-.PHONY: all deps generate build vet check-generated kube-bins test e2e bench lab lab-down clean
+# VERSION is what `xlb version` says and the image's tag: the nearest tag, the commit, and
+# "-dirty" for a tree with uncommitted changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# XLB_BUILD links the version into xlb; -buildvcs=true records the commit (Go's default on
+# machines that do not turn it off).
+XLB_BUILD = $(GO) build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
+
+.PHONY: all deps generate build vet check-generated kube-bins test e2e bench lab lab-down image clean
 
 all: build
 
@@ -77,9 +85,17 @@ bench:
 ## flags to xlb-lab (e.g. LAB_FLAGS="--gateways 3 --pods 8", LAB_FLAGS="--mode file").
 lab: deps kube-bins
 	mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
-	$(GO) build -o bin/xlb ./cmd/xlb
+	$(XLB_BUILD) -o bin/xlb ./cmd/xlb
 	$(GO) build -o bin/xlb-lab ./cmd/xlb-lab
 	./bin/xlb-lab $(if $(filter-out 0 no false,$(DEMO)),demo,up) --xlb bin/xlb $(LAB_FLAGS)
+
+## image: xlb's container image, built without a daemon (cmd/xlb-image, internal/ociimage): a
+## static xlb (CGO_ENABLED=0, -trimpath) alone in one layer, labelled with its version and
+## commit, reproducible, in bin/xlb-image.tar (an OCI archive naming xlb.dev/xlb:$(VERSION) and
+## :latest; ctr images import, podman load, skopeo copy oci-archive:...).
+image:
+	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/xlb-static ./cmd/xlb
+	$(GO) run ./cmd/xlb-image --binary bin/xlb-static --out bin/xlb-image.tar
 
 ## lab-down: remove what lab sites left behind (namespaces, pins, xlb processes, state under
 ## /run/xlb-lab) when their lab process is gone. ALL=1 removes running sites too.

@@ -97,6 +97,16 @@ func agentHold(addr string) int {
 // claiming that cluster IP as an external IP (issue 19's takeover) does not get its
 // connections, and gets an Event; its allowed external IP is balanced.
 func TestAgentE2E(t *testing.T) {
+	testAgentE2E(t, func(args []string) *exec.Cmd {
+		agent := exec.Command(os.Args[0], args...)
+		agent.Env = append(os.Environ(), envDaemon+"=1")
+		return agent
+	})
+}
+
+// testAgentE2E is TestAgentE2E with the agent started by launch (given xlb's arguments,
+// "agent" first): the test binary itself, or xlb's image in containerd (TestImage).
+func testAgentE2E(t *testing.T, launch func(args []string) *exec.Cmd) {
 	if os.Getuid() != 0 {
 		t.Fatal("needs root")
 	}
@@ -161,9 +171,8 @@ func TestAgentE2E(t *testing.T) {
 	// clean exit).
 	startAgent := func() (stop func()) {
 		t.Helper()
-		agent := exec.Command(os.Args[0], "agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup,
-			"--listen", listen, "--pin-path", pin, "--max-sockets", "16384", "--external-ip-allow", "198.18.99.0/24")
-		agent.Env = append(os.Environ(), envDaemon+"=1")
+		agent := launch([]string{"agent", "--node", "n1", "--kubeconfig", kubeconfig, "--cgroup", cgroup,
+			"--listen", listen, "--pin-path", pin, "--max-sockets", "16384", "--external-ip-allow", "198.18.99.0/24"})
 		logs, err := agent.StderrPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@
 //	xlb show [services|flows|reasons|flow|agent|dsr]
 //	                         show what the pinned XDP datapath is doing, from its maps
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
+//	xlb version [--json]     the version, the commit and the build settings
 //	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
 //	                         node's sockets, and with --dsr-interface the node side of direct
 //	                         server return; with --config, direct server return only, from the
@@ -65,6 +66,9 @@ const usage = `usage:
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
+  xlb version [--json]
+      Print xlb's version, the commit it was built from (and whether the tree had uncommitted
+      changes), the Go version, the platform and the build settings.
   xlb agent [--node NAME] [--kubeconfig FILE] [--cgroup DIR] [--listen ADDR]
             [--pin-path DIR] [--cleanup-on-exit] [--netns-dir DIR] [--max-sockets N]
             [--dsr-interface NAME[,NAME]] [--dsr-pin-path DIR] [--dsr-flows N]
@@ -172,6 +176,15 @@ func cli(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "xlb agent: %v\n", err)
 			return 1
 		}
+		return 0
+	case "version", "--version":
+		fs := flag.NewFlagSet("xlb version", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		asJSON := fs.Bool("json", false, "print JSON")
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		printVersion(os.Stdout, buildInfo(), *asJSON)
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stderr, usage)
