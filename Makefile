@@ -5,8 +5,9 @@ PKGS    ?= ./...
 # Packages Debian must provide: the BPF toolchain, and the tools the tests drive (bird2 and frr:
 # the real BGP routers bgp/speaker's tests peer with, each run inside a test namespace; nftables: the
 # DNAT datapath bench/ compares xlb with, and what the failover tests silence links with;
-# containerd and runc: the container runtime xlb's image is proven in, cmd/xlb's TestImage).
-DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables containerd runc
+# containerd and runc: the container runtime xlb's image is proven in, cmd/xlb's TestImage;
+# mmdebstrap: the clean Debian root the package is installed into, internal/lab's TestDebPackage).
+DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables containerd runc mmdebstrap
 # curl: the lab's pods reach cluster IPs with it (through the node agents); curl and ping are
 # also what a person uses to poke at the lab.
 LAB_PKGS = curl iputils-ping
@@ -20,7 +21,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 # machines that do not turn it off).
 XLB_BUILD = $(GO) build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
 
-.PHONY: all deps generate build vet check-generated kube-bins test e2e bench lab lab-down image clean
+.PHONY: all deps generate build vet check-generated kube-bins test e2e bench lab lab-down image deb clean
 
 all: build
 
@@ -96,6 +97,13 @@ lab: deps kube-bins
 image:
 	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/xlb-static ./cmd/xlb
 	$(GO) run ./cmd/xlb-image --binary bin/xlb-static --out bin/xlb-image.tar
+
+## deb: the Debian package for appliance gateways (cmd/xlb-deb, internal/debpkg): the static
+## xlb as /usr/bin/xlb, the systemd unit deploy/deb/xlb.service, /etc/xlb/xlb.yaml (a conffile,
+## from deploy/xlb.example.yaml) and a man page from --help, in bin/xlb.deb.
+deb:
+	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/xlb-static ./cmd/xlb
+	$(GO) run ./cmd/xlb-deb --binary bin/xlb-static --version $(VERSION) --out bin/xlb.deb
 
 ## lab-down: remove what lab sites left behind (namespaces, pins, xlb processes, state under
 ## /run/xlb-lab) when their lab process is gone. ALL=1 removes running sites too.

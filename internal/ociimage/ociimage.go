@@ -91,7 +91,6 @@ func Build(bin, out, name string) (string, v1.Hash, error) {
 		"org.opencontainers.image.revision": info.Commit,
 		"org.opencontainers.image.created":  created.Format(time.RFC3339),
 		"org.opencontainers.image.source":   "https://github.com/xlb-dev/xlb",
-		"org.opencontainers.image.licenses": "Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)",
 		"dev.xlb.modified":                  fmt.Sprint(info.Modified),
 	}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
