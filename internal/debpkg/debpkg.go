@@ -95,14 +95,14 @@ Description: XDP load balancer appliance for bare-metal Kubernetes
 		data []byte
 		mode os.FileMode
 	}{
-		"DEBIAN/control":                     {[]byte(control), 0o644},
-		"DEBIAN/conffiles":                   {[]byte("/etc/xlb/xlb.yaml\n"), 0o644},
-		"usr/bin/xlb":                        {bin, 0o755},
-		"lib/systemd/system/xlb.service":     {unit, 0o644},
-		"etc/xlb/xlb.yaml":                   {conf, 0o644},
-		"usr/share/doc/xlb/copyright":        {copyright, 0o644},
-		"usr/share/man/man8/xlb.8.gz":        {manPage(string(help), version), 0o644},
-		"usr/share/doc/xlb/changelog.gz":     {gz([]byte("xlb (" + version + ") stable; urgency=medium\n\n  * Built from " + o.Version + ".\n\n -- xlb developers <dev@xlb.dev>  " + time.Unix(0, 0).UTC().Format(time.RFC1123Z) + "\n")), 0o644},
+		"DEBIAN/control":                 {[]byte(control), 0o644},
+		"DEBIAN/conffiles":               {[]byte("/etc/xlb/xlb.yaml\n"), 0o644},
+		"usr/bin/xlb":                    {bin, 0o755},
+		"lib/systemd/system/xlb.service": {unit, 0o644},
+		"etc/xlb/xlb.yaml":               {conf, 0o644},
+		"usr/share/doc/xlb/copyright":    {copyright, 0o644},
+		"usr/share/man/man8/xlb.8.gz":    {manPage(string(help), version), 0o644},
+		"usr/share/doc/xlb/changelog.gz": {gz([]byte("xlb (" + version + ") stable; urgency=medium\n\n  * Built from " + o.Version + ".\n\n -- xlb developers <dev@xlb.dev>  " + time.Unix(0, 0).UTC().Format(time.RFC1123Z) + "\n")), 0o644},
 	}
 	for p, f := range files {
 		full := filepath.Join(stage, p)
