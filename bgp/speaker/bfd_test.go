@@ -233,30 +233,38 @@ func TestBIRDRepeer(t *testing.T) {
 	rt, gw := link(t, pfx, r, g, 1)
 	ctl := bird(t, r, birdConf("198.18.1.1", false,
 		"protocol bgp gw1 from lb { neighbor 198.18.1.2 as 65001; }"))
+	birdc := func(arg string) func() {
+		return func() {
+			t.Helper()
+			if out, err := exec.Command("birdc", "-s", ctl, arg, "gw1").CombinedOutput(); err != nil {
+				t.Fatalf("birdc %s gw1: %v: %s", arg, err, out)
+			}
+		}
+	}
+	testRepeer(t, r, g, rt, gw, 3, birdc("disable"), birdc("enable"))
+}
+
+// testRepeer runs a speaker in g peering with the router r at rt[0] and has the router take
+// its session down (down) and up again (up) n times, each after a steady session: the route
+// must be back at the router within about the connect retry of each up.
+func testRepeer(t *testing.T, r, g *netlab.NS, rt, gw [2]netip.Addr, n int, down, up func()) {
 	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
 		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}})
 	s.waitUp(30 * time.Second)
 	s.announce(vip4 + "/32")
 	routeVia(t, r, vip4, 5*time.Second, gw[0])
-	birdc := func(args ...string) {
-		t.Helper()
-		out, err := exec.Command("birdc", append([]string{"-s", ctl}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("birdc %v: %v: %s", args, err, out)
-		}
-	}
 	var backs []string
-	for i := range 3 {
+	for i := range n {
 		time.Sleep(steadyUptime + time.Second) // a steady session, as a router's operator would find it
-		birdc("disable", "gw1")
+		down()
 		routeVia(t, r, vip4, 5*time.Second)
 		time.Sleep(time.Second)
-		birdc("enable", "gw1")
+		up()
 		back := routeVia(t, r, vip4, 20*time.Second, gw[0])
 		backs = append(backs, back.Round(time.Millisecond).String())
 		if back > 4*time.Second {
-			t.Errorf("re-peering %d: route back %v after the enable, want within about the connect retry (1 s)", i, back)
+			t.Errorf("re-peering %d: route back %v after the session was enabled, want within about the connect retry (1 s)", i, back)
 		}
 	}
-	t.Logf("BIRD disabled and enabled the session 3 times: the route back %v after each enable", backs)
+	t.Logf("the router took the session down and up %d times: the route back %v after each", n, backs)
 }

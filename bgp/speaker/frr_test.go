@@ -199,42 +199,25 @@ router bgp 65000
 	testBFD(t, s, r, g, rt, gw)
 }
 
-// TestFRRRepeer is TestBIRDRepeer against FRR (neighbor shutdown, then no neighbor shutdown).
+// TestFRRRepeer is TestBIRDRepeer against FRR (neighbor shutdown, then no neighbor shutdown),
+// twice.
 func TestFRRRepeer(t *testing.T) {
 	requireLab(t, "vtysh", frrDir+"/zebra", frrDir+"/bgpd")
 	pfx := netlab.Prefix()
 	r, g := netlab.New(t, pfx+"rt"), netlab.New(t, pfx+"g1")
 	rt, gw := link(t, pfx, r, g, 1)
 	dir := frrPeer(t, r, gw[0], false)
-	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
-		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000}}})
-	s.waitUp(30 * time.Second)
-	s.announce(vip4 + "/32")
-	routeVia(t, r, vip4, 5*time.Second, gw[0])
-	vtysh := func(cmds ...string) {
-		t.Helper()
-		args := []string{"--vty_socket", dir, "-c", "configure terminal", "-c", "router bgp 65000"}
-		for _, c := range cmds {
-			args = append(args, "-c", c)
-		}
-		if out, err := exec.Command("vtysh", args...).CombinedOutput(); err != nil {
-			t.Fatalf("vtysh %v: %v: %s", cmds, err, out)
+	vtysh := func(cmd string) func() {
+		return func() {
+			t.Helper()
+			out, err := exec.Command("vtysh", "--vty_socket", dir, "-c", "configure terminal", "-c", "router bgp 65000",
+				"-c", cmd).CombinedOutput()
+			if err != nil {
+				t.Fatalf("vtysh %s: %v: %s", cmd, err, out)
+			}
 		}
 	}
-	var backs []string
-	for i := range 2 {
-		time.Sleep(steadyUptime + time.Second)
-		vtysh("neighbor " + gw[0].String() + " shutdown")
-		routeVia(t, r, vip4, 5*time.Second)
-		time.Sleep(time.Second)
-		vtysh("no neighbor " + gw[0].String() + " shutdown")
-		back := routeVia(t, r, vip4, 20*time.Second, gw[0])
-		backs = append(backs, back.Round(time.Millisecond).String())
-		if back > 4*time.Second {
-			t.Errorf("re-peering %d: route back %v after the enable, want within about the connect retry (1 s)", i, back)
-		}
-	}
-	t.Logf("FRR shut the session down and up 2 times: the route back %v after each", backs)
+	testRepeer(t, r, g, rt, gw, 2, vtysh("neighbor "+gw[0].String()+" shutdown"), vtysh("no neighbor "+gw[0].String()+" shutdown"))
 }
 
 // frrPeer runs FRR in r with one passive eBGP neighbour, the gateway at gw (AS 65001, timers

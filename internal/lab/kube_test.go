@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -83,6 +84,29 @@ func TestKubernetesFRR(t *testing.T) {
 	s := kubeSiteWith(t, Options{Routing: FRR})
 	t.Run("LeaderKilled", func(t *testing.T) { testLeaderKilled(t, s) })
 	t.Run("APIServerOutage", func(t *testing.T) { testAPIServerOutage(t, s) })
+}
+
+// waitServiceAnswers waits, up to timeout, until Service name (in KubeNamespace) has an address
+// in its status and client c's request to it is answered. It returns the address, when it
+// appeared, and nil, or the last error when it never answered.
+func waitServiceAnswers(ctx context.Context, s *Site, c *Client, name string, timeout time.Duration) (netip.Addr, time.Time, error) {
+	var vip netip.Addr
+	var at time.Time
+	last := errors.New("no address in its status")
+	waitFor(timeout, func() bool {
+		if !vip.IsValid() {
+			a, err := s.Kube.ServiceAddrs(ctx, KubeNamespace, name)
+			if err != nil || len(a) == 0 {
+				return false
+			}
+			vip, at = a[0], time.Now()
+		}
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, _, last = c.Get(rctx, vip)
+		return last == nil
+	})
+	return vip, at, last
 }
 
 // newLBService returns a LoadBalancer Service of xlb's class in KubeNamespace: HTTP port 80 to
@@ -546,26 +570,12 @@ func testLeaderKilled(t *testing.T, s *Site) {
 		t.Fatal(err)
 	}
 	deleteService(t, s, svc.Name)
-	var vip netip.Addr
-	var last error
-	var addrAfter time.Duration
-	ok := waitFor(20*time.Second, func() bool {
-		if !vip.IsValid() {
-			a, err := s.Kube.ServiceAddrs(ctx, KubeNamespace, svc.Name)
-			if err != nil || len(a) == 0 {
-				return false
-			}
-			vip, addrAfter = a[0], time.Since(killed)
-		}
-		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		defer cancel()
-		_, _, last = c.Get(rctx, vip)
-		return last == nil
-	})
-	if !ok {
+	vip, addrAt, last := waitServiceAnswers(ctx, s, c, svc.Name, 20*time.Second)
+	if last != nil {
 		t.Fatalf("service %s created after %s's xlb was killed: address %v, not reachable within 20 s: %v",
 			svc.Name, leader.Name, vip, last)
 	}
+	addrAfter := addrAt.Sub(killed)
 	reached := time.Since(killed)
 	if h := holder(); h != other.GatewayName() {
 		t.Errorf("lease holder after the kill: %q, want %s", h, other.GatewayName())

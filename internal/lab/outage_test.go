@@ -5,7 +5,6 @@ package lab
 // back.
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -119,22 +118,8 @@ func testAPIServerOutage(t *testing.T, s *Site) {
 		t.Fatal("the apiserver did not take a Service within 30 s of its return")
 	}
 	deleteService(t, s, svc.Name)
-	var vip netip.Addr
-	var last error
-	ok := waitFor(30*time.Second, func() bool {
-		if !vip.IsValid() {
-			a, err := s.Kube.ServiceAddrs(ctx, KubeNamespace, svc.Name)
-			if err != nil || len(a) == 0 {
-				return false
-			}
-			vip = a[0]
-		}
-		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		defer cancel()
-		_, _, last = c.Get(rctx, vip)
-		return last == nil
-	})
-	if !ok {
+	vip, _, last := waitServiceAnswers(ctx, s, c, svc.Name, 30*time.Second)
+	if last != nil {
 		t.Fatalf("service %s created after the outage: address %v, not reachable within 30 s: %v", svc.Name, vip, last)
 	}
 	hits = l.end()
