@@ -24,7 +24,8 @@
 // session times out: receive interval × multiplier, 900 ms with the defaults. BFD is GoBGP's
 // own (RFC 5880 asynchronous mode, RFC 5881 single hop, UDP 3784, TTL 255); when it goes down
 // GoBGP resets the BGP session at once. The speaker follows the BFD state from GoBGP's log
-// lines ([bgp.PeerStatus.BFD], the transitions counted and logged), re-adds a peer whose BFD
+// lines ([bgp.PeerStatus.BFD], the transitions counted and logged), turns a peer's BFD on only
+// once its BGP session is established (FRR re-creates its BFD session then), re-adds a peer whose BFD
 // went down (a fresh session: GoBGP would otherwise send its queued reset on the next one), and
 // dampens a flapping BFD session ([bgp.BFD.HoldDown]). A speaker process that
 // dies while the kernel lives is noticed at once either way: the kernel closes its TCP

@@ -206,6 +206,10 @@ func (a *logAdapter) noteSession(msg string, fields map[string]any) {
 	switch {
 	case fields["new"] == "BGP_FSM_ESTABLISHED":
 		a.establishedAt[addr] = now
+		select { // BFD starts now (Speaker.readdPeers: "arm")
+		case a.readd <- readd{addr: addr, why: "arm", at: now}:
+		default:
+		}
 	case fields["old"] == "BGP_FSM_ESTABLISHED":
 		if up, ok := a.establishedAt[addr]; ok && now.Sub(up) >= steadyUptime {
 			select {

@@ -61,6 +61,12 @@ type Speaker struct {
 	// addedAt maps a peer → when it was last given to GoBGP: a re-add asked for by an event
 	// logged before that is about an earlier incarnation, and is dropped.
 	addedAt map[netip.Addr]time.Time
+	// armed marks the peers whose BFD runs: a peer is added without BFD, which is turned on
+	// once its session is established (readdPeers, "arm"). FRR (re)creates its BFD session
+	// when the BGP session comes up: a BFD session of ours already up then saw the peer's Down
+	// and reset the new BGP session, and one still in Init ignored the new session's packets
+	// (another discriminator) until it expired and reset it too — a flap at every start.
+	armed map[netip.Addr]bool
 }
 
 // bfdDamp is a peer's BFD flap dampening: its recent downs and, while BFD is suspended, until
@@ -104,6 +110,7 @@ func New(cfg bgp.Config, log *slog.Logger) (*Speaker, error) {
 		done:    make(chan struct{}),
 		damp:    make(map[netip.Addr]*bfdDamp),
 		addedAt: make(map[netip.Addr]time.Time),
+		armed:   make(map[netip.Addr]bool),
 	}
 	for _, p := range cfg.Peers {
 		pw, err := password(p)
@@ -159,6 +166,7 @@ func (s *Speaker) startPeering(ctx context.Context) error {
 	s.peering, s.peeredAt = true, time.Now()
 	var errs []error
 	for _, addr := range slices.SortedFunc(maps.Keys(s.peers), netip.Addr.Compare) {
+		s.armed[addr] = false
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(s.peers[addr])}); err != nil {
 			errs = append(errs, fmt.Errorf("bgp: add peer %v (left out until it is set again): %w", addr, err))
 			delete(s.peers, addr)
@@ -486,6 +494,7 @@ func (s *Speaker) SetPeers(peers []bgp.Peer) error {
 		if _, ok := s.peers[addr]; ok {
 			continue
 		}
+		s.armed[addr] = false
 		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(next[addr])}); err != nil {
 			errs = append(errs, fmt.Errorf("add peer %v: %w", addr, err))
 			continue
@@ -527,6 +536,18 @@ func (s *Speaker) readdPeers() {
 			return
 		}
 		e, ok := s.peers[r.addr]
+		if r.why == "arm" {
+			if ok && s.peering && !r.at.Before(s.addedAt[r.addr]) && e.BFD.Enabled && !s.armed[r.addr] {
+				s.armed[r.addr] = true
+				if !s.suspended(r.addr) {
+					if _, err := s.srv.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: s.apiPeer(e)}); err != nil {
+						s.log.Error("bgp: turn BFD on", "peer", r.addr, "err", err)
+					}
+				}
+			}
+			s.mu.Unlock()
+			continue
+		}
 		if ok && s.peering && !r.at.Before(s.addedAt[r.addr]) {
 			if r.why == "bfd down" {
 				s.noteBFDDown(r.addr, e)
@@ -534,6 +555,7 @@ func (s *Speaker) readdPeers() {
 			ctx := context.Background()
 			err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: r.addr.String()})
 			if err == nil {
+				s.armed[r.addr] = false
 				err = s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(e)})
 			}
 			if err != nil {
@@ -644,7 +666,7 @@ func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
 		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(gr / time.Second)}
 		afi.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
 	}
-	if p.BFD.Enabled && !s.suspended(p.Address) {
+	if p.BFD.Enabled && s.armed[p.Address] && !s.suspended(p.Address) {
 		b := p.BFD.WithDefaults()
 		ap.Bfd = &api.BfdPeerConfig{
 			Enabled:                  true,

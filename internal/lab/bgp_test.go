@@ -197,6 +197,7 @@ func bgpKillRestart(t *testing.T, s *Site) {
 		// Only with XLB_LAB_DATAPATH=afxdp (docs/afxdp.md).
 		t.Skip("a killed AF_XDP gateway stops forwarding while graceful restart keeps its routes: nothing to prove")
 	}
+	waitBFDUp(t, s) // what BIRD does after the kill depends on it (below)
 	cs := openConns(t, s.Clients[0], 100)
 	t.Logf("100 connections over pods %v", cs.byPod())
 	if err := g1.Kill(); err != nil {

@@ -35,6 +35,11 @@ func gatewayHardFailure(t *testing.T, s *Site) {
 		t.Skip("a stopped AF_XDP gateway stops forwarding: the failure is not silent")
 	}
 	waitBFDUp(t, s)
+	for _, vip := range []netip.Addr{VIP4, VIP6} {
+		if _, err := s.WaitRouterRoute(vip, 30*time.Second, g1, g2); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if out, err := s.RouterBFD(); err == nil {
 		t.Logf("the router's BFD sessions:\n%s", out)
 	}
