@@ -157,7 +157,9 @@ func TestFRRBFDFlapping(t *testing.T) {
 
 // testBFDFlapping is TestBIRDBFDFlapping and TestFRRBFDFlapping once the router runs.
 func testBFDFlapping(t *testing.T, r, g *netlab.NS, rt, gw [2]netip.Addr) {
-	const holdDown = 8 * time.Second
+	// Long enough for the session's last reset (the router's BFD timing out once more) and its
+	// return to fit in it, on a loaded machine.
+	const holdDown = 20 * time.Second
 	s := startSpeaker(t, g, "gw1", bgp.Config{RouterID: gw[0], ASN: 65001,
 		Peers: []bgp.Peer{{Address: rt[0], ASN: 65000, BFD: bgp.BFD{Enabled: true, HoldDown: holdDown}}}})
 	s.waitUp(30 * time.Second)

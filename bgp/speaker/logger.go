@@ -50,6 +50,18 @@ type bfdTrack struct {
 	suspended   bool // flap dampening: BFD off for now (Speaker.noteBFDDown)
 }
 
+// resetBFD records that peer addr's BFD session starts afresh (the peer re-added, or BFD turned
+// on): down until GoBGP says otherwise. Its transitions are kept.
+func (a *logAdapter) resetBFD(addr netip.Addr) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.bfd[addr]
+	if t.state != "down" {
+		t.state, t.since = "down", time.Now()
+	}
+	a.bfd[addr] = t
+}
+
 // setSuspended marks peer addr's BFD suspended (or not).
 func (a *logAdapter) setSuspended(addr netip.Addr, on bool) {
 	a.mu.Lock()

@@ -540,6 +540,7 @@ func (s *Speaker) readdPeers() {
 			if ok && s.peering && !r.at.Before(s.addedAt[r.addr]) && e.BFD.Enabled && !s.armed[r.addr] {
 				s.armed[r.addr] = true
 				if !s.suspended(r.addr) {
+					s.la.resetBFD(r.addr)
 					if _, err := s.srv.UpdatePeer(context.Background(), &api.UpdatePeerRequest{Peer: s.apiPeer(e)}); err != nil {
 						s.log.Error("bgp: turn BFD on", "peer", r.addr, "err", err)
 					}
@@ -556,6 +557,7 @@ func (s *Speaker) readdPeers() {
 			err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: r.addr.String()})
 			if err == nil {
 				s.armed[r.addr] = false
+				s.la.resetBFD(r.addr)
 				err = s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(e)})
 			}
 			if err != nil {
