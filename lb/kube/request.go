@@ -27,6 +27,53 @@ const (
 	AnnotationAllowSharedIP = "xlb.dev/allow-shared-ip"
 )
 
+// MetalLB's Service annotations, read as aliases of xlb's so that a MetalLB user migrates a
+// Service by changing its loadBalancerClass alone (docs/kubernetes.md, "Coming from MetalLB").
+// The value's syntax is the same as xlb's annotation's. When both are set, xlb's wins and a
+// differing alias is reported. The metallb.universe.tf/ prefix is MetalLB's older spelling of
+// the same annotations; it is accepted too.
+const (
+	// MetalLBLoadBalancerIPs is an alias of AnnotationLoadBalancerIPs.
+	MetalLBLoadBalancerIPs = "metallb.io/loadBalancerIPs"
+	// MetalLBAddressPool is an alias of AnnotationAddressPool.
+	MetalLBAddressPool = "metallb.io/address-pool"
+	// MetalLBAllowSharedIP is an alias of AnnotationAllowSharedIP.
+	MetalLBAllowSharedIP = "metallb.io/allow-shared-ip"
+)
+
+// annotationAliases returns the aliases of xlb's annotation key, read when it is absent, in
+// order of preference.
+func annotationAliases(key string) []string {
+	switch key {
+	case AnnotationLoadBalancerIPs:
+		return []string{MetalLBLoadBalancerIPs, "metallb.universe.tf/loadBalancerIPs"}
+	case AnnotationAddressPool:
+		return []string{MetalLBAddressPool, "metallb.universe.tf/address-pool"}
+	case AnnotationAllowSharedIP:
+		return []string{MetalLBAllowSharedIP, "metallb.universe.tf/allow-shared-ip"}
+	}
+	return nil
+}
+
+// annotation returns the value of xlb's annotation key on svc, or else of its first alias
+// that is set, with the key it came from. An alias set next to the annotation with another
+// value is reported (the annotation wins).
+func annotation(svc *corev1.Service, key string, pb *problems) (value, from string, ok bool) {
+	value, ok = svc.Annotations[key]
+	from = key
+	for _, alias := range annotationAliases(key) {
+		v, set := svc.Annotations[alias]
+		switch {
+		case !set:
+		case !ok:
+			value, from, ok = v, alias, true
+		case strings.TrimSpace(v) != strings.TrimSpace(value):
+			pb.warn("ConflictingAnnotations", "annotation %s %q differs from %s %q: %s wins", alias, v, from, value, from)
+		}
+	}
+	return value, from, ok
+}
+
 // maxAnnotationValue bounds the pool name and the sharing key (a DNS subdomain's length).
 const maxAnnotationValue = 253
 
@@ -97,16 +144,16 @@ func IPRequest(svc *corev1.Service) (AddressRequest, []Problem) {
 	}
 	req.Families, req.RequireAll = families(svc, &pb)
 	req.Addresses = requestedAddrs(svc, req.Families, fail, &pb)
-	if v, ok := svc.Annotations[AnnotationAddressPool]; ok {
+	if v, key, ok := annotation(svc, AnnotationAddressPool, &pb); ok {
 		req.Pool = strings.TrimSpace(v)
 		if err := checkName(req.Pool); err != nil {
-			fail("InvalidAddressPool", "annotation %s %q: %v", AnnotationAddressPool, v, err)
+			fail("InvalidAddressPool", "annotation %s %q: %v", key, v, err)
 		}
 	}
-	if v, ok := svc.Annotations[AnnotationAllowSharedIP]; ok {
+	if v, key, ok := annotation(svc, AnnotationAllowSharedIP, &pb); ok {
 		req.SharingKey = strings.TrimSpace(v)
 		if err := checkName(req.SharingKey); err != nil {
-			fail("InvalidSharingKey", "annotation %s %q: %v", AnnotationAllowSharedIP, v, err)
+			fail("InvalidSharingKey", "annotation %s %q: %v", key, v, err)
 		}
 	}
 	for _, p := range svc.Spec.Ports {
@@ -177,10 +224,10 @@ func families(svc *corev1.Service, pb *problems) ([]corev1.IPFamily, bool) {
 // makes the request unusable.
 func requestedAddrs(svc *corev1.Service, fams []corev1.IPFamily, fail func(reason, format string, args ...any), pb *problems) []netip.Addr {
 	legacy := strings.TrimSpace(svc.Spec.LoadBalancerIP)
-	ann, hasAnn := svc.Annotations[AnnotationLoadBalancerIPs]
+	ann, annKey, hasAnn := annotation(svc, AnnotationLoadBalancerIPs, pb)
 	source, list := "spec.loadBalancerIP", legacy
 	if hasAnn {
-		source, list = "annotation "+AnnotationLoadBalancerIPs, ann
+		source, list = "annotation "+annKey, ann
 	}
 	if legacy != "" {
 		pb.advise("DeprecatedLoadBalancerIP", "spec.loadBalancerIP is deprecated: use the annotation %s (a comma-separated list, one address per family)", AnnotationLoadBalancerIPs)
@@ -214,7 +261,7 @@ func requestedAddrs(svc *corev1.Service, fams []corev1.IPFamily, fail func(reaso
 		}
 	}
 	if hasAnn && legacy != "" && (len(out) == 0 || !slices.ContainsFunc(out, func(o netip.Addr) bool { return o.String() == legacy })) {
-		pb.warn("ConflictingLoadBalancerIP", "spec.loadBalancerIP %q is not in annotation %s %q: the annotation wins", legacy, AnnotationLoadBalancerIPs, ann)
+		pb.warn("ConflictingLoadBalancerIP", "spec.loadBalancerIP %q is not in annotation %s %q: the annotation wins", legacy, annKey, ann)
 	}
 	return out
 }
