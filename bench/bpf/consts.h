@@ -34,7 +34,25 @@
 #define CLASS_VIP 1	/* IPv4 to the VIP: forwarded untranslated (the plain redirect) */
 #define CLASS_OTHER 2	/* any other IPv4 or IPv6 frame (neighbour discovery, strays) */
 #define CLASS_NONIP 3	/* not IP at all (ARP) */
-#define NUM_CLASSES 4
+#define CLASS_ANSWERED 4 /* cps mix: a SYN to the backend the sink answered with a SYN-ACK */
+#define NUM_CLASSES 5
+
+/* The connections-per-second mix (sink.c answers, gen.c's bench_client completes): every SYN
+ * the generator sends has sequence number GEN_ISN (the template's); the sink answers a SYN to
+ * the backend with a SYN-ACK of sequence number SINK_ISN acknowledging GEN_ISN + 1; the client
+ * program answers that with an ACK (GEN_ISN + 1, SINK_ISN + 1), and the sink counts a handshake
+ * for an ACK that acknowledges SINK_ISN + 1. Both ends are stateless: the tuples make the
+ * connections distinct, the sequence numbers prove which packet answers which. */
+#define GEN_ISN 1
+#define SINK_ISN 0x5eed0001u
+#define OFF_TCP_SEQ 38	 /* TCP sequence number (L4 + 4) */
+#define OFF_TCP_ACK 42	 /* TCP acknowledgment number (L4 + 8) */
+#define OFF_TCP_FLAGS 47 /* TCP flags byte (L4 + 13) */
+#define TCP_HDR_END 54	 /* end of a TCP header without options */
+#define TCPF_SYN 0x02
+#define TCPF_ACK 0x10
+#define TCPF_RST 0x04
+#define TCPF_FIN 0x01
 
 /* The closed loop (gen.c, sink.c): the sink acknowledges delivered frames in steps of
  * PROGRESS_STEP per class and CPU; the generator waits while a window's worth of frames is

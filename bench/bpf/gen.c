@@ -22,6 +22,7 @@
 
 #include "consts.h"
 #include "progress.h"
+#include "answer.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -155,4 +156,49 @@ int bench_gen(struct xdp_md *ctx)
 		*(__u16 *)(data + OFF_TCP_CSUM) = l4;
 	st->sent++;
 	return XDP_TX;
+}
+
+/* client_counts: per CPU, index 0 -> SYN-ACKs bench_client answered with an ACK, 1 -> frames
+ * it passed (anything else). Written by the program, read by Go (diagnosis). */
+#define CLIENT_ANSWERED 0
+#define CLIENT_PASSED 1
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 2);
+} client_counts SEC(".maps");
+
+/* IPv4's TCP protocol number and where it sits in a frame; the Ethernet type of IPv4. */
+#define IPPROTO_TCP_ 6
+#define OFF_IP_PROTO 23
+#define ETH_P_IP_ 0x0800
+
+/* bench_client: the client side of the connections-per-second mix, attached to the generator's
+ * veth. A SYN-ACK that acknowledges the generator's SYN (GEN_ISN + 1) is answered in place with
+ * the handshake's ACK and sent back (XDP_TX) toward the gateway; anything else is passed. */
+SEC("xdp")
+int bench_client(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 key = CLIENT_PASSED;
+	int verdict = XDP_PASS;
+
+	if (data + TCP_HDR_END <= data_end && *(__u16 *)(data + 12) == bpf_htons(ETH_P_IP_) &&
+	    *(__u8 *)(data + ETH_HLEN_) == 0x45 && *(__u8 *)(data + OFF_IP_PROTO) == IPPROTO_TCP_ &&
+	    (*(__u8 *)(data + OFF_TCP_FLAGS) & (TCPF_SYN | TCPF_ACK | TCPF_RST | TCPF_FIN)) ==
+		    (TCPF_SYN | TCPF_ACK) &&
+	    *(__u32 *)(data + OFF_TCP_ACK) == bpf_htonl(GEN_ISN + 1)) {
+		__u32 seq = bpf_ntohl(*(__u32 *)(data + OFF_TCP_SEQ));
+
+		if (!answer(data, GEN_ISN + 1, seq + 1, TCPF_ACK)) {
+			key = CLIENT_ANSWERED;
+			verdict = XDP_TX;
+		}
+	}
+	__u64 *n = bpf_map_lookup_elem(&client_counts, &key);
+	if (n)
+		(*n)++;
+	return verdict;
 }

@@ -3,7 +3,12 @@
  * (see consts.h) and drops it: what it counts is what got through the gateway. Of the frames
  * to the backend it also counts those that hold direct server return's carrier (the gateway's
  * IPv4 option, xdp/datapath's DSR_OPT4_*: IHL 7, first option 0x9e of length 8), so that a DSR
- * row can show which of the frames it forwarded carried one. */
+ * row can show which of the frames it forwarded carried one.
+ *
+ * In the connections-per-second mix (sink_cfg.respond) the sink is a stateless TCP server
+ * instead: it answers a SYN to the backend with a SYN-ACK (XDP_TX, back through the gateway),
+ * counted as CLASS_ANSWERED, and counts as CLASS_BACKEND, the class the closed loop
+ * acknowledges, only an ACK that acknowledges its SYN-ACK: a completed handshake. */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
@@ -11,6 +16,7 @@
 
 #include "consts.h"
 #include "progress.h"
+#include "answer.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -18,6 +24,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 struct sink_cfg {
 	__u32 backend; /* the backend address, network order */
 	__u32 vip;     /* the VIP, network order */
+	__u32 respond; /* 1: answer SYNs, count completed handshakes (the cps mix) */
 };
 
 /* sink_config: index 0 -> sink_cfg. One entry, written by Go. */
@@ -39,6 +46,35 @@ struct sink_count {
 #define DSR_OPT4_LEN 8
 
 
+/* IPPROTO_TCP_ is IPPROTO_TCP, the IPv4 protocol byte of a TCP segment (OFF_IP_PROTO). */
+#define IPPROTO_TCP_ 6
+#define OFF_IP_PROTO 23
+
+/* respond is the cps mix's server: a SYN to the backend is answered (XDP_TX), an ACK of the
+ * answer is a handshake (CLASS_BACKEND), anything else to the backend is CLASS_OTHER. It sets
+ * *class and returns the verdict. */
+static __always_inline int respond(void *data, void *data_end, __u32 *class)
+{
+	*class = CLASS_OTHER;
+	if (data + TCP_HDR_END > data_end || *(__u8 *)(data + OFF_IP_PROTO) != IPPROTO_TCP_)
+		return XDP_DROP;
+	__u8 flags = *(__u8 *)(data + OFF_TCP_FLAGS);
+	__u8 bad = TCPF_RST | TCPF_FIN;
+
+	if ((flags & (TCPF_SYN | TCPF_ACK | bad)) == TCPF_SYN) {
+		__u32 seq = bpf_ntohl(*(__u32 *)(data + OFF_TCP_SEQ));
+
+		if (answer(data, SINK_ISN, seq + 1, TCPF_SYN | TCPF_ACK))
+			return XDP_DROP;
+		*class = CLASS_ANSWERED;
+		return XDP_TX;
+	}
+	if ((flags & (TCPF_SYN | TCPF_ACK | bad)) == TCPF_ACK &&
+	    *(__u32 *)(data + OFF_TCP_ACK) == bpf_htonl(SINK_ISN + 1))
+		*class = CLASS_BACKEND;
+	return XDP_DROP;
+}
+
 /* sink_counts: per CPU, class -> {packets, bytes}. Written by the program, read by Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -53,7 +89,7 @@ int bench_sink(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 zero = 0, class = CLASS_NONIP;
-	int carried = 0;
+	int carried = 0, verdict = XDP_DROP;
 	struct sink_cfg *cfg = bpf_map_lookup_elem(&sink_config, &zero);
 
 	if (cfg && data + OFF_L4 <= data_end) {
@@ -65,7 +101,9 @@ int bench_sink(struct xdp_md *ctx)
 			class = daddr == cfg->backend ? CLASS_BACKEND
 				: daddr == cfg->vip   ? CLASS_VIP
 						      : CLASS_OTHER;
-			if (class == CLASS_BACKEND && data + OFF_L4 + 2 <= data_end) {
+			if (class == CLASS_BACKEND && cfg->respond)
+				verdict = respond(data, data_end, &class);
+			else if (class == CLASS_BACKEND && data + OFF_L4 + 2 <= data_end) {
 				__u8 *opt = data + OFF_L4; /* the first option, when IHL > 5 */
 
 				carried = (*(__u8 *)(data + ETH_HLEN_) & 0x0f) == 5 + DSR_OPT4_LEN / 4 &&
@@ -87,5 +125,5 @@ int bench_sink(struct xdp_md *ctx)
 				__sync_fetch_and_add(&pr->delivered, PROGRESS_STEP);
 		}
 	}
-	return XDP_DROP;
+	return verdict;
 }

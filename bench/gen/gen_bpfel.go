@@ -46,10 +46,12 @@ type genGenProgress struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	genMapGenConfig = "gen_config"
-	genMapGenState  = "gen_state"
-	genMapProgress  = "progress"
-	genProgBenchGen = "bench_gen"
+	genMapClientCounts = "client_counts"
+	genMapGenConfig    = "gen_config"
+	genMapGenState     = "gen_state"
+	genMapProgress     = "progress"
+	genProgBenchClient = "bench_client"
+	genProgBenchGen    = "bench_gen"
 )
 
 // loadGen returns the embedded CollectionSpec for gen.
@@ -94,16 +96,18 @@ type genSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type genProgramSpecs struct {
-	BenchGen *ebpf.ProgramSpec `ebpf:"bench_gen"`
+	BenchClient *ebpf.ProgramSpec `ebpf:"bench_client"`
+	BenchGen    *ebpf.ProgramSpec `ebpf:"bench_gen"`
 }
 
 // genMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type genMapSpecs struct {
-	GenConfig *ebpf.MapSpec `ebpf:"gen_config"`
-	GenState  *ebpf.MapSpec `ebpf:"gen_state"`
-	Progress  *ebpf.MapSpec `ebpf:"progress"`
+	ClientCounts *ebpf.MapSpec `ebpf:"client_counts"`
+	GenConfig    *ebpf.MapSpec `ebpf:"gen_config"`
+	GenState     *ebpf.MapSpec `ebpf:"gen_state"`
+	Progress     *ebpf.MapSpec `ebpf:"progress"`
 }
 
 // genVariableSpecs contains global variables before they are loaded into the kernel.
@@ -132,13 +136,15 @@ func (o *genObjects) Close() error {
 //
 // It can be passed to loadGenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type genMaps struct {
-	GenConfig *ebpf.Map `ebpf:"gen_config"`
-	GenState  *ebpf.Map `ebpf:"gen_state"`
-	Progress  *ebpf.Map `ebpf:"progress"`
+	ClientCounts *ebpf.Map `ebpf:"client_counts"`
+	GenConfig    *ebpf.Map `ebpf:"gen_config"`
+	GenState     *ebpf.Map `ebpf:"gen_state"`
+	Progress     *ebpf.Map `ebpf:"progress"`
 }
 
 func (m *genMaps) Close() error {
 	return _GenClose(
+		m.ClientCounts,
 		m.GenConfig,
 		m.GenState,
 		m.Progress,
@@ -155,11 +161,13 @@ type genVariables struct {
 //
 // It can be passed to loadGenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type genPrograms struct {
-	BenchGen *ebpf.Program `ebpf:"bench_gen"`
+	BenchClient *ebpf.Program `ebpf:"bench_client"`
+	BenchGen    *ebpf.Program `ebpf:"bench_gen"`
 }
 
 func (p *genPrograms) Close() error {
 	return _GenClose(
+		p.BenchClient,
 		p.BenchGen,
 	)
 }

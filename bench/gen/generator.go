@@ -248,8 +248,9 @@ func (g *Generator) loop(ctx context.Context, opts RunOptions, ifindex int) (Res
 	if batch == 0 {
 		batch = DefaultBatch
 	}
-	// Adaptive: a run bounded by time alone, at full speed (see calibrationChunk).
-	adaptive := opts.Rate == 0 && opts.Count == 0
+	// Adaptive: a run bounded by time, at full speed (see calibrationChunk), and by count too
+	// when one is given (the connections-per-second mix: each flow's SYN once).
+	adaptive := opts.Rate == 0 && opts.Duration > 0
 	if adaptive {
 		chunk = calibrationChunk
 	}
@@ -277,6 +278,9 @@ func (g *Generator) loop(ctx context.Context, opts RunOptions, ifindex int) (Res
 			rate := float64(issued) / elapsed.Seconds()
 			n = uint64(rate * min(left, maxCallTime).Seconds())
 			n = min(max(n, calibrationChunk/8), math.MaxUint32)
+			if opts.Count > 0 {
+				n = min(n, opts.Count-issued)
+			}
 		}
 		_, err := g.objs.BenchGen.Run(&ebpf.RunOptions{
 			Data: frame, Context: md, Repeat: uint32(n), Flags: flagLiveFrames, BatchSize: batch,

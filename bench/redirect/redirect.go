@@ -70,6 +70,9 @@ func Start(opts Options) (*Redirect, error) {
 	return r, nil
 }
 
+// Program is the redirect program (for its bpf_stats).
+func (r *Redirect) Program() *ebpf.Program { return r.objs.BenchRedirect }
+
 // Close detaches and unloads the program.
 func (r *Redirect) Close() error {
 	var errs []error

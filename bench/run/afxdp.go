@@ -64,6 +64,10 @@ func (x *AFXDP) Drops() (map[string]uint64, error) {
 	return out, nil
 }
 
+// UserspaceWorker implements userspaceWorker: the engine forwards in this process, on the
+// gateway's CPU.
+func (x *AFXDP) UserspaceWorker() bool { return true }
+
 // Stop implements Datapath.
 func (x *AFXDP) Stop() error {
 	if x.d == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/xlb-dev/xlb/bench/redirect"
 	"github.com/xlb-dev/xlb/bench/topo"
 )
@@ -27,6 +29,14 @@ func (c *Ceiling) Start(_ context.Context, t *topo.Topology) error {
 	}
 	c.r = r
 	return nil
+}
+
+// Programs implements programmed.
+func (c *Ceiling) Programs() []*ebpf.Program {
+	if c.r == nil {
+		return nil
+	}
+	return []*ebpf.Program{c.r.Program()}
 }
 
 // Drops implements Datapath: the program drops nothing of its own (failed redirects show in

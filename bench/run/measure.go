@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlb-dev/xlb/bench/gen"
 	"github.com/xlb-dev/xlb/bench/sink"
@@ -38,8 +42,9 @@ type Options struct {
 
 // Runner measures scenarios, one topology each, with one generator.
 type Runner struct {
-	opts Options
-	gen  *gen.Generator
+	opts  Options
+	gen   *gen.Generator
+	stats io.Closer // BPF_ENABLE_STATS while the runner lives (nil: refused, no bpf_stats)
 }
 
 // NewRunner loads the generator.
@@ -57,11 +62,23 @@ func NewRunner(opts Options) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runner{opts: opts, gen: g}, nil
+	// bpf_stats cost every program run two clock reads (a few ns), in every row alike.
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		opts.Log.Warn("no bpf_stats: the bpf ns/pkt column stays empty", "error", err)
+		stats = nil
+	}
+	return &Runner{opts: opts, gen: g, stats: stats}, nil
 }
 
-// Close unloads the generator.
-func (r *Runner) Close() error { return r.gen.Close() }
+// Close unloads the generator and stops collecting bpf_stats.
+func (r *Runner) Close() error {
+	err := r.gen.Close()
+	if r.stats != nil {
+		err = errors.Join(err, r.stats.Close())
+	}
+	return err
+}
 
 // Sample is one measurement.
 type Sample struct {
@@ -81,6 +98,12 @@ type Sample struct {
 	// Throttled counts the frames the generator's closed loop made wait; Stalls the waits that
 	// ran out and Forgiven the frames it then stopped waiting for (gen.Result).
 	Throttled, Stalls, Forgiven uint64 `json:",omitempty"`
+	// Answered is, in the cps mix, how many SYNs the sink answered with a SYN-ACK (Received is
+	// then the handshakes the generator's ACK completed).
+	Answered uint64 `json:",omitempty"`
+	// Cost is what the sample cost the gateway's CPU per frame received (per handshake in the
+	// cps mix), and how much of the CPUs other work took.
+	Cost Cost
 }
 
 // LossPct is the share of sent frames that did not reach the sink.
@@ -106,9 +129,26 @@ type Result struct {
 	// Skip is why the scenario was not run ("" when it was).
 	Skip    string `json:",omitempty"`
 	Samples []Sample
-	// Mpps summarizes the samples' Mpps; LossPct their loss.
+	// Mpps summarizes the samples' Mpps (millions of handshakes per second in the cps mix);
+	// LossPct their loss.
 	Mpps    Summary
 	LossPct Summary
+	// BPFNs summarizes the samples' Cost.BPFNsPerPkt (zero: not an XDP datapath), BPFNsUnit
+	// their Cost.BPFNsPerUnit, CPUNs their Cost.CPUNsPerUnit: the cost figures, which machine
+	// load distorts less than Mpps.
+	BPFNs, BPFNsUnit, CPUNs Summary
+	// Invalid lists the invariants the row violates (see Validate): a row with any is not to be
+	// trusted, and says what disturbed it.
+	Invalid []string `json:",omitempty"`
+	// Disturbed says what else took the CPUs while the row ran (foreign shares above
+	// DisturbedPct), whether or not that made it invalid.
+	Disturbed []string `json:",omitempty"`
+	// Attempts is how many times the row was measured (more than 1: it was re-run by
+	// --repeat-until-stable; its samples are then those of the last attempt, no longer paired
+	// in rounds with the other rows').
+	Attempts int `json:",omitempty"`
+	// Earlier are the invalid reasons of the attempts that were replaced.
+	Earlier [][]string `json:",omitempty"`
 	// ConntrackFlows is the datapath's conntrack entry count after the populating pass (-1: not
 	// read).
 	ConntrackFlows int
@@ -135,13 +175,23 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 		return res, err
 	}
 	defer func() { err = errors.Join(err, t.Close()) }()
-	s, err := sink.Load(topo.Backend, topo.VIP, r.gen.Progress())
+	s, err := sink.Load(topo.Backend, topo.VIP, r.gen.Progress(), sc.Mix == MixConnect)
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
 	if err := s.Attach(t.SinkNS, t.SinkIf); err != nil {
 		return res, err
+	}
+	if sc.Mix == MixConnect {
+		if rp, ok := sc.Datapath.(replier); !ok || !rp.Replies() {
+			return res, fmt.Errorf("%s: datapath %s does not forward replies (set its Replies)", res.Name, sc.Datapath.Name())
+		}
+		c, err := r.gen.AttachClient(t.Gen, t.GenIf)
+		if err != nil {
+			return res, err
+		}
+		defer func() { err = errors.Join(err, c.Close()) }()
 	}
 	if err := sc.Datapath.Start(ctx, t); err != nil {
 		return res, err
@@ -150,6 +200,14 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 	proto, flags := sc.Mix.frames()
 	spec := gen.Spec{SrcMAC: topo.GenMAC, DstMAC: topo.GwInMAC, Src: topo.ClientBase,
 		Dst: netip.AddrPortFrom(topo.VIP, VIPPort), Proto: proto, TCPFlags: flags, Size: sc.Size, Flows: sc.Flows}
+	if sc.Mix == MixConnect {
+		// Each of the n samples sends at most Flows SYNs, and the flow sequence runs on from
+		// one sample to the next: no tuple is used twice in this topology.
+		spec.Flows = sc.Flows * n
+		if !topo.Clients.Contains(lastSrc(spec)) {
+			return res, fmt.Errorf("%s: %d samples of %d connections overflow the clients' %s", res.Name, n, sc.Flows, topo.Clients)
+		}
+	}
 	if err := r.gen.Configure(spec); err != nil {
 		return res, err
 	}
@@ -186,7 +244,9 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 		return res, err
 	}
 	genOpts.Duration, genOpts.Rate, genOpts.Window = r.opts.Duration, r.opts.Rate, r.opts.Window
-	var mpps, loss []float64
+	if sc.Mix == MixConnect {
+		genOpts.Count = uint64(sc.Flows) // every tuple once: each SYN a new connection
+	}
 	for i := range n {
 		smp, err := r.sample(ctx, t, s, sc.Datapath, genOpts)
 		if err != nil {
@@ -195,11 +255,21 @@ func (r *Runner) MeasureN(ctx context.Context, sc Scenario, n int) (res Result, 
 		r.opts.Log.Info("measured", "scenario", res.Name, "run", i+1, "mpps", fmt.Sprintf("%.3f", smp.Mpps),
 			"offered_mpps", fmt.Sprintf("%.3f", smp.OfferedMpps), "loss_pct", fmt.Sprintf("%.2f", smp.LossPct()))
 		res.Samples = append(res.Samples, smp)
-		mpps = append(mpps, smp.Mpps)
-		loss = append(loss, smp.LossPct())
 	}
-	res.Mpps, res.LossPct = Summarize(mpps), Summarize(loss)
+	res.summarize()
 	return res, nil
+}
+
+// lastSrc is the highest source address spec uses (invalid if spec is).
+func lastSrc(spec gen.Spec) netip.Addr {
+	a, _ := spec.LastSrc()
+	return a
+}
+
+// replier is a datapath that can be told to forward the backend's replies too (the cps mix).
+type replier interface {
+	// Replies says whether the datapath was started to forward replies back to clients.
+	Replies() bool
 }
 
 // flowCounter is a datapath that can count its conntrack entries.
@@ -213,13 +283,24 @@ func Merge(a, b Result) Result {
 		return b
 	}
 	a.Samples = append(a.Samples, b.Samples...)
-	var mpps, loss []float64
-	for _, s := range a.Samples {
+	a.summarize()
+	return a
+}
+
+// summarize computes the row's summaries from its samples.
+func (res *Result) summarize() {
+	var mpps, loss, bpf, bpfUnit, cpu []float64
+	for _, s := range res.Samples {
 		mpps = append(mpps, s.Mpps)
 		loss = append(loss, s.LossPct())
+		if s.Cost.BPFRuns > 0 {
+			bpf = append(bpf, s.Cost.BPFNsPerPkt)
+			bpfUnit = append(bpfUnit, s.Cost.BPFNsPerUnit)
+		}
+		cpu = append(cpu, s.Cost.CPUNsPerUnit)
 	}
-	a.Mpps, a.LossPct = Summarize(mpps), Summarize(loss)
-	return a
+	res.Mpps, res.LossPct = Summarize(mpps), Summarize(loss)
+	res.BPFNs, res.BPFNsUnit, res.CPUNs = Summarize(bpf), Summarize(bpfUnit), Summarize(cpu)
 }
 
 // sample takes one measurement: counters before, one generator run, the pipeline drained,
@@ -229,11 +310,19 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 	if err != nil {
 		return Sample{}, err
 	}
+	costBefore, err := r.costSnap(dp)
+	if err != nil {
+		return Sample{}, err
+	}
 	res, err := r.gen.Run(ctx, opts)
 	if err != nil {
 		return Sample{}, err
 	}
 	if err := drain(ctx, s); err != nil {
+		return Sample{}, err
+	}
+	costAfter, err := r.costSnap(dp)
+	if err != nil {
 		return Sample{}, err
 	}
 	after, err := r.counters(t, s, dp)
@@ -249,7 +338,10 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 		Throttled: res.Throttled,
 		Stalls:    res.Stalls,
 		Forgiven:  res.Forgiven,
+		Answered:  after.answered - before.answered,
 	}
+	_, worker := dp.(userspaceWorker)
+	smp.Cost = costOf(costBefore, costAfter, smp.Received, worker)
 	smp.CountedDrops = sumCounted(before.drops, after.drops)
 	if secs := res.Elapsed.Seconds(); secs > 0 {
 		smp.Mpps = float64(smp.Received) / secs / 1e6
@@ -260,7 +352,7 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 
 // snapshot is what the sink has counted and every drop counter, at one moment.
 type snapshot struct {
-	received, carried uint64
+	received, carried, answered uint64
 	drops             map[string]uint64
 }
 
@@ -280,7 +372,7 @@ func (r *Runner) counters(t *topo.Topology, s *sink.Sink, dp Datapath) (snapshot
 	for k, v := range own {
 		drops[k] = v
 	}
-	return snapshot{received: c.Forwarded(), carried: c.Carried(), drops: drops}, nil
+	return snapshot{received: c.Forwarded(), carried: c.Carried(), answered: c.Answered(), drops: drops}, nil
 }
 
 // Draining: after the generator stops, frames still queued in the veth rings reach the sink

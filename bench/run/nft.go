@@ -28,10 +28,15 @@ type NFTables struct {
 	// puts the old value back in Stop. It is a host-wide sysctl, read-only inside a namespace,
 	// and the 1M-flow row needs room for 1M entries.
 	ConntrackMax int
+	// Forward, when set, also attaches the XDP_PASS program to the gateway's egress veth, so
+	// that the sink's answers (the cps mix's SYN-ACKs, sent with XDP_TX) enter the gateway:
+	// conntrack translates them back to the VIP.
+	Forward bool
 
 	ns         *netlab.NS
 	prog       *ebpf.Program
 	link       link.Link
+	outLink    link.Link
 	restoreMax string // nf_conntrack_max before Start raised it ("" = untouched)
 }
 
@@ -98,9 +103,17 @@ func (n *NFTables) Start(_ context.Context, t *topo.Topology) (err error) {
 	if n.prog, err = netlab.PassProgram(); err != nil {
 		return err
 	}
-	n.link, err = t.Gateway.AttachPass(n.prog, t.GwIn)
+	if n.link, err = t.Gateway.AttachPass(n.prog, t.GwIn); err != nil {
+		return err
+	}
+	if n.Forward {
+		n.outLink, err = t.Gateway.AttachPass(n.prog, t.GwOut)
+	}
 	return err
 }
+
+// Replies implements replier.
+func (n *NFTables) Replies() bool { return n.Forward }
 
 // Drops implements Datapath: conntrack's drop counters and the IPv4 stack's discards in the
 // gateway namespace.
@@ -197,6 +210,10 @@ func addSNMP(out map[string]uint64, snmp string, names ...string) error {
 // Stop implements Datapath.
 func (n *NFTables) Stop() error {
 	var errs []error
+	if n.outLink != nil {
+		errs = append(errs, n.outLink.Close())
+		n.outLink = nil
+	}
 	if n.link != nil {
 		errs = append(errs, n.link.Close())
 		n.link = nil

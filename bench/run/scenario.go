@@ -19,6 +19,14 @@ const (
 	MixEstablished Mix = "est"
 	// MixUDP: UDP datagrams; after the populating pass, flows are known as for MixEstablished.
 	MixUDP Mix = "udp"
+	// MixConnect: whole TCP handshakes through the gateway, each on a fresh tuple. The
+	// generator sends a SYN; the sink answers it with a SYN-ACK (stateless, bench/bpf/sink.c),
+	// which crosses the gateway back; the generator's veth answers that with the ACK
+	// (bench_client in bench/bpf/gen.c), which crosses the gateway again; the sink counts the
+	// ACK as one handshake. A sample sends at most Flows SYNs, so no tuple repeats (a repeated
+	// tuple would measure a SYN on a live connection, not a new one). Mpps is then millions of
+	// handshakes per second and the costs are per handshake (three packets at the gateway).
+	MixConnect Mix = "cps"
 )
 
 // Scenario is one row of the benchmark: a datapath, a traffic mix, a flow count, a frame size.
@@ -48,12 +56,20 @@ func FlowsLabel(n int) string {
 }
 
 // populates says whether the mix needs a populating pass over all flows before measuring.
-func (m Mix) populates() bool { return m != MixNew }
+func (m Mix) populates() bool { return m != MixNew && m != MixConnect }
+
+// Unit is what the mix's rate counts: "pkt" (a frame at the sink) or "conn" (a handshake).
+func (m Mix) Unit() string {
+	if m == MixConnect {
+		return "conn"
+	}
+	return "pkt"
+}
 
 // proto and flags of the mix's frames.
 func (m Mix) frames() (gen.Protocol, uint8) {
 	switch m {
-	case MixNew:
+	case MixNew, MixConnect:
 		return gen.TCP, gen.FlagSYN
 	case MixUDP:
 		return gen.UDP, 0

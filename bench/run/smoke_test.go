@@ -65,6 +65,60 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestSmokeConnect runs the connections-per-second mix through xlb and nftables at a low,
+// paced rate: every SYN sent must come back as a handshake the sink counted (or a counted drop),
+// the sink must have answered every SYN that reached it, and each handshake must have cost
+// xlb's program exactly three runs (SYN, SYN-ACK, ACK) and the gateway's CPU some time.
+func TestSmokeConnect(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the benchmark smoke test needs root (BPF, netns); run it with `make test` as root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The closed loop: a paced chunk is sent in one burst, which would overrun the gateway's
+	// ring, as handshakes take three passes through it.
+	r := smokeRunner(t, Options{Duration: 200 * time.Millisecond, Rate: 50_000, Window: gen.DefaultWindow})
+	r.opts.Repeats = 2 // the second sample must use tuples of its own
+	const flows = 2000
+	for _, sc := range []Scenario{
+		{Datapath: &XLB{ConntrackSize: 1 << 16, Forward: true}, Mix: MixConnect, Flows: flows, Size: 64},
+		{Datapath: &NFTables{Forward: true}, Mix: MixConnect, Flows: flows, Size: 64},
+	} {
+		res, err := r.Measure(ctx, sc)
+		if err != nil {
+			t.Fatalf("%s: %v", sc.Name(), err)
+		}
+		if len(res.Samples) != 2 {
+			t.Fatalf("%s: %d samples, want 2", res.Name, len(res.Samples))
+		}
+		_, isXLB := sc.Datapath.(*XLB)
+		for i, s := range res.Samples {
+			if s.Sent != flows {
+				t.Errorf("%s run %d: sent %d SYNs, want %d (one per tuple, bounded by the flow count)", res.Name, i+1, s.Sent, flows)
+			}
+			if s.Received == 0 || s.Sent != s.Received+s.CountedDrops {
+				t.Errorf("%s run %d: sent %d != handshakes %d + counted drops %d (drop counters: %v)",
+					res.Name, i+1, s.Sent, s.Received, s.CountedDrops, s.Drops)
+			}
+			if s.Answered < s.Received || s.Answered > s.Sent {
+				t.Errorf("%s run %d: the sink answered %d SYNs for %d handshakes of %d sent", res.Name, i+1, s.Answered, s.Received, s.Sent)
+			}
+			if s.Cost.CPUNsPerUnit <= 0 {
+				t.Errorf("%s run %d: no gateway CPU time per handshake (%+v)", res.Name, i+1, s.Cost)
+			}
+			if isXLB && (s.CountedDrops == 0 && s.Cost.BPFRuns != 3*s.Received || s.Cost.BPFRuns < 3*s.Received) {
+				t.Errorf("%s run %d: xlb's program ran %d times for %d handshakes, want 3 each (%v)", res.Name, i+1, s.Cost.BPFRuns, s.Received, s.Drops)
+			}
+			if isXLB && (s.Cost.BPFNsPerPkt <= 0 || s.Cost.BPFNsPerUnit < 3*s.Cost.BPFNsPerPkt*0.99) {
+				t.Errorf("%s run %d: bpf ns per packet %.1f, per handshake %.1f: want > 0 and 3x", res.Name, i+1, s.Cost.BPFNsPerPkt, s.Cost.BPFNsPerUnit)
+			}
+			if !isXLB && s.Cost.BPFRuns != 0 {
+				t.Errorf("%s run %d: bpf_stats of %d runs for a datapath that is not an XDP program", res.Name, i+1, s.Cost.BPFRuns)
+			}
+		}
+	}
+}
+
 // TestSmokeClosedLoop runs xlb at full speed with the generator's closed loop: the generator
 // must have waited for the sink (it outruns any datapath), and the counts must still add up.
 func TestSmokeClosedLoop(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/xlb-dev/xlb/bench/topo"
 	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
@@ -25,6 +27,9 @@ type XLB struct {
 	// others) gets the carrier; established flows are plain DNAT. The sink counts the frames
 	// that arrive with it (Sample.Carried).
 	DSR bool
+	// Forward, when set, also makes the datapath translate the backend's replies back to the
+	// clients (a reverse NAT entry for the backend endpoint): the cps mix's SYN-ACKs.
+	Forward bool
 	// Log receives the datapath's warnings.
 	Log *slog.Logger
 
@@ -49,6 +54,12 @@ func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
 	}
 	if err := configure(d, x.DSR); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
+	}
+	if x.Forward {
+		ep := datapath.Endpoint{Addr: topo.Backend, Port: BackendPort, Proto: datapath.TCP}
+		if err := d.SetReverse(ep, datapath.ReverseNAT{VIP: 1}); err != nil {
+			return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
+		}
 	}
 	if err := attachGateway(t, func(ifname string, role datapath.Role) error { return d.Attach(ifname, datapath.AttachNative, role) }); err != nil {
 		return errors.Join(fmt.Errorf("start xlb: %w", err), d.Close())
@@ -117,6 +128,18 @@ func (x *XLB) Drops() (map[string]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// Replies implements replier.
+func (x *XLB) Replies() bool { return x.Forward }
+
+// Programs implements programmed: the program attached to both interfaces (its tail calls run
+// inside its bpf_stats).
+func (x *XLB) Programs() []*ebpf.Program {
+	if x.d == nil {
+		return nil
+	}
+	return []*ebpf.Program{x.d.Program()}
 }
 
 // Flows is the number of conntrack entries.

@@ -27,11 +27,14 @@ const (
 	Other
 	// NonIP: not IP (ARP).
 	NonIP
+	// Answered: in responding mode, a SYN to the backend the sink answered with a SYN-ACK
+	// (Backend then counts only the ACKs that complete a handshake).
+	Answered
 	numClasses
 )
 
 func (c Class) String() string {
-	return [...]string{"backend", "vip", "other", "non-ip"}[min(c, numClasses-1)]
+	return [...]string{"backend", "vip", "other", "non-ip", "answered"}[min(c, numClasses-1)]
 }
 
 // Count is packets and bytes of one class.
@@ -51,6 +54,9 @@ func (c Counts) Forwarded() uint64 { return c[Backend].Packets + c[VIP].Packets 
 // Carried is how many of the frames to the backend held direct server return's carrier.
 func (c Counts) Carried() uint64 { return c[Backend].Carried }
 
+// Answered is how many SYNs a responding sink answered.
+func (c Counts) Answered() uint64 { return c[Answered].Packets }
+
 // Sink is the loaded sink program, attached to one interface.
 type Sink struct {
 	objs sinkObjects
@@ -59,8 +65,10 @@ type Sink struct {
 
 // Load loads the sink program, classifying by backend and vip (IPv4). progress is the
 // generator's acknowledgement map (gen.Generator.Progress), which the sink advances as frames
-// arrive.
-func Load(backend, vip netip.Addr, progress *ebpf.Map) (*Sink, error) {
+// arrive. With respond, the sink is the connections-per-second mix's stateless server: it
+// answers every SYN to the backend with a SYN-ACK, and counts as Backend (and acknowledges to
+// the generator) only the ACKs that complete a handshake.
+func Load(backend, vip netip.Addr, progress *ebpf.Map, respond bool) (*Sink, error) {
 	if !backend.Is4() || !vip.Is4() {
 		return nil, fmt.Errorf("load sink: backend %s and VIP %s must be IPv4", backend, vip)
 	}
@@ -78,6 +86,9 @@ func Load(backend, vip netip.Addr, progress *ebpf.Map) (*Sink, error) {
 	}
 	b, v := backend.As4(), vip.As4()
 	cfg := sinkSinkCfg{Backend: nativeOf(b), Vip: nativeOf(v)}
+	if respond {
+		cfg.Respond = 1
+	}
 	if err := s.objs.SinkConfig.Put(uint32(0), &cfg); err != nil {
 		s.objs.Close()
 		return nil, fmt.Errorf("load sink: write sink_config: %w", err)

@@ -22,6 +22,7 @@ type sinkSinkCfg struct {
 	_       structs.HostLayout
 	Backend uint32
 	Vip     uint32
+	Respond uint32
 }
 
 type sinkSinkCount struct {
