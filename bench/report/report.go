@@ -24,6 +24,10 @@ type Report struct {
 	ControlPlane []Metric
 	// Notes are things the reader must know (what is not built, what was skipped and why).
 	Notes []string
+	// Bounds are the invariants the run was validated against (Validate); Invalid says which
+	// it broke (empty: a valid run).
+	Bounds  Bounds
+	Invalid []string `json:",omitempty"`
 }
 
 // Host is the machine the run happened on.
@@ -32,6 +36,11 @@ type Host struct {
 	CPUs    int
 	CPU     string
 	LoadAvg string // /proc/loadavg at the start: other work on the machine skews the numbers
+	// LoadAvgEnd is /proc/loadavg when the rows were done.
+	LoadAvgEnd string `json:",omitempty"`
+	// Others are the processes (not this one) that took the most CPU time during the run, with
+	// their share of one CPU: what else ran.
+	Others []string `json:",omitempty"`
 }
 
 // Method says how rows were measured.
@@ -43,15 +52,23 @@ type Method struct {
 	Window     uint32        // the generator's closed-loop window; 0 = open loop
 }
 
-// Ratio is Num's median Mpps over Den's.
+// Ratio compares two rows: how many times Num's figure is Den's, as a speed (Num faster: above
+// 1). Cost is the headline: Den's gateway CPU time per packet over Num's (the rows' CPUNs
+// medians); BPF the same of their bpf_stats ns per packet when both rows are XDP programs;
+// Value is the ratio of their median Mpps, shown beside it.
 type Ratio struct {
 	Name     string
 	Num, Den string // row names
 	Value    float64
-	// Paired summarizes the ratios of the two rows' samples taken in the same round (sample i
-	// of each), when the rows were measured in rounds: machine noise that lasts a round falls
-	// on both sides of each of these ratios.
-	Paired *run.Summary `json:",omitempty"`
+	Cost     float64 `json:",omitempty"`
+	BPF      float64 `json:",omitempty"`
+	// Paired and PairedCost summarize the Mpps and cost ratios of the two rows' samples taken in
+	// the same round (sample i of each), when the rows were measured in rounds: machine noise
+	// that lasts a round falls on both sides of each of these ratios.
+	Paired     *run.Summary `json:",omitempty"`
+	PairedCost *run.Summary `json:",omitempty"`
+	// Invalid is set when either row is invalid (Validate): the ratio is not to be trusted.
+	Invalid bool `json:",omitempty"`
 }
 
 // Metric is one control-plane number.
@@ -73,25 +90,40 @@ func (r *Report) Row(name string) *run.Result {
 	return nil
 }
 
-// AddRatio appends num/den of the two rows' medians if both were measured; with rounds, the rows'
-// samples were taken in rounds (one of each row per round), and the per-round ratios are
-// summarized too.
+// AddRatio appends num/den of the two rows' medians (cost and Mpps) if both were measured; with
+// rounds, the rows' samples were taken in rounds (one of each row per round), and the per-round
+// ratios are summarized too. Call it after Validate: a ratio of an invalid row is marked.
 func (r *Report) AddRatio(name, num, den string, rounds bool) {
 	n, d := r.Row(num), r.Row(den)
 	if n == nil || d == nil || n.Skip != "" || d.Skip != "" || d.Mpps.Median == 0 {
 		return
 	}
-	q := Ratio{Name: name, Num: num, Den: den, Value: n.Mpps.Median / d.Mpps.Median}
-	if rounds && len(n.Samples) == len(d.Samples) {
-		var per []float64
+	q := Ratio{Name: name, Num: num, Den: den, Value: n.Mpps.Median / d.Mpps.Median,
+		Invalid: len(n.Invalid) > 0 || len(d.Invalid) > 0}
+	if n.CPUNs.Median > 0 {
+		q.Cost = d.CPUNs.Median / n.CPUNs.Median
+	}
+	if n.BPFNs.Median > 0 && d.BPFNs.Median > 0 && n.Mix.Unit() == d.Mix.Unit() {
+		q.BPF = d.BPFNs.Median / n.BPFNs.Median
+	}
+	paired := rounds && len(n.Samples) == len(d.Samples) && n.Attempts <= 1 && d.Attempts <= 1
+	if paired {
+		var per, cost []float64
 		for i := range n.Samples {
 			if d.Samples[i].Mpps > 0 {
 				per = append(per, n.Samples[i].Mpps/d.Samples[i].Mpps)
+			}
+			if n.Samples[i].Cost.CPUNsPerUnit > 0 {
+				cost = append(cost, d.Samples[i].Cost.CPUNsPerUnit/n.Samples[i].Cost.CPUNsPerUnit)
 			}
 		}
 		if len(per) == len(n.Samples) {
 			s := run.Summarize(per)
 			q.Paired = &s
+		}
+		if len(cost) == len(n.Samples) {
+			s := run.Summarize(cost)
+			q.PairedCost = &s
 		}
 	}
 	r.Ratios = append(r.Ratios, q)

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlb-dev/xlb/bench/topo"
 )
 
 // The cost of a packet on the gateway's CPU, next to the rate. On a shared machine the rate of
@@ -21,13 +24,17 @@ import (
 //     time inside the program per run (tail calls included), from the kernel. Only for the
 //     datapaths whose work is an XDP program (xlb, the plain redirect); nftables' work is the
 //     kernel's stack and AF_XDP's a userspace engine, whose XDP programs only pass or steer.
-//   - CPU time per forwarded packet on the gateway's CPU, from /proc/stat: the CPU's kernel
-//     time (system, irq, softirq ticks) over the sample, plus this process's user time for a
-//     datapath with a userspace worker (AF_XDP), divided by the frames the sink counted. Other
-//     processes' user time on that CPU (the compilers of a shared machine) is not in it; it is
-//     reported as the CPU's foreign share, what disturbed the row. The VM has no hardware
-//     performance counters (no cycles): the kernel's tick accounting (CONFIG_HZ=250, no IRQ
-//     time accounting on this kernel) is the clock, ~0.2% of a 2 s sample per tick.
+//   - CPU time per forwarded packet of the threads that do the gateway's work, on its CPU:
+//     the gateway's NAPI thread (the sink's NAPI and, in the cps mix, the responders run in
+//     its softirq), that CPU's ksoftirqd, and this process's threads pinned to that CPU (the
+//     AF_XDP worker), from /proc/<pid>/schedstat (nanoseconds of CPU time), divided by the
+//     frames the sink counted. Other processes' time on that CPU is not in it, whether user or
+//     kernel; what it cannot remove is what they do to the caches. The VM has no hardware
+//     performance counters (no cycles).
+//
+// /proc/stat of both CPUs (tick accounting, 250 Hz here) gives the shares of the sample that
+// other processes took (their user time; what disturbed the row), the hypervisor's steal, idle
+// time, and a second, coarser cost: the gateway CPU's kernel ticks per frame (in the JSON).
 
 // cpuTimes is one CPU's line of /proc/stat, in clock ticks.
 type cpuTimes struct {
@@ -130,15 +137,80 @@ func readProgStats(progs []*ebpf.Program) (progStats, error) {
 type costSnapshot struct {
 	gw, gen cpuTimes
 	own     time.Duration
+	threads time.Duration // CPU time of the gateway's threads (gatewayThreads)
 	prog    progStats
 	at      time.Time
 }
 
-// costSnap reads the gateway's and the generator's CPU times, this process's user time and
-// dp's programs' bpf_stats.
-func (r *Runner) costSnap(dp Datapath) (costSnapshot, error) {
+// gatewayThreads are the threads that do the gateway's work on its CPU: the NAPI threads of
+// t's gateway ingress, the CPU's ksoftirqd and this process's threads allowed only on it.
+func (r *Runner) gatewayThreads(t *topo.Topology) ([]string, error) {
+	napi, err := topo.NAPIThreads(t.GwIn)
+	if err != nil {
+		return nil, err
+	}
+	if len(napi) == 0 {
+		return nil, fmt.Errorf("no NAPI thread of %s", t.GwIn)
+	}
+	var out []string
+	for _, pid := range napi {
+		out = append(out, fmt.Sprintf("/proc/%d/schedstat", pid))
+	}
+	ksd, err := topo.KSoftirqd(r.opts.GatewayCPU)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, fmt.Sprintf("/proc/%d/schedstat", ksd))
+	tasks, err := filepath.Glob("/proc/self/task/[0-9]*")
+	if err != nil {
+		return nil, fmt.Errorf("list own threads: %w", err)
+	}
+	want := strconv.Itoa(r.opts.GatewayCPU)
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(task, "status"))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && k == "Cpus_allowed_list" && strings.TrimSpace(v) == want {
+				// By tid: /proc/self/task changes meaning in another thread.
+				out = append(out, "/proc/"+filepath.Base(task)+"/schedstat")
+			}
+		}
+	}
+	return out, nil
+}
+
+// threadTime sums the CPU time (schedstat's first field, ns) of the threads; a thread that is
+// gone counts nothing.
+func threadTime(paths []string) (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: empty", p)
+		}
+		ns, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}
+
+// costSnap reads the gateway's and the generator's CPU times, this process's user time, the
+// gateway threads' CPU time and dp's programs' bpf_stats.
+func (r *Runner) costSnap(dp Datapath, threads []string) (costSnapshot, error) {
 	var s costSnapshot
 	var err error
+	if s.threads, err = threadTime(threads); err != nil {
+		return s, err
+	}
 	if s.gw, err = readCPUTimes(r.opts.GatewayCPU); err != nil {
 		return s, err
 	}
@@ -165,9 +237,12 @@ type Cost struct {
 	BPFNsPerPkt  float64 `json:",omitempty"`
 	BPFNsPerUnit float64 `json:",omitempty"`
 	BPFRuns      uint64  `json:",omitempty"`
-	// CPUNsPerUnit is the gateway CPU's kernel time (plus this process's user time for an
-	// AF_XDP worker) per frame the sink counted (per handshake in the cps mix), in ns.
-	CPUNsPerUnit float64
+	// CPUNsPerUnit is the CPU time of the gateway's threads per frame the sink counted (per
+	// handshake in the cps mix), in ns; TickNsPerUnit the coarser gateway CPU's kernel ticks
+	// (plus this process's user time for an AF_XDP worker) per frame, which other processes'
+	// kernel time inflates.
+	CPUNsPerUnit  float64
+	TickNsPerUnit float64
 	// GwBusyPct, GwForeignPct, GwStealPct, GwIdlePct are the gateway CPU's shares of the
 	// sample: the kernel time counted above, other processes' user time, the hypervisor's
 	// steal, idle. GenForeignPct is other processes' user time on the generator's CPU.
@@ -194,7 +269,8 @@ func costOf(before, after costSnapshot, units uint64, worker bool) Cost {
 		foreign = max(0, foreign-own)
 	}
 	if units > 0 {
-		c.CPUNsPerUnit = float64(busy) / float64(units)
+		c.CPUNsPerUnit = float64(after.threads-before.threads) / float64(units)
+		c.TickNsPerUnit = float64(busy) / float64(units)
 	}
 	pct := func(part time.Duration, of uint64) float64 {
 		if of == 0 {

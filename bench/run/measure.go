@@ -280,6 +280,7 @@ type flowCounter interface {
 // Merge appends b's samples to a's (the same scenario measured again) and summarizes them all.
 func Merge(a, b Result) Result {
 	if a.Name == "" {
+		b.summarize()
 		return b
 	}
 	a.Samples = append(a.Samples, b.Samples...)
@@ -310,7 +311,11 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 	if err != nil {
 		return Sample{}, err
 	}
-	costBefore, err := r.costSnap(dp)
+	threads, err := r.gatewayThreads(t)
+	if err != nil {
+		return Sample{}, fmt.Errorf("gateway threads: %w", err)
+	}
+	costBefore, err := r.costSnap(dp, threads)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -321,7 +326,7 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 	if err := drain(ctx, s); err != nil {
 		return Sample{}, err
 	}
-	costAfter, err := r.costSnap(dp)
+	costAfter, err := r.costSnap(dp, threads)
 	if err != nil {
 		return Sample{}, err
 	}
@@ -353,7 +358,7 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 // snapshot is what the sink has counted and every drop counter, at one moment.
 type snapshot struct {
 	received, carried, answered uint64
-	drops             map[string]uint64
+	drops                       map[string]uint64
 }
 
 func (r *Runner) counters(t *topo.Topology, s *sink.Sink, dp Datapath) (snapshot, error) {

@@ -46,6 +46,24 @@ func TestSmoke(t *testing.T) {
 					res.Name, i+1, s.Sent, s.Received, s.CountedDrops, s.Drops)
 			}
 		}
+		// Costs: the gateway's threads did work for every sample; bpf_stats counted the
+		// program of an XDP datapath once per frame it forwarded (at least), and nothing for
+		// the others; the cost spreads are there for Validate.
+		_, programmed := sc.Datapath.(programmed)
+		for i, s := range res.Samples {
+			if s.Cost.CPUNsPerUnit <= 0 || s.Cost.GwBusyPct <= 0 {
+				t.Errorf("%s run %d: no gateway CPU time per frame (%+v)", res.Name, i+1, s.Cost)
+			}
+			if programmed && (s.Cost.BPFRuns < s.Received || s.Cost.BPFNsPerPkt <= 0) {
+				t.Errorf("%s run %d: bpf_stats %d runs, %.1f ns each, for %d frames received", res.Name, i+1, s.Cost.BPFRuns, s.Cost.BPFNsPerPkt, s.Received)
+			}
+			if !programmed && s.Cost.BPFRuns != 0 {
+				t.Errorf("%s run %d: bpf_stats of %d runs for a datapath that is not an XDP program", res.Name, i+1, s.Cost.BPFRuns)
+			}
+		}
+		if programmed && res.BPFNs.Median <= 0 || res.CPUNs.Median <= 0 {
+			t.Errorf("%s: cost summaries bpf %+v, cpu %+v", res.Name, res.BPFNs, res.CPUNs)
+		}
 		// DSR: every SYN opens its flow at the gateway and carries the frontend; the
 		// established flows' frames (their first ones, in the populating pass, carried) do not.
 		x, isXLB := sc.Datapath.(*XLB)

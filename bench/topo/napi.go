@@ -35,28 +35,16 @@ const napiNice = -20
 // many it pinned. The threads exist once the interface has NAPI (an XDP program attached) and
 // ThreadedNAPI is on; they go away with the interface.
 func PinNAPI(ifname string, cpu int) (int, error) {
-	want := "napi/" + ifname + "-"
-	if len(want) > commLen {
-		want = want[:commLen]
-	}
-	dirs, err := filepath.Glob("/proc/[0-9]*")
+	pids, err := NAPIThreads(ifname)
 	if err != nil {
 		return 0, err
 	}
 	var set unix.CPUSet
 	set.Set(cpu)
 	n := 0
-	for _, d := range dirs {
-		comm, err := os.ReadFile(filepath.Join(d, "comm"))
-		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(comm)), want) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		if err := unix.SchedSetaffinity(pid, &set); err != nil {
-			return n, fmt.Errorf("pin NAPI thread %d (%s) to CPU %d: %w", pid, strings.TrimSpace(string(comm)), cpu, err)
+			return n, fmt.Errorf("pin NAPI thread %d of %s to CPU %d: %w", pid, ifname, cpu, err)
 		}
 		if err := unix.Setpriority(unix.PRIO_PROCESS, pid, napiNice); err != nil {
 			return n, fmt.Errorf("set niceness of NAPI thread %d: %w", pid, err)
@@ -64,4 +52,47 @@ func PinNAPI(ifname string, cpu int) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// NAPIThreads returns the pids of ifname's NAPI kernel threads (napi/<ifname>-N).
+func NAPIThreads(ifname string) ([]int, error) {
+	want := "napi/" + ifname + "-"
+	if len(want) > commLen {
+		want = want[:commLen]
+	}
+	return threadsNamed(func(comm string) bool { return strings.HasPrefix(comm, want) })
+}
+
+// KSoftirqd returns the pid of CPU cpu's softirq thread (ksoftirqd/<cpu>).
+func KSoftirqd(cpu int) (int, error) {
+	want := fmt.Sprintf("ksoftirqd/%d", cpu)
+	pids, err := threadsNamed(func(comm string) bool { return comm == want })
+	if err != nil {
+		return 0, err
+	}
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("%d threads named %s", len(pids), want)
+	}
+	return pids[0], nil
+}
+
+// threadsNamed returns the pids of the processes whose name (comm) match accepts.
+func threadsNamed(match func(comm string) bool) ([]int, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	var out []int
+	for _, d := range dirs {
+		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err != nil || !match(strings.TrimSpace(string(comm))) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/bench/gen"
+	"github.com/xlb-dev/xlb/bench/report"
 )
 
 func main() {
@@ -46,7 +47,14 @@ func main() {
 	fs.BoolVar(&cfg.quick, "quick", false, "only the main comparison at 1k flows (no flow-count sweep, no conntrack scale)")
 	fs.BoolVar(&cfg.noCtl, "no-control-plane", false, "skip the Maglev and reconcile benchmarks")
 	fs.StringVar(&cfg.only, "only", "", "run only the rows whose name (e.g. xlb/est/1k/64B) matches this regular expression")
+	b := report.DefaultBounds()
+	fs.Float64Var(&b.MaxSpreadPct, "max-spread", b.MaxSpreadPct, "a row whose Mpps range (max-min)/median exceeds this many per cent is invalid")
+	fs.Float64Var(&b.MaxCostSpreadPct, "max-cost-spread", b.MaxCostSpreadPct, "a row whose cost figure's range exceeds this many per cent is invalid")
+	fs.Float64Var(&b.MaxLoad, "max-load", b.MaxLoad, "a run that starts at a higher 1-minute load average is invalid")
+	fs.IntVar(&cfg.retries, "repeat-until-stable", 0, "measure an invalid row again, at most this many times (0..5)")
+	fs.IntVar(&cfg.cpsFlows, "cps-flows", defaultCPSFlows, "connections per measurement of the cps rows (each a fresh tuple; the run ends at this count or --duration)")
 	_ = fs.Parse(os.Args[1:])
+	cfg.bounds = b
 	if err := cfg.validate(); err != nil {
 		log.Error("flags", "error", err)
 		os.Exit(2)
@@ -74,13 +82,24 @@ type config struct {
 	batch, window uint
 	quick, noCtl  bool
 	only          string
+	bounds        report.Bounds
+	retries       int // --repeat-until-stable
+	cpsFlows      int
 }
 
 // Bounds of every load loop: no run of the command can send for longer than this in total.
 const (
 	maxDuration = 30 * time.Second
 	maxRepeats  = 20
+	maxRetries  = 5
+	// maxCPSFlows bounds the connections of a cps measurement: each is a conntrack entry in
+	// the datapath under test (nftables' limit is raised for those rows to cpsConntrackMax).
+	maxCPSFlows = 1 << 20
 )
+
+// defaultCPSFlows is --cps-flows' default: half a million connections per measurement (at
+// the rates of this VM, a 2 s measurement ends by time for nftables and about then for xlb).
+const defaultCPSFlows = 1 << 19
 
 func (c config) validate() error {
 	if c.duration <= 0 || c.duration > maxDuration {
@@ -91,6 +110,12 @@ func (c config) validate() error {
 	}
 	if c.window != 0 && (c.window < 64 || c.window > 256) {
 		return fmt.Errorf("window %d outside 64..256 (a veth's ring holds 256 frames; 0 = open loop)", c.window)
+	}
+	if c.retries < 0 || c.retries > maxRetries {
+		return fmt.Errorf("--repeat-until-stable %d outside 0..%d", c.retries, maxRetries)
+	}
+	if c.cpsFlows < 1000 || c.cpsFlows > maxCPSFlows {
+		return fmt.Errorf("--cps-flows %d outside 1000..%d", c.cpsFlows, maxCPSFlows)
 	}
 	if _, err := regexp.Compile(c.only); err != nil {
 		return fmt.Errorf("--only: %w", err)
