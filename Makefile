@@ -21,7 +21,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 # machines that do not turn it off).
 XLB_BUILD = $(GO) build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
 
-.PHONY: all deps generate build vet check-generated kube-bins test e2e bench lab lab-down image deb clean
+.PHONY: all deps generate generate-api build vet check-generated kube-bins test e2e bench lab lab-down image deb clean
 
 all: build
 
@@ -34,6 +34,14 @@ deps:
 generate:
 	$(GO) generate ./xdp/...
 	$(GO) generate ./bench/...
+	$(MAKE) generate-api
+
+## generate-api: the CRDs (deploy/helm/xlb/crds) and deep-copy functions of the Kubernetes API
+## (lb/kube/api) with controller-gen, built from its own module (internal/tools/controllergen).
+generate-api:
+	$(GO) -C internal/tools/controllergen build -o ../../../bin/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+	rm -f deploy/helm/xlb/crds/xlb.dev_*.yaml
+	./bin/controller-gen object paths=./lb/kube/api/... crd output:crd:dir=deploy/helm/xlb/crds
 
 ## build: build every package.
 build:
@@ -43,15 +51,19 @@ build:
 vet:
 	$(GO) vet $(PKGS)
 
-## check-generated: fail if the committed bpf2go output differs from a fresh `make generate`.
+## check-generated: fail if the committed bpf2go and controller-gen output differs from a fresh
+## `make generate`.
 check-generated: generate
 	@git diff --exit-code --stat -- xdp/xlb_bpfel.go xdp/xlb_bpfel.o \
 		bench/gen/gen_bpfel.go bench/gen/gen_bpfel.o bench/sink/sink_bpfel.go bench/sink/sink_bpfel.o \
 		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o \
 		xdp/afxdp/steer_bpfel.go xdp/afxdp/steer_bpfel.o \
 		xdp/socklb/socklb_bpfel.go xdp/socklb/socklb_bpfel.o xdp/socklb/reap_bpfel.go xdp/socklb/reap_bpfel.o \
-		xdp/dsr/dsr_bpfel.go xdp/dsr/dsr_bpfel.o || \
-		{ echo "the committed bpf2go output is stale: run 'make generate' and commit it" >&2; exit 1; }
+		xdp/dsr/dsr_bpfel.go xdp/dsr/dsr_bpfel.o \
+		lb/kube/api/v1alpha1/zz_generated.deepcopy.go deploy/helm/xlb/crds || \
+		{ echo "the committed generated code (bpf2go, controller-gen) is stale: run 'make generate' and commit it" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- lb/kube/api/v1alpha1/zz_generated.deepcopy.go deploy/helm/xlb/crds)" || \
+		{ echo "make generate made files that are not committed:" >&2; git status --porcelain -- lb/kube/api/v1alpha1/zz_generated.deepcopy.go deploy/helm/xlb/crds >&2; exit 1; }
 
 ## kube-bins: build kube-apiserver and etcd from the Go module proxy into a version-keyed cache
 ## (XLB_KUBE_BIN_DIR, default /var/cache/xlb/kube-v1.37.2) for internal/kubetest: ~8 min and

@@ -7,6 +7,9 @@
 //	xlb show [services|flows|reasons|flow|agent|dsr]
 //	                         show what the pinned XDP datapath is doing, from its maps
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
+//	xlb convert --config FILE
+//	                         the AddressPool objects equivalent to FILE's pools (Kubernetes
+//	                         mode keeps pools in the cluster, not in each gateway's file)
 //	xlb version [--json]     the version, the commit and the build settings
 //	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
 //	                         node's sockets, and with --dsr-interface the node side of direct
@@ -42,6 +45,11 @@ const usage = `usage:
       LoadBalancer Services of its class (Kubernetes mode). SIGHUP reloads FILE; SIGTERM/SIGINT
       stop the daemon and, unless --cleanup-on-exit, leave forwarding in place (maps and links
       stay pinned; with datapath.kind afxdp forwarding stops with the daemon).
+  xlb convert --config FILE
+      Print, as YAML for kubectl apply, the AddressPool objects (xlb.dev/v1alpha1) equivalent
+      to FILE's pools: in Kubernetes mode pools belong in the cluster, where every gateway
+      reads the same ones and the apiserver validates them. Apply the output, then remove the
+      pools from each gateway's file and reload it (SIGHUP): no address changes hands.
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
       /sys/fs/bpf/xlb; the agent's: /sys/fs/bpf/xlb-agent, its direct server return's:
@@ -127,7 +135,7 @@ func cli(args []string, stderr io.Writer) int {
 		defer signal.Stop(hup)
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		err := gateway.Run(ctx, gateway.Options{ConfigPath: *cfgPath, LoadDatapath: loadDatapath,
+		err := gateway.Run(ctx, gateway.Options{ConfigPath: *cfgPath, LoadDatapath: loadDatapath, Version: buildInfo().Version,
 			CleanupOnExit: *cleanup, Reload: hup, Log: stderr})
 		if err != nil {
 			fmt.Fprintf(stderr, "xlb: %v\n", err)
@@ -148,6 +156,8 @@ func cli(args []string, stderr io.Writer) int {
 		return 0
 	case "bgp":
 		return bgpCLI(args[1:], os.Stdout, stderr)
+	case "convert":
+		return convertCLI(args[1:], os.Stdout, stderr)
 	case "show":
 		return showCLI(args[1:], os.Stdout, stderr)
 	case "agent":

@@ -61,9 +61,11 @@ type Config struct {
 	// upstream routers; nil when the file has no bgp section (the VIPs are then routed to the
 	// gateway some other way, and the daemon speaks no BGP).
 	BGP *BGP
-	// Pools (key pools; required in Kubernetes mode, refused outside it) are the address pools
-	// the Kubernetes controller hands VIPs out of, in file order: the order they are tried. See
-	// Pool; IPAMPools converts them for the allocator.
+	// Pools (key pools; Kubernetes mode only, and deprecated there: AddressPool objects are the
+	// place for pools, and `xlb convert` writes them from this section) are the address pools
+	// the Kubernetes controller hands VIPs out of, in file order: the order they are tried,
+	// before the AddressPool objects' pools. See Pool; IPAMPools converts them for the
+	// allocator.
 	Pools []Pool
 	// Kubernetes (key kubernetes; optional) turns on Kubernetes mode (see Kubernetes); nil when
 	// the file has no kubernetes section (a null "kubernetes:" is absent too: write

@@ -281,8 +281,8 @@ func (d *decoder) leaderElection(n *yaml.Node, path string, le *LeaderElection) 
 }
 
 // poolsAndKubernetes walks the pools and kubernetes sections of root object o into cfg, and
-// checks what ties them to each other and to the services: Kubernetes mode needs pools, pools
-// need Kubernetes mode, and the services of the file keep clear of both (no VIP in a pool, no
+// checks what ties them to each other and to the services: pools need Kubernetes mode (which
+// may have none in the file: AddressPool objects are the place for them), and the services of the file keep clear of both (no VIP in a pool, no
 // name of the form namespace/name).
 func (d *decoder) poolsAndKubernetes(o object, cfg *Config) {
 	var ranges []poolRange
@@ -294,8 +294,6 @@ func (d *decoder) poolsAndKubernetes(o object, cfg *Config) {
 	}
 	kube, pools := o.get("kubernetes"), o.get("pools")
 	switch {
-	case kube != nil && pools == nil:
-		d.failf(kube, "pools", "missing (Kubernetes mode hands out VIPs from address pools: list at least one)")
 	case kube == nil && pools != nil:
 		d.failf(pools, "pools", "only apply in Kubernetes mode (add a kubernetes section, or remove the pools)")
 	}

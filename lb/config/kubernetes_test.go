@@ -104,8 +104,6 @@ func kube(fields string) string {
 
 func TestKubernetesErrors(t *testing.T) {
 	for _, c := range []struct{ name, file, want string }{
-		{"pools missing", "interfaces: [{name: ext0, role: both}]\nkubernetes: {}\n",
-			"xlb.yaml:2: pools: missing (Kubernetes mode hands out VIPs from address pools: list at least one)"},
 		{"pools without kubernetes", "interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\n",
 			"xlb.yaml:2: pools: only apply in Kubernetes mode (add a kubernetes section, or remove the pools)"},
 		{"kubernetes a list", "interfaces: [{name: ext0, role: both}]\npools: [{name: edge, addresses: [198.18.100.0/24]}]\nkubernetes: [a]\n",

@@ -23,12 +23,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlb-dev/xlb/bgp/speaker"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
+	"github.com/xlb-dev/xlb/lb/kube"
 	"github.com/xlb-dev/xlb/lb/reconcile"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
@@ -53,6 +55,11 @@ type Options struct {
 	// KubeClient, if set, is the Kubernetes client of Kubernetes mode in place of one built
 	// from kubernetes.kubeconfig (tests and benchmarks).
 	KubeClient kubernetes.Interface
+	// KubeDynamic, if set with KubeClient, is the client of xlb.dev objects (AddressPool,
+	// GatewayStatus); nil with KubeClient set means none are watched or written.
+	KubeDynamic dynamic.Interface
+	// Version is xlb's version, reported on the gateway's GatewayStatus object.
+	Version string
 }
 
 // Run runs the appliance until ctx ends: it loads ConfigPath, loads and attaches the datapath,
@@ -189,6 +196,10 @@ type Gateway struct {
 	// kube is Kubernetes mode (config section kubernetes), nil otherwise: its Services join the
 	// file's in every reconcile.
 	kube *kubeMode
+	// report is what the last reconcile did (under mu), for the GatewayStatus object.
+	report report
+	// reporter writes the GatewayStatus object in Kubernetes mode; nil otherwise.
+	reporter *kube.StatusReporter
 }
 
 // New returns a gateway serving cfg on dp, attached already, adopting the state dp holds (an

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -40,6 +41,7 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 	// client-go logs (leader election, reflectors) through klog: send them to our log.
 	klog.SetSlogLogger(g.log.With("component", "client-go"))
 	var client kubernetes.Interface = g.opts.KubeClient
+	dyn := g.opts.KubeDynamic
 	if client == nil {
 		rc, err := kube.RestConfig(k.Kubeconfig)
 		if err != nil {
@@ -49,6 +51,13 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 		if client, err = kubernetes.NewForConfig(rc); err != nil {
 			return fmt.Errorf("kubernetes: client: %w", err)
 		}
+		if dyn, err = dynamic.NewForConfig(rc); err != nil {
+			return fmt.Errorf("kubernetes: dynamic client: %w", err)
+		}
+	}
+	if len(cfg.Pools) > 0 {
+		g.log.Warn("the config file has pools: in Kubernetes mode they belong in AddressPool objects (`xlb convert --pools` writes them from this file); the file's are still used, before the objects'",
+			"config", g.opts.ConfigPath, "pools", len(cfg.Pools))
 	}
 	identity, err := k.Identity()
 	if err != nil {
@@ -70,6 +79,7 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 		Class: k.LoadBalancerClass, DefaultClass: k.DefaultClass, IPMode: corev1.LoadBalancerIPMode(k.IPMode),
 		Forwarding: cfg.Datapath.Forwarding,
 		Pools:      kubePools(cfg),
+		Dynamic:    dyn,
 		Leader: kube.LeaderOptions{Namespace: k.LeaderElection.Namespace, Name: k.LeaderElection.LeaseName,
 			Identity: identity, LeaseDuration: k.LeaderElection.LeaseDuration,
 			RenewDeadline: k.LeaderElection.RenewDeadline, RetryPeriod: k.LeaderElection.RetryPeriod},
@@ -82,6 +92,16 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 	}
 	onHealth = m.ctrl.NodeHealthChanged
 	g.kube = m
+	if dyn != nil {
+		if g.reporter, err = kube.NewStatusReporter(kube.StatusReporterOptions{
+			Client: dyn, Name: identity, Snapshot: g.statusSnapshot, Leading: m.ctrl.Leading,
+			Log: g.log.With("component", "gateway-status"),
+		}); err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); g.reporter.Run(ctx) }()
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

@@ -104,6 +104,17 @@ func (g *Gateway) Reconcile() error {
 	}
 	g.down = down
 	g.coll.setServices(names)
+	g.mu.Lock()
+	var mh *minHealthy
+	if g.speaker != nil && g.bgpCfg != nil {
+		mh = &minHealthy{g.bgpCfg.MinHealthyBackends}
+	}
+	g.report.at, g.report.services, g.report.err = time.Now(), len(services), err
+	g.report.announced, g.report.withdrawn = vipReport(desired, mh)
+	g.mu.Unlock()
+	if g.reporter != nil {
+		g.reporter.Changed()
+	}
 	if err != nil {
 		g.reconciles.WithLabelValues("error").Inc()
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -74,8 +76,12 @@ type Options struct {
 	// gateways count for ReasonSharedEndpoints. Backends get their node's capability
 	// (lb.Backend.DSR, NodeDSR) in every mode.
 	Forwarding lb.Forwarding
-	// Pools are the address pools, in configuration order.
+	// Pools are the address pools of the config file, in configuration order. The pools of
+	// AddressPool objects follow them (Dynamic).
 	Pools []Pool
+	// Dynamic, if set, is the client the controller watches xlb.dev objects with (AddressPool)
+	// and writes their status through; nil uses the config file's pools only.
+	Dynamic dynamic.Interface
 	// Leader configures the election of the one gateway that allocates addresses and writes
 	// Service status and Events. Every gateway forwards and announces, leader or not.
 	Leader LeaderOptions
@@ -153,6 +159,11 @@ type Controller struct {
 	// targets is signalled when the node prober's targets must be rebuilt (coalesced: a burst
 	// of Service events costs one rebuild).
 	targets chan struct{}
+	// filePools are the config file's pools (Options.Pools, then SetPools); opts.Pools are the
+	// pools in use: these and the AddressPool objects' (ObjectPools).
+	filePools []Pool
+	// pobj is the AddressPool objects' state.
+	pobj poolObjects
 	// poolsGen counts SetPools calls, so that a leader's allocator built from older pools is
 	// brought up to date when installed.
 	poolsGen uint64
@@ -199,6 +210,8 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 		reported:  map[string]map[string]string{},
 		pending:   map[string]bool{},
 		targets:   make(chan struct{}, 1),
+		filePools: opts.Pools,
+		pobj:      poolObjects{changed: make(chan struct{}, 1), reported: map[string]PoolVerdict{}},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "xlb-services"}),
@@ -289,6 +302,25 @@ func (c *Controller) Run(ctx context.Context) error {
 			return fmt.Errorf("kube: the %v cache did not sync", typ)
 		}
 	}
+	// The pools of AddressPool objects before any Service is modelled: a leader priming its
+	// allocator without them would find their Services' addresses outside every pool.
+	// The wait is bounded: a gateway whose ServiceAccount may not list them (RBAC of an older
+	// release) must still serve the Services it can, from the file's pools.
+	if c.startPoolObjects(ctx) {
+		wctx, cancel := context.WithTimeout(ctx, poolSyncWait)
+		synced := cache.WaitForCacheSync(wctx.Done(), c.poolObjectsSynced)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil // stopped before the cache synced
+		case !synced:
+			c.log.Error("AddressPool objects not listed in time (RBAC: list and watch addresspools.xlb.dev?); going on with the pools known so far",
+				"waited", poolSyncWait)
+		}
+		if err := c.applyPools(); err != nil {
+			c.log.Error("address pools not applied", "error", err)
+		}
+	}
 	c.log.Info("kubernetes caches synced", "class", c.opts.Class)
 	c.updateTargets()
 	// A first pass over every Service, as a follower (addresses from status), before Synced says
@@ -308,7 +340,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); c.poolStatusLoop(ctx) }()
 	go func() { defer wg.Done(); c.targetLoop(ctx) }()
 	go func() { defer wg.Done(); c.work(ctx) }()
 	go func() { defer wg.Done(); c.elect(ctx) }()
@@ -742,14 +775,37 @@ func (c *Controller) Usage() []ipam.PoolUsage {
 	return c.alloc.Usage()
 }
 
-// SetPools replaces the address pools (a configuration reload). Invalid pools are refused and
-// the old ones stay. Services keep the addresses they hold (an address left outside every pool
-// keeps serving, with a Warning, until its Service asks for another); every Service is re-synced.
+// SetPools replaces the config file's address pools (a configuration reload); the AddressPool
+// objects' pools follow them. Invalid pools are refused and the old ones stay. Services keep
+// the addresses they hold (an address left outside every pool keeps serving, with a Warning,
+// until its Service asks for another); every Service is re-synced.
 func (c *Controller) SetPools(pools []Pool) error {
 	if _, err := newAllocator(pools); err != nil {
 		return err
 	}
+	objs, _ := c.listPoolObjects()
+	all, _ := ObjectPools(objs, pools)
+	if err := c.installPools(all); err != nil {
+		return err
+	}
 	c.mu.Lock()
+	c.filePools = pools
+	c.mu.Unlock()
+	c.poolStatusSoon()
+	return nil
+}
+
+// installPools makes pools the pools in use, unless they are invalid, and re-syncs every
+// Service when they changed.
+func (c *Controller) installPools(pools []Pool) error {
+	if _, err := newAllocator(pools); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if reflect.DeepEqual(c.opts.Pools, pools) {
+		c.mu.Unlock()
+		return nil
+	}
 	c.opts.Pools = pools
 	c.poolsGen++
 	if c.alloc != nil {
@@ -763,8 +819,18 @@ func (c *Controller) SetPools(pools []Pool) error {
 		}
 	}
 	c.mu.Unlock()
+	c.log.Info("address pools", "pools", poolNames(pools))
 	c.enqueueAll()
 	return nil
+}
+
+// poolNames returns the pools' names, in order.
+func poolNames(pools []Pool) []string {
+	out := make([]string, 0, len(pools))
+	for _, p := range pools {
+		out = append(out, p.Name)
+	}
+	return out
 }
 
 // Class returns the loadBalancerClass the controller serves.

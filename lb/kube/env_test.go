@@ -74,7 +74,10 @@ func controlPlane(t *testing.T) *kubetest.ControlPlane {
 		rbac := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "rbac.yaml")
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cpErr = kubetest.ApplyFile(ctx, cp.Admin(), rbac)
+		if cpErr = kubetest.ApplyFile(ctx, cp.Admin(), rbac); cpErr != nil {
+			return
+		}
+		cpErr = kubetest.InstallCRDs(ctx, cp.Admin(), filepath.Join(filepath.Dir(file), "..", "..", kubetest.CRDDir))
 	})
 	if cpErr != nil {
 		t.Fatalf("control plane: %v", cpErr)
