@@ -14,7 +14,7 @@ import (
 // the gateway's own pin path, the site's seed (the same on every gateway), the metrics server
 // on the namespace's 127.0.0.1, and in File mode one service "demo" on the site's VIPs whose
 // backends are pods (both of each pod's addresses), health-checked with GET /healthz on
-// TargetHTTP; in Kubernetes mode the pools and kubernetes sections instead (kubeYAML).
+// TargetHTTP; in Kubernetes mode the kubernetes section instead (kubeYAML).
 func (s *Site) ConfigYAML(g *Gateway, pods []*Pod) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# xlb lab site %s, gateway %s (generated: %s)\n", s.Prefix, g.Name, time.Now().Format(time.RFC3339))
@@ -106,26 +106,22 @@ func (s *Site) servicesYAML(b *strings.Builder, pods []*Pod) {
 	}
 }
 
-// kubeYAML is Kubernetes mode's pools and kubernetes sections: the lab pool, the gateway's
-// kubeconfig (the xlb ServiceAccount, the apiserver at ControlAddr4), its own gatewayName,
+// kubeYAML is Kubernetes mode's kubernetes section (the pool is an AddressPool object,
+// deploy/examples/addresspools.yaml): the gateway's kubeconfig (the xlb ServiceAccount, the apiserver at ControlAddr4), its own gatewayName,
 // short leader election timings and 1 s node probes.
 func (s *Site) kubeYAML(g *Gateway) string {
 	ipMode := ""
 	if s.Opts.ProxyIPMode {
 		ipMode = "  ipMode: Proxy\n"
 	}
-	return fmt.Sprintf(`pools:
-  - name: %s
-    addresses: [%s, "%s"]
-    avoidBuggyIPs: true
-kubernetes:
+	return fmt.Sprintf(`kubernetes:
   kubeconfig: %s
   gatewayName: %s
   nodeHealthPort: %d
   healthCheckInterval: 1s
   healthCheckTimeout: 500ms
   leaderElection: {leaseDuration: 4s, renewDeadline: 3s, retryPeriod: 500ms}
-%s`, PoolName, PoolRange4, PoolRange6, g.kubeconfigPath(), g.GatewayName(), proxyhealth.DefaultNodePort, ipMode)
+%s`, g.kubeconfigPath(), g.GatewayName(), proxyhealth.DefaultNodePort, ipMode)
 }
 
 // clusterPrefixes are the site's own prefixes, as the gateways' config lists them: the cluster

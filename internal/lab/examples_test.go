@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/xlb-dev/xlb/lb/kube/api/v1alpha1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -66,6 +69,14 @@ func TestExamples(t *testing.T) {
 			}
 			targets[k] = s.Name
 		}
+	}
+
+	var pools []*v1alpha1.AddressPool
+	decodeAll(t, filepath.Join(dir, "addresspools.yaml"), func() any { p := &v1alpha1.AddressPool{}; pools = append(pools, p); return p })
+	if len(pools) != 1 || pools[0].Name != PoolName ||
+		!slices.Equal(pools[0].Spec.Addresses, []string{PoolRange4.String(), PoolRange6.String()}) {
+		t.Errorf("addresspools.yaml: want one AddressPool %q of %s and %s, as the lab's plan (PoolRange4, PoolRange6); have %+v",
+			PoolName, PoolRange4, PoolRange6, pools)
 	}
 
 	nodes, pods := planSite(2, 5)

@@ -223,6 +223,14 @@ func (k *Kube) setup() error {
 			return err
 		}
 	}
+	// xlb's CRDs and the lab's AddressPool, before any gateway starts (as `helm install` and a
+	// kubectl apply of the operator's pools would).
+	if err := kubetest.InstallCRDs(ctx, admin, filepath.Join(k.DeployDir, "helm", "xlb", "crds")); err != nil {
+		return err
+	}
+	if err := kubetest.ApplyFile(ctx, admin, filepath.Join(k.DeployDir, "examples", "addresspools.yaml")); err != nil {
+		return err
+	}
 	if err := kubetest.ApplyFile(ctx, admin, filepath.Join(k.DeployDir, "examples", "services.yaml")); err != nil {
 		return err
 	}
@@ -232,7 +240,7 @@ func (k *Kube) setup() error {
 	if err := k.runEndpointController(ctx); err != nil {
 		return err
 	}
-	s.logf("kubernetes: RBAC, %d nodes, the example Services and their EndpointSlices applied", len(s.Nodes))
+	s.logf("kubernetes: RBAC, xlb's CRDs, the AddressPool %q, %d nodes, the example Services and their EndpointSlices applied", PoolName, len(s.Nodes))
 	for _, g := range s.Gateways {
 		if err := kubetest.WriteKubeconfig(g.kubeconfigPath(), k.CP.Controller()); err != nil {
 			return err

@@ -24,7 +24,7 @@ import (
 // first client to each Service's addresses and ports.
 func (s *Site) demoKube(ctx context.Context, w io.Writer, fail func(string, ...any)) {
 	k := s.Kube
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+objectsWait)
 	defer cancel()
 	fmt.Fprintf(w, "\n== The control plane ==\n")
 	fmt.Fprintf(w, "  kube-apiserver %s + etcd %s in namespace %s, at %s (ready in %v)\n", kubetest.KubeVersion,
@@ -53,6 +53,7 @@ func (s *Site) demoKube(ctx context.Context, w io.Writer, fail func(string, ...a
 		vips = append(vips, a...)
 	}
 	s.demoRouting(w, fail, vips)
+	s.demoObjects(ctx, w, fail, vips)
 
 	c := s.Clients[0]
 	fmt.Fprintf(w, "\n== Requests from client %s to every Service (a new connection or socket each) ==\n", c.Name)
