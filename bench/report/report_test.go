@@ -101,6 +101,14 @@ func TestValidate(t *testing.T) {
 		t.Errorf("ratio marks %v %v, want the ceiling's invalid, nftables' not", rep.Ratios[0].Invalid, rep.Ratios[1].Invalid)
 	}
 
+	// The ceiling's CPU time disturbed: xlb looks cheaper than it.
+	rep = quiet()
+	rep.Rows[0] = costRow(CeilingDatapath, []float64{5, 5.2, 5.1}, []float64{250, 252, 251}, []float64{20, 20.5, 20.2})
+	rep.Validate(b, 0.3)
+	if got := rep.InvalidRows(); len(got) != 2 || !strings.Contains(strings.Join(rep.Rows[1].Invalid, ";"), "cpu ns/pkt") {
+		t.Errorf("invalid rows %v (xlb: %q), want the ceiling and xlb, by cpu ns", got, rep.Rows[1].Invalid)
+	}
+
 	// Spreads: Mpps (nftables, ±25%) and cost (xlb's bpf ns, ±15%).
 	rep = quiet()
 	rep.Rows[2] = costRow("nftables", []float64{0.5, 0.7, 0.85}, []float64{1400, 1410, 1390}, nil)

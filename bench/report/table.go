@@ -33,19 +33,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "each row: median of %d runs of %s; generator on CPU %d, gateway NAPI (and sink) on CPU %d; %s\n",
 		r.Method.Repeats, r.Method.Duration, r.Method.GenCPU, r.Method.GatewayCPU, loop)
 	fmt.Fprintln(w, "cost columns: cpu ns = CPU time of the gateway's threads per unit (NAPI thread, ksoftirqd, AF_XDP worker; schedstat);")
-	fmt.Fprintln(w, "bpf ns = the datapath program's run_time_ns/run_cnt (bpf_stats); gw other = other processes' share of the gateway CPU")
+	fmt.Fprintln(w, "bpf ns = the datapath program's run_time_ns/run_cnt (bpf_stats); gw other = other processes' share of the gateway CPU;")
+	fmt.Fprintln(w, "per wake = units per time the gateway's threads were scheduled in (small: a starved generator, each wake-up's cost on fewer packets)")
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "datapath\tmix\tflows\tsize\tunit\tMpps\tmin\tmax\tspread\tcpu ns\tspread\tbpf ns/pkt\tspread\tgw other\toffered\tloss\tct entries\truns\tvalid\t")
+	fmt.Fprintln(tw, "datapath\tmix\tflows\tsize\tunit\tMpps\tmin\tmax\tspread\tcpu ns\tspread\tbpf ns/pkt\tspread\tgw other\tper wake\toffered\tloss\tct entries\truns\tvalid\t")
 	for _, row := range r.Rows {
 		if row.Skip != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t0\t-\t  %s\n", row.Datapath, row.Mix, run.FlowsLabel(row.Flows), row.Size, row.Mix.Unit(), row.Skip)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t0\t-\t  %s\n", row.Datapath, row.Mix, run.FlowsLabel(row.Flows), row.Size, row.Mix.Unit(), row.Skip)
 			continue
 		}
-		var offered, foreign []float64
+		var offered, foreign, wake []float64
 		for _, s := range row.Samples {
 			offered = append(offered, s.OfferedMpps)
 			foreign = append(foreign, s.Cost.GwForeignPct)
+			wake = append(wake, s.Cost.PerWake)
 		}
 		ct := "-"
 		if row.ConntrackFlows >= 0 {
@@ -63,10 +65,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if row.Attempts > 1 {
 			runs = fmt.Sprintf("%d (try %d)", len(row.Samples), row.Attempts)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%s\t%.3f\t%.3f\t%.3f\t±%.0f%%\t%.0f\t±%.0f%%\t%s\t%s\t%.0f%%\t%.3f\t%.1f%%\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%dB\t%s\t%.3f\t%.3f\t%.3f\t±%.0f%%\t%.0f\t±%.0f%%\t%s\t%s\t%.0f%%\t%.0f\t%.3f\t%.1f%%\t%s\t%s\t%s\t\n",
 			row.Datapath, row.Mix, run.FlowsLabel(row.Flows), row.Size, row.Mix.Unit(), row.Mpps.Median, row.Mpps.Min, row.Mpps.Max,
 			row.Mpps.SpreadPct()/2, row.CPUNs.Median, row.CPUNs.SpreadPct()/2, bpf, bpfSpread, run.Summarize(foreign).Median,
-			run.Summarize(offered).Median, row.LossPct.Median, ct, runs, valid)
+			run.Summarize(wake).Median, run.Summarize(offered).Median, row.LossPct.Median, ct, runs, valid)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

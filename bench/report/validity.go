@@ -85,6 +85,10 @@ func (r *Report) Validate(b Bounds, load float64) {
 		if row.BPFNs.Median > 0 && c.BPFNs.Median > 0 && row.BPFNs.Median < c.BPFNs.Median {
 			row.Invalid = append(row.Invalid, fmt.Sprintf("cheaper than the plain-redirect ceiling (%.1f < %.1f bpf ns/pkt)", row.BPFNs.Median, c.BPFNs.Median))
 		}
+		if row.CPUNs.Median > 0 && row.CPUNs.Median < c.CPUNs.Median {
+			row.Invalid = append(row.Invalid, fmt.Sprintf("cheaper than the plain-redirect ceiling (%.0f < %.0f cpu ns/pkt)", row.CPUNs.Median, c.CPUNs.Median))
+			c.Invalid = append(c.Invalid, fmt.Sprintf("dearer than %s (%.0f > %.0f cpu ns/pkt): the ceiling was disturbed", row.Name, c.CPUNs.Median, row.CPUNs.Median))
+		}
 	}
 	for i := range r.Rows {
 		row := &r.Rows[i]

@@ -138,6 +138,7 @@ type costSnapshot struct {
 	gw, gen cpuTimes
 	own     time.Duration
 	threads time.Duration // CPU time of the gateway's threads (gatewayThreads)
+	wakes   uint64        // times those threads were scheduled in
 	prog    progStats
 	at      time.Time
 }
@@ -181,26 +182,32 @@ func (r *Runner) gatewayThreads(t *topo.Topology) ([]string, error) {
 	return out, nil
 }
 
-// threadTime sums the CPU time (schedstat's first field, ns) of the threads; a thread that is
-// gone counts nothing.
-func threadTime(paths []string) (time.Duration, error) {
+// threadTime sums the CPU time (schedstat's first field, ns) of the threads and how many times
+// they were scheduled in (its third); a thread that is gone counts nothing.
+func threadTime(paths []string) (time.Duration, uint64, error) {
 	var sum time.Duration
+	var runs uint64
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
 		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			return 0, fmt.Errorf("%s: empty", p)
+		if len(f) < 3 {
+			return 0, 0, fmt.Errorf("%s: %q: want 3 fields", p, b)
 		}
 		ns, err := strconv.ParseUint(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p, err)
+			return 0, 0, fmt.Errorf("%s: %w", p, err)
+		}
+		n, err := strconv.ParseUint(f[2], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", p, err)
 		}
 		sum += time.Duration(ns)
+		runs += n
 	}
-	return sum, nil
+	return sum, runs, nil
 }
 
 // costSnap reads the gateway's and the generator's CPU times, this process's user time, the
@@ -208,7 +215,7 @@ func threadTime(paths []string) (time.Duration, error) {
 func (r *Runner) costSnap(dp Datapath, threads []string) (costSnapshot, error) {
 	var s costSnapshot
 	var err error
-	if s.threads, err = threadTime(threads); err != nil {
+	if s.threads, s.wakes, err = threadTime(threads); err != nil {
 		return s, err
 	}
 	if s.gw, err = readCPUTimes(r.opts.GatewayCPU); err != nil {
@@ -243,6 +250,10 @@ type Cost struct {
 	// kernel time inflates.
 	CPUNsPerUnit  float64
 	TickNsPerUnit float64
+	// PerWake is the frames the sink counted per time the gateway's threads were scheduled in:
+	// the batch each wake-up's fixed cost is shared by. A starved generator makes it small and
+	// the cost per frame larger.
+	PerWake float64 `json:",omitempty"`
 	// GwBusyPct, GwForeignPct, GwStealPct, GwIdlePct are the gateway CPU's shares of the
 	// sample: the kernel time counted above, other processes' user time, the hypervisor's
 	// steal, idle. GenForeignPct is other processes' user time on the generator's CPU.
@@ -271,6 +282,9 @@ func costOf(before, after costSnapshot, units uint64, worker bool) Cost {
 	if units > 0 {
 		c.CPUNsPerUnit = float64(after.threads-before.threads) / float64(units)
 		c.TickNsPerUnit = float64(busy) / float64(units)
+	}
+	if w := after.wakes - before.wakes; w > 0 {
+		c.PerWake = float64(units) / float64(w)
 	}
 	pct := func(part time.Duration, of uint64) float64 {
 		if of == 0 {

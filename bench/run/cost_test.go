@@ -25,7 +25,7 @@ func TestParseCPUTimes(t *testing.T) {
 // TestCostOf: kernel ticks per frame, bpf_stats per run and per frame, the CPUs' shares; a
 // userspace worker's time counts as the gateway's, not as foreign.
 func TestCostOf(t *testing.T) {
-	before := costSnapshot{prog: progStats{runtime: time.Second, runs: 1000}, threads: time.Second}
+	before := costSnapshot{prog: progStats{runtime: time.Second, runs: 1000}, threads: time.Second, wakes: 10}
 	after := costSnapshot{
 		// 200 ticks on the gateway: 100 kernel (80 system, 5 irq, 15 softirq), 60 user, 10
 		// steal, 30 idle; on the generator 200 ticks, 20 of them user.
@@ -33,11 +33,15 @@ func TestCostOf(t *testing.T) {
 		gen:     cpuTimes{user: 20, system: 180},
 		own:     400 * time.Millisecond,
 		threads: time.Second + 900*time.Millisecond,
+		wakes:   110,
 		prog:    progStats{runtime: time.Second + 30*time.Millisecond, runs: 1000 + 600_000},
 	}
 	c := costOf(before, after, 200_000, false)
 	if !near(c.CPUNsPerUnit, 0.9e9/200_000) || !near(c.TickNsPerUnit, 1e9/200_000) || !near(c.BPFNsPerPkt, 50) || !near(c.BPFNsPerUnit, 150) || c.BPFRuns != 600_000 {
 		t.Errorf("costs %+v: want 4500 cpu ns (threads) and 5000 (ticks) per frame, 50 bpf ns per run, 150 per frame", c)
+	}
+	if !near(c.PerWake, 2000) {
+		t.Errorf("%.1f frames per wake-up, want 2000", c.PerWake)
 	}
 	if !near(c.GwBusyPct, 50) || !near(c.GwForeignPct, 30) || !near(c.GwStealPct, 5) || !near(c.GwIdlePct, 15) || !near(c.GenForeignPct, 10) {
 		t.Errorf("shares %+v: want busy 50, foreign 30, steal 5, idle 15, generator foreign 10", c)
