@@ -103,9 +103,11 @@ func Load(cfg Config) (d *Datapath, err error) {
 		return nil, fmt.Errorf("AF_XDP datapath: load the steer program's spec: %w", err)
 	}
 	d = &Datapath{cfg: cfg, log: log, start: time.Now(), ports: map[string]*attachment{}}
+	// The failure paths return a nil d: close the maps of this one.
+	made := d
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, d.closeMaps())
+			err = errors.Join(err, made.closeMaps())
 		}
 	}()
 	if d.steerMap, err = ebpf.NewMap(spec.Maps["steer"]); err != nil {
