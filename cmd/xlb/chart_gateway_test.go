@@ -28,18 +28,21 @@ import (
 // configuration file the chart renders into its ConfigMap, the chart's RBAC applied to a real
 // kube-apiserver (Kubernetes mode, as the ServiceAccount xlb), and exactly the capabilities the
 // chart's container adds (uid 0 with every other capability out of the bounding set, no new
-// privileges: what the runtime gives a container that drops ALL). The gateway loads and
-// attaches its datapath and becomes ready; stopped and started again (a Pod replaced in an
-// upgrade), it adopts the pinned datapath with the same capabilities. Then the same without
-// each of those capabilities in turn: it never becomes ready, so the chart grants none that
-// xlb run does without.
+// privileges: what the runtime gives a container that drops ALL). For the XDP datapath and the
+// AF_XDP one (whose capabilities the chart adds when the file asks for it), the gateway loads
+// and attaches its datapath and becomes ready; stopped and started again (a Pod replaced in an
+// upgrade), an XDP gateway adopts its pinned datapath with the same capabilities. Then the same
+// without each of those capabilities in turn: it fails with an error, so the chart grants none
+// that xlb run does without.
 func TestChartGatewayCapabilities(t *testing.T) {
 	const chartReadyTimeout = 90 * time.Second
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root (BPF, netns, bpffs)")
 	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Fatalf("needs setpriv (util-linux): %v", err)
+	for _, bin := range []string{"setpriv", "prlimit", "nsenter"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("needs %s (util-linux): %v", bin, err)
+		}
 	}
 	h, err := helmtest.Find()
 	if err != nil {
@@ -68,128 +71,152 @@ func TestChartGatewayCapabilities(t *testing.T) {
 	if err := kubetest.WriteKubeconfig(kubeconfig, cp.Controller()); err != nil {
 		t.Fatal(err)
 	}
-	pin := filepath.Join("/sys/fs/bpf", p)
-	values := fmt.Sprintf(`agent: {enabled: false}
+	admin := kubernetes.NewForConfigOrDie(cp.Admin())
+	for _, kind := range []string{"xdp", "afxdp"} {
+		t.Run(kind, func(t *testing.T) {
+			pin := filepath.Join("/sys/fs/bpf", p+kind)
+			t.Cleanup(func() { _ = os.RemoveAll(pin) })
+			values := fmt.Sprintf(`agent: {enabled: false}
 gateway:
   enabled: true
   interfaces: [{name: gx0, role: both}]
   config:
     listen: 127.0.0.1:9610
-    datapath: {seed: 1, pinPath: %s}
+    datapath: {kind: %s, seed: 1, pinPath: %s}
     kubernetes: {kubeconfig: %s, gatewayName: gw-caps, nodeHealthPort: 0}
     services:
       - {name: bastion, vips: [198.18.99.1], ports: [{port: 22}], backends: [{address: 198.18.2.10}]}
-`, pin, kubeconfig)
-	valuesFile := filepath.Join(dir, "values.yaml")
-	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := h.Template(ctx, helmtest.Render{Chart: filepath.Join(repo, helmtest.ChartDir), ValuesFiles: []string{valuesFile},
-		Set: []string{"namespace.create=true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	manifest := filepath.Join(dir, "chart.yaml")
-	if err := os.WriteFile(manifest, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := kubetest.ApplyFile(ctx, cp.Admin(), manifest); err != nil {
-		t.Fatalf("apply the chart: %v", err)
-	}
-	// What the chart's gateway runs with, read back from the apiserver.
-	admin := kubernetes.NewForConfigOrDie(cp.Admin())
-	ds, err := admin.AppsV1().DaemonSets("xlb-system").Get(ctx, "xlb-gateway", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caps, args := gatewayContainer(t, ds)
-	cm, err := admin.CoreV1().ConfigMaps("xlb-system").Get(ctx, "xlb-gateway", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgPath := configFile(t, cm, args, dir)
-	t.Logf("the chart's gateway: capabilities %v, args %q", caps, args)
+`, kind, pin, kubeconfig)
+			dir := t.TempDir()
+			valuesFile := filepath.Join(dir, "values.yaml")
+			if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := h.Template(ctx, helmtest.Render{Chart: filepath.Join(repo, helmtest.ChartDir), ValuesFiles: []string{valuesFile},
+				Set: []string{"namespace.create=true"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			manifest := filepath.Join(dir, "chart.yaml")
+			if err := os.WriteFile(manifest, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := kubetest.ApplyFile(ctx, cp.Admin(), manifest); err != nil {
+				t.Fatalf("apply the chart: %v", err)
+			}
+			// What the chart's gateway runs with, read back from the apiserver.
+			ds, err := admin.AppsV1().DaemonSets("xlb-system").Get(ctx, "xlb-gateway", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			caps, args := gatewayContainer(t, ds)
+			cm, err := admin.CoreV1().ConfigMaps("xlb-system").Get(ctx, "xlb-gateway", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfgPath := configFile(t, cm, args, dir)
+			t.Logf("the chart's gateway: capabilities %v, args %q", caps, args)
+			g := chartGateway{netns: gw, config: cfgPath, pin: pin, timeout: chartReadyTimeout}
 
-	// run starts xlb run with caps, waits until it is ready or gone, and stops it (SIGTERM: the
-	// datapath stays pinned); unless keep, it removes the pins then.
-	run := func(caps []string, keep bool) (ready bool, log string) {
-		t.Helper()
-		bounding := "-all"
-		for _, c := range caps {
-			bounding += ",+" + strings.ToLower(c)
-		}
-		var buf bytes.Buffer
-		cmd := exec.Command("nsenter", "--net=/run/netns/"+gw.Name,
-			"setpriv", "--bounding-set="+bounding, "--no-new-privs", "--",
-			os.Args[0], "run", "--config", cfgPath)
-		cmd.Env = append(os.Environ(), envDaemon+"=1")
-		cmd.Stdout, cmd.Stderr = &buf, &buf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start xlb run: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		defer func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
+			ready, log := g.run(t, caps, true)
+			if !ready {
+				t.Fatalf("xlb run with the chart's capabilities %v did not become ready within %v:\n%s", caps, chartReadyTimeout, log)
 			}
-			if keep {
-				return
+			// It ran as the ServiceAccount xlb: it took the Lease the chart's Role lets it take
+			// (and released it at SIGTERM).
+			lease, err := admin.CoordinationV1().Leases("xlb-system").Get(ctx, "xlb-controller", metav1.GetOptions{})
+			if err != nil || lease.Spec.AcquireTime == nil {
+				t.Errorf("the Lease xlb-system/xlb-controller after the gateway was ready: %+v, %v; want it acquired", lease, err)
 			}
-			cleanup := exec.Command("nsenter", "--net=/run/netns/"+gw.Name, os.Args[0], "cleanup", "--pin-path", pin)
-			cleanup.Env = append(os.Environ(), envDaemon+"=1")
-			if out, err := cleanup.CombinedOutput(); err != nil {
-				t.Errorf("xlb cleanup --pin-path %s: %v: %s", pin, err, out)
+			if kind == "xdp" {
+				// A new Pod of the gateway adopts what the last one left pinned (the file's
+				// service). The AF_XDP datapath pins nothing.
+				ready, log = g.run(t, caps, false)
+				if !ready || !strings.Contains(log, `msg="adopted datapath state" vips=1 backends=1`) {
+					t.Fatalf("xlb run with the chart's capabilities %v over the pinned datapath: ready %v, want it ready with the pinned VIP adopted:\n%s",
+						caps, ready, log)
+				}
 			}
-			// What xlb cleanup leaves is TestDaemonE2E's concern; here each run starts afresh.
-			_ = os.RemoveAll(pin)
-		}()
-		// The verifier may take a while over the XDP program on a loaded machine.
-		deadline := time.Now().Add(chartReadyTimeout)
-		for time.Now().Before(deadline) {
-			select {
-			case <-exited:
-				return false, fmt.Sprintf("%s(%v)", buf.String(), cmd.ProcessState)
-			default:
+			for _, drop := range caps {
+				fewer := slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return c == drop })
+				ready, log := g.run(t, fewer, false)
+				switch {
+				case ready:
+					t.Errorf("xlb run became ready without %s (with %v): the chart grants more than it needs\n%s", drop, fewer, tail(log, 15))
+				case !strings.HasSuffix(log, "(exit status 1)"):
+					t.Errorf("xlb run without %s did not fail with an error (exit status 1): a crash?\n%s", drop, tail(log, 40))
+				default:
+					t.Logf("without %s: not ready; %s", drop, strings.TrimSpace(tail(log, 2)))
+				}
 			}
-			if code, _, err := gw.HTTPGet("127.0.0.1:9610", "/readyz", reqTimeout); err == nil && code == http.StatusOK {
-				return true, buf.String()
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return false, buf.String()
+		})
 	}
+}
 
-	t.Cleanup(func() { _ = os.RemoveAll(pin) })
-	ready, log := run(caps, true)
-	if !ready {
-		t.Fatalf("xlb run with the chart's capabilities %v did not become ready within %v:\n%s", caps, chartReadyTimeout, log)
+// chartGateway runs xlb run as the chart's gateway container would.
+type chartGateway struct {
+	netns   *netlab.NS    // the host's network, here a test namespace
+	config  string        // the ConfigMap's file
+	pin     string        // datapath.pinPath
+	timeout time.Duration // bound of a start
+}
+
+// run starts xlb run with exactly caps (uid 0, every other capability out of the bounding
+// set, no new privileges, 8 MiB of locked memory), waits until it is ready or gone,
+// and stops it (SIGTERM: an XDP datapath stays pinned); unless keep, it removes the pins then.
+func (g chartGateway) run(t *testing.T, caps []string, keep bool) (ready bool, log string) {
+	t.Helper()
+	bounding := "-all"
+	for _, c := range caps {
+		bounding += ",+" + strings.ToLower(c)
 	}
-	// It ran as the ServiceAccount xlb: it took the Lease the chart's Role lets it take (and
-	// released it at SIGTERM).
-	lease, err := admin.CoordinationV1().Leases("xlb-system").Get(ctx, "xlb-controller", metav1.GetOptions{})
-	if err != nil || lease.Spec.AcquireTime == nil {
-		t.Errorf("the Lease xlb-system/xlb-controller after the gateway was ready: %+v, %v; want it acquired", lease, err)
+	var buf bytes.Buffer
+	// 8 MiB of locked memory: systemd's default, which container runtimes pass on.
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+g.netns.Name,
+		"prlimit", "--memlock=8388608:8388608",
+		"setpriv", "--bounding-set="+bounding, "--no-new-privs", "--",
+		os.Args[0], "run", "--config", g.config)
+	cmd.Env = append(os.Environ(), envDaemon+"=1")
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start xlb run: %v", err)
 	}
-	// A new Pod of the gateway adopts what the last one left pinned (the file's service).
-	ready, log = run(caps, false)
-	if !ready || !strings.Contains(log, `msg="adopted datapath state" vips=1 backends=1`) {
-		t.Fatalf("xlb run with the chart's capabilities %v over the pinned datapath: ready %v, want it ready with the pinned VIP adopted:\n%s",
-			caps, ready, log)
-	}
-	for _, drop := range caps {
-		fewer := slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return c == drop })
-		if ready, log := run(fewer, false); ready {
-			t.Errorf("xlb run became ready without %s (with %v): the chart grants more than it needs\n%s", drop, fewer, tail(log, 15))
-		} else {
-			t.Logf("without %s: not ready; %s", drop, strings.TrimSpace(tail(log, 2)))
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
 		}
+		if keep {
+			return
+		}
+		cleanup := exec.Command("nsenter", "--net=/run/netns/"+g.netns.Name, os.Args[0], "cleanup", "--pin-path", g.pin)
+		cleanup.Env = append(os.Environ(), envDaemon+"=1")
+		if out, err := cleanup.CombinedOutput(); err != nil {
+			t.Errorf("xlb cleanup --pin-path %s: %v: %s", g.pin, err, out)
+		}
+		// What xlb cleanup leaves is TestDaemonE2E's concern; here each run starts afresh.
+		_ = os.RemoveAll(g.pin)
+	}()
+	// The verifier may take a while over the XDP program on a loaded machine.
+	deadline := time.Now().Add(g.timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return false, fmt.Sprintf("%s(%v)", buf.String(), cmd.ProcessState)
+		default:
+		}
+		if code, _, err := g.netns.HTTPGet("127.0.0.1:9610", "/readyz", reqTimeout); err == nil && code == http.StatusOK {
+			return true, buf.String()
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	return false, buf.String()
 }
 
 // gatewayContainer returns the capabilities the chart's gateway container adds (checking that
