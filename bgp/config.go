@@ -72,6 +72,9 @@ type Peer struct {
 	// are ignored, and the rest is 1 to 80 bytes. Empty means no MD5. The speaker reads the
 	// file when the peer is added, and an unreadable or empty file is an error.
 	PasswordFile string
+	// Password is the TCP MD5 password itself (1 to 80 bytes), for a password that does not
+	// come from a file (a Kubernetes Secret); at most one of Password and PasswordFile is set.
+	Password string
 	// MultihopTTL, when non-zero, allows an eBGP neighbour that many hops away.
 	MultihopTTL uint8
 	// HoldTime is the hold time proposed in OPEN (whole seconds, 0 → 9 s, else at least 3 s).
@@ -229,6 +232,12 @@ func (p Peer) Validate() error {
 	if d := p.WithDefaults(); d.KeepaliveTime >= d.HoldTime {
 		errs = append(errs, fmt.Errorf("keepaliveTime %v: must be less than holdTime %v", d.KeepaliveTime, d.HoldTime))
 	}
+	if p.Password != "" && p.PasswordFile != "" {
+		errs = append(errs, errors.New("password and passwordFile: set at most one"))
+	}
+	if len(p.Password) > 80 {
+		errs = append(errs, fmt.Errorf("password: %d bytes, at most 80 (TCP_MD5SIG_MAXKEYLEN)", len(p.Password)))
+	}
 	if p.BFD.Enabled {
 		if err := p.BFD.Validate(); err != nil {
 			errs = append(errs, err)
@@ -271,4 +280,13 @@ func seconds(field string, d, lo, hi time.Duration) error {
 		return fmt.Errorf("%s %v: must be whole seconds", field, d)
 	}
 	return nil
+}
+
+// String describes the peer for logs and messages, never with its password.
+func (p Peer) String() string {
+	s := fmt.Sprintf("peer %v AS %d", p.Address, p.ASN)
+	if p.Password != "" || p.PasswordFile != "" {
+		s += " (MD5)"
+	}
+	return s
 }

@@ -11,8 +11,15 @@ import (
 // maxPassword is the longest TCP MD5 password the kernel takes (TCP_MD5SIG_MAXKEYLEN).
 const maxPassword = 80
 
-// password reads p's TCP MD5 password from its PasswordFile ("" when there is none).
+// password returns p's TCP MD5 password: its Password, or read from its PasswordFile ("" when
+// there is none).
 func password(p bgp.Peer) (string, error) {
+	if p.Password != "" {
+		if len(p.Password) > maxPassword {
+			return "", fmt.Errorf("peer %v: password: longer than %d bytes", p.Address, maxPassword)
+		}
+		return p.Password, nil
+	}
 	if p.PasswordFile == "" {
 		return "", nil
 	}

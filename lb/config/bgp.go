@@ -25,7 +25,8 @@ const (
 )
 
 // bgp walks the bgp section.
-func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
+// In Kubernetes mode (kube) the peers may be BGPPeer objects instead of the section's.
+func (d *decoder) bgp(n *yaml.Node, path string, kube bool) *BGP {
 	o, ok := d.object(n, path, bgpFields)
 	if !ok {
 		return nil
@@ -64,8 +65,10 @@ func (d *decoder) bgp(n *yaml.Node, path string) *BGP {
 	}
 	attrs := d.routeAttributes(o)
 	b.Communities, b.LargeCommunities, b.LocalPref, b.MED = attrs.Communities, attrs.LargeCommunities, attrs.LocalPref, attrs.MED
-	if v := d.required(o, "peers", "list at least one BGP neighbour"); v != nil {
-		b.Peers = d.bgpPeers(v, o.at("peers"), b.ListenPort)
+	if v := o.get("peers"); v != nil {
+		b.Peers = d.bgpPeers(v, o.at("peers"), b.ListenPort, kube)
+	} else if !kube {
+		d.required(o, "peers", "list at least one BGP neighbour; in Kubernetes mode, BGPPeer objects may list them instead")
 	}
 	return b
 }
@@ -118,12 +121,12 @@ func (d *decoder) routeAttributes(o object) lb.RouteAttributes {
 	return a
 }
 
-func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16) []bgp.Peer {
+func (d *decoder) bgpPeers(n *yaml.Node, path string, listenPort uint16, kube bool) []bgp.Peer {
 	items, ok := d.list(n, path)
 	if !ok {
 		return nil
 	}
-	if len(items) == 0 {
+	if len(items) == 0 && !kube {
 		d.failf(n, path, "empty (list at least one BGP neighbour)")
 	}
 	var out []bgp.Peer

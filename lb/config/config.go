@@ -128,8 +128,9 @@ type BGP struct {
 	// MED (key med) is the MULTI_EXIT_DISC of every route, 0 to 4294967295; nil (absent) sends
 	// none.
 	MED *uint32
-	// Peers (key peers; required, at least one) are the BGP neighbours, each address once, as
-	// the speaker takes them. The keys of an item:
+	// Peers (key peers; required, at least one, outside Kubernetes mode, where BGPPeer objects
+	// may list them instead) are the BGP neighbours, each address once, as the speaker takes
+	// them. The keys of an item:
 	//   - Address (key address; required) is the neighbour's unicast IPv4 or IPv6 address; its
 	//     family is the session's, and the session carries the VIPs of that family only.
 	//   - ASN (key asn; required) is the neighbour's AS number, 1 to 4294967295: bgp.asn for

@@ -322,7 +322,7 @@ func TestErrors(t *testing.T) {
 			"xlb.yaml:6: services[0].bgp: want a mapping, got a list"},
 		// bgp
 		{"bgp without peers", "interfaces: [{name: ext0, role: both}]\nbgp:\n  routerID: 198.18.0.1\n  asn: 65001\n",
-			"xlb.yaml:3: bgp.peers: missing (list at least one BGP neighbour)"},
+			"xlb.yaml:3: bgp.peers: missing (list at least one BGP neighbour; in Kubernetes mode, BGPPeer objects may list them instead)"},
 		{"bgp router ID IPv6", bgpFile("  routerID: \"2001:db8::1\"\n  asn: 65001\n", ""),
 			"xlb.yaml:3: bgp.routerID: 2001:db8::1 is not an IPv4 address (a BGP identifier is one, even for IPv6 sessions)"},
 		{"bgp router ID zero", bgpFile("  routerID: 0.0.0.0\n  asn: 65001\n", ""),

@@ -164,3 +164,15 @@ xlb.yaml:8: services[0].vips[2]: 198.18.100.7 is in pool "edge" (pools[0].addres
 		t.Errorf("standalone service a/web: %v", err)
 	}
 }
+
+// TestKubernetesWithoutPoolsOrPeers: in Kubernetes mode the pools and the BGP peers may all be
+// objects (AddressPool, BGPPeer): a file with neither is valid.
+func TestKubernetesWithoutPoolsOrPeers(t *testing.T) {
+	cfg, err := Parse("xlb.yaml", []byte("interfaces: [{name: ext0, role: both}]\nbgp:\n  routerID: 198.18.0.1\n  asn: 65001\nkubernetes: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Pools) != 0 || cfg.BGP == nil || len(cfg.BGP.Peers) != 0 || cfg.Kubernetes == nil {
+		t.Errorf("parsed %+v", cfg)
+	}
+}

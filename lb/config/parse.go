@@ -120,7 +120,7 @@ func (d *decoder) config(root *yaml.Node) *Config {
 		d.services(n, "services", cfg)
 	}
 	if n := o.get("bgp"); n != nil {
-		cfg.BGP = d.bgp(n, "bgp")
+		cfg.BGP = d.bgp(n, "bgp", o.get("kubernetes") != nil)
 	}
 	d.poolsAndKubernetes(o, cfg)
 	return cfg

@@ -246,3 +246,67 @@ func (g *Gateway) reloadBGP(c *config.BGP) *config.BGP {
 	}
 	return c
 }
+
+// withObjectPeers returns the bgp section c with the peers of the BGPPeer objects that select
+// this gateway added after the file's, and what kept any of them out: an address the file
+// has (the file wins), or a peer the speaker's configuration refuses with the others (a
+// passive peer without listenPort, say). Without BGPPeers (outside Kubernetes mode) it is c.
+func (g *Gateway) withObjectPeers(c *config.BGP) (*config.BGP, []string) {
+	if g.peers == nil {
+		return c, nil
+	}
+	objPeers, problems := g.peers.Peers()
+	if len(objPeers) == 0 {
+		return c, problems
+	}
+	if c == nil {
+		return nil, append(problems, fmt.Sprintf("%d BGPPeer objects select this gateway, but its config file has no bgp section (router ID, AS number): none is used", len(objPeers)))
+	}
+	out := *c
+	out.Peers = slices.Clone(c.Peers)
+	for _, p := range objPeers {
+		if slices.ContainsFunc(c.Peers, func(f bgp.Peer) bool { return f.Address == p.Address }) {
+			problems = append(problems, fmt.Sprintf("BGPPeer for %v: the config file has a peer of that address, which wins", p.Address))
+			continue
+		}
+		try := out
+		try.Peers = append(slices.Clone(out.Peers), p)
+		if err := bgpConfig(&try).Validate(); err != nil {
+			problems = append(problems, fmt.Sprintf("BGPPeer for %v: %v", p.Address, err))
+			continue
+		}
+		out.Peers = try.Peers
+	}
+	return &out, problems
+}
+
+// applyPeers applies the BGPPeer objects' peers to the running speaker (PeerSource changed),
+// next to the file's.
+func (g *Gateway) applyPeers() {
+	g.mu.Lock()
+	file := g.cfg.BGP
+	g.mu.Unlock()
+	merged, problems := g.withObjectPeers(file)
+	bgpCfg := g.reloadBGP(merged)
+	g.mu.Lock()
+	g.bgpCfg = bgpCfg
+	g.peerProblems = problems
+	g.mu.Unlock()
+	g.log.Info("BGPPeer objects applied", "peers", peerAddrs(bgpCfg), "problems", len(problems))
+	if g.reporter != nil {
+		g.reporter.Changed()
+	}
+	g.trigger()
+}
+
+// peerAddrs lists c's peers' addresses (c nil: none).
+func peerAddrs(c *config.BGP) []string {
+	if c == nil {
+		return nil
+	}
+	out := make([]string, 0, len(c.Peers))
+	for _, p := range c.Peers {
+		out = append(out, p.Address.String())
+	}
+	return out
+}

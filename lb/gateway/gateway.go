@@ -200,13 +200,20 @@ type Gateway struct {
 	report report
 	// reporter writes the GatewayStatus object in Kubernetes mode; nil otherwise.
 	reporter *kube.StatusReporter
+	// peers follows the BGPPeer objects that select this gateway (Kubernetes mode); nil
+	// otherwise. peersChanged tells Run to apply them.
+	peers        *kube.PeerSource
+	peersChanged chan struct{}
+	// peerProblems are the BGPPeers not used, last time they were applied (under mu).
+	peerProblems []string
 }
 
 // New returns a gateway serving cfg on dp, attached already, adopting the state dp holds (an
 // earlier process's pinned maps): its reconciler, health checker and metrics. It starts
 // nothing: Run does, and Reconcile runs one pass.
 func New(cfg *config.Config, dp datapath.Gateway, log *slog.Logger, opts Options) (*Gateway, error) {
-	g := &Gateway{log: log, opts: opts, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), wake: make(chan struct{}, 1)}
+	g := &Gateway{log: log, opts: opts, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), wake: make(chan struct{}, 1),
+		peersChanged: make(chan struct{}, 1)}
 	warnSharedEndpoints(log, cfg.Services, cfg.Datapath.Forwarding)
 	var err error
 	if g.rec, err = reconcile.New(dp, log); err != nil {
@@ -274,6 +281,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		case <-g.opts.Reload:
 			g.reload()
+		case <-g.peersChanged:
+			g.applyPeers()
 		}
 	}
 }

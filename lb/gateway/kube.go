@@ -93,6 +93,18 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 	onHealth = m.ctrl.NodeHealthChanged
 	g.kube = m
 	if dyn != nil {
+		if g.peers, err = kube.NewPeerSource(kube.PeerSourceOptions{Client: client, Dynamic: dyn, Gateway: identity,
+			Namespace: k.LeaderElection.Namespace, Log: g.log.With("component", "bgp-peers"),
+			Changed: func() {
+				select {
+				case g.peersChanged <- struct{}{}:
+				default:
+				}
+			}}); err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); g.peers.Run(ctx) }()
 		if g.reporter, err = kube.NewStatusReporter(kube.StatusReporterOptions{
 			Client: dyn, Name: identity, Snapshot: g.statusSnapshot, Leading: m.ctrl.Leading,
 			Log: g.log.With("component", "gateway-status"),

@@ -76,10 +76,12 @@ func (g *Gateway) reload() {
 	if err := attach(g.dp, cfg, g.log); err != nil {
 		g.log.Error("config reload: interfaces", "error", err)
 	}
-	bgpCfg := g.reloadBGP(cfg.BGP)
+	merged, problems := g.withObjectPeers(cfg.BGP)
+	bgpCfg := g.reloadBGP(merged)
 	g.mu.Lock()
 	g.cfg = cfg
 	g.bgpCfg = bgpCfg
+	g.peerProblems = problems
 	g.mu.Unlock()
 	g.configReloads.WithLabelValues("applied").Inc()
 	g.log.Info("config reloaded", "services", len(cfg.Services))

@@ -66,12 +66,13 @@ type minHealthy struct{ n int }
 // statusSnapshot is the gateway's report for its GatewayStatus object (kube.StatusReporter).
 func (g *Gateway) statusSnapshot() v1alpha1.GatewayStatusStatus {
 	g.mu.Lock()
-	cfg, rep := g.cfg, g.report
+	cfg, rep, problems := g.cfg, g.report, slices.Clone(g.peerProblems)
 	g.mu.Unlock()
 	st := v1alpha1.GatewayStatusStatus{
 		Version:   g.opts.Version,
 		Announced: rep.announced,
 		Withdrawn: rep.withdrawn,
+		Problems:  problems,
 		Datapath: v1alpha1.DatapathStatus{
 			Kind:       string(cfg.Datapath.Kind),
 			Forwarding: string(cfg.Datapath.Forwarding.Mode),

@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -127,6 +128,78 @@ func TestCRDValidation(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("refused with %q; want it to say %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// TestBGPPeerValidation: the BGPPeer CRD's rules, as TestCRDValidation does for AddressPool.
+func TestBGPPeerValidation(t *testing.T) {
+	cp := kubetest.StartT(t)
+	ctx := t.Context()
+	if err := kubetest.InstallCRDs(ctx, cp.Admin(), "../../../../"+kubetest.CRDDir); err != nil {
+		t.Fatal(err)
+	}
+	peers := dynamic.NewForConfigOrDie(cp.Admin()).Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceBGPPeers))
+	peer := func(name, spec string) *unstructured.Unstructured {
+		t.Helper()
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte("apiVersion: xlb.dev/v1alpha1\nkind: BGPPeer\nmetadata: {name: "+name+"}\nspec:\n"+spec), &o); err != nil {
+			t.Fatalf("test object %s: %v", name, err)
+		}
+		return &unstructured.Unstructured{Object: o}
+	}
+	for i, spec := range []string{`
+  address: 198.18.0.254
+  asn: 65000`, `
+  address: "2001:db8::fe"
+  asn: 4294967295
+  port: 1179
+  passwordSecretRef: {name: bgp-upstream}
+  holdTime: 30s
+  keepaliveTime: 10s
+  connectRetry: 2s
+  passive: true
+  localAddress: "2001:db8::1"
+  bfd: {transmitInterval: 100ms, receiveInterval: 100ms, multiplier: 5, holdDown: 2m}
+  nodeSelector: {matchLabels: {xlb.dev/gateway: "true"}}
+  gateways: [gw1, gw2]`, `
+  address: 198.18.0.254
+  asn: 65000
+  multihopTTL: 4
+  bfd: {enabled: false}`} {
+		got, err := peers.Create(ctx, peer(fmt.Sprintf("ok-%d", i), spec), metav1.CreateOptions{FieldValidation: "Strict"})
+		if err != nil {
+			t.Errorf("valid peer %d refused: %v", i, err)
+			continue
+		}
+		if i == 1 {
+			if en, _, _ := unstructured.NestedBool(got.Object, "spec", "bfd", "enabled"); !en {
+				t.Errorf("bfd.enabled not defaulted to true: %v", got.Object["spec"])
+			}
+		}
+	}
+	for _, c := range []struct{ name, spec, want string }{
+		{"address not an IP", "address: router-1\n  asn: 65000", "spec.address: Invalid value: \"router-1\": must be a unicast IP address"},
+		{"address multicast", "address: 224.0.0.5\n  asn: 65000", "must be a unicast IP address"},
+		{"asn 0", "address: 198.18.0.254\n  asn: 0", "spec.asn: Invalid value: 0: spec.asn in body should be greater than or equal to 1"},
+		{"asn too large", "address: 198.18.0.254\n  asn: 4294967296", "spec.asn"},
+		{"port 0", "address: 198.18.0.254\n  asn: 65000\n  port: 70000", "spec.port"},
+		{"hold time too short", "address: 198.18.0.254\n  asn: 65000\n  holdTime: 2s", "spec.holdTime: Invalid value: \"2s\": must be whole seconds from 3s to 65535s"},
+		{"hold time fraction", "address: 198.18.0.254\n  asn: 65000\n  holdTime: 3500ms", "must be whole seconds"},
+		{"keepalive not below hold", "address: 198.18.0.254\n  asn: 65000\n  holdTime: 6s\n  keepaliveTime: 6s", "keepaliveTime must be shorter than holdTime"},
+		{"keepalive not below default hold", "address: 198.18.0.254\n  asn: 65000\n  keepaliveTime: 10s", "keepaliveTime must be shorter than holdTime (default 9s)"},
+		{"local address family", "address: 198.18.0.254\n  asn: 65000\n  localAddress: \"2001:db8::1\"", "localAddress must be of the family of address"},
+		{"bfd multihop", "address: 198.18.0.254\n  asn: 65000\n  multihopTTL: 2\n  bfd: {}", "bfd is single-hop only"},
+		{"bfd interval", "address: 198.18.0.254\n  asn: 65000\n  bfd: {transmitInterval: 10ms}", "spec.bfd.transmitInterval: Invalid value: \"10ms\": must be from 50ms to 60s"},
+		{"bfd multiplier", "address: 198.18.0.254\n  asn: 65000\n  bfd: {multiplier: 0}", "spec.bfd.multiplier"},
+		{"secret without name", "address: 198.18.0.254\n  asn: 65000\n  passwordSecretRef: {key: pw}", "spec.passwordSecretRef.name: Required value"},
+		{"unknown field", "address: 198.18.0.254\n  asn: 65000\n  holdtime: 9s", "unknown field \"spec.holdtime\""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := peers.Create(ctx, peer("bad", "  "+c.spec), metav1.CreateOptions{FieldValidation: "Strict"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v; want refused with %q", err, c.want)
 			}
 		})
 	}

@@ -24,6 +24,7 @@ import (
 // +kubebuilder:printcolumn:name="Announced",type=integer,JSONPath=`.status.announcedCount`
 // +kubebuilder:printcolumn:name="Withdrawn",type=integer,JSONPath=`.status.withdrawnCount`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeat`
+// +kubebuilder:printcolumn:name="Problems",type=string,priority=1,JSONPath=`.status.problems`
 // +kubebuilder:printcolumn:name="VIPs",type=string,priority=1,JSONPath=`.status.announced[*].address`
 type GatewayStatus struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -80,6 +81,11 @@ type GatewayStatusStatus struct {
 	// +listType=map
 	// +listMapKey=address
 	Withdrawn []VIPStatus `json:"withdrawn,omitempty"`
+	// Problems are configuration the gateway could not use (a BGPPeer it refused, say), one
+	// message each.
+	// +optional
+	// +listType=atomic
+	Problems []string `json:"problems,omitempty"`
 	// Conditions: Ready is True while the gateway reports in time and its datapath is healthy;
 	// False with reason Stale (no heartbeat), DatapathUnhealthy or ReconcileFailed otherwise.
 	// +optional

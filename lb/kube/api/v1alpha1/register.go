@@ -21,6 +21,8 @@ var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 const (
 	// ResourceAddressPools is AddressPool's resource.
 	ResourceAddressPools = "addresspools"
+	// ResourceBGPPeers is BGPPeer's resource.
+	ResourceBGPPeers = "bgppeers"
 	// ResourceGatewayStatuses is GatewayStatus's resource.
 	ResourceGatewayStatuses = "gatewaystatuses"
 )
@@ -30,6 +32,7 @@ func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(SchemeGroupVersion,
 		&AddressPool{}, &AddressPoolList{},
 		&GatewayStatus{}, &GatewayStatusList{},
+		&BGPPeer{}, &BGPPeerList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
