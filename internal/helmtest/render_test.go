@@ -343,6 +343,30 @@ func checkAFXDP(t *testing.T, r rendered) {
 	}
 }
 
+// TestChartNodeCapabilities: a gateway whose own entry in gateway.nodes chooses the AF_XDP
+// datapath or a BGP port below 1024 gets the capabilities they need (one DaemonSet runs all).
+func TestChartNodeCapabilities(t *testing.T) {
+	h := findHelm(t)
+	both := filepath.Join(chartDir(t), "ci", "both-dsr-values.yaml")
+	for _, tc := range []struct {
+		set  []string
+		want []string
+	}{
+		{nil, []string{"BPF", "NET_ADMIN", "PERFMON"}},
+		{[]string{"gateway.nodes.gw2.datapath.kind=afxdp"}, []string{"BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "PERFMON"}},
+		{[]string{"gateway.nodes.gw1.bgp.listenPort=179"}, []string{"BPF", "NET_ADMIN", "NET_BIND_SERVICE", "PERFMON"}},
+		{[]string{"gateway.nodes.gw1.bgp.listenPort=1179"}, []string{"BPF", "NET_ADMIN", "PERFMON"}},
+		{[]string{"gateway.config.listen=:80"}, []string{"BPF", "NET_ADMIN", "NET_BIND_SERVICE", "PERFMON"}},
+	} {
+		r := template(t, h, helmtest.Render{Chart: chartDir(t), ValuesFiles: []string{both}, Set: tc.set})
+		var ds appsv1.DaemonSet
+		r.typed(t, "DaemonSet xlb-system/xlb-gateway", &ds)
+		if got, _ := caps(container(t, &ds)); !slices.Equal(got, tc.want) {
+			t.Errorf("--set %v: gateway capabilities %v, want %v", tc.set, got, tc.want)
+		}
+	}
+}
+
 // TestChartRefuses: values the gateways or agents could not run with fail at helm template,
 // with a message that says what is missing, instead of Pods that crash.
 func TestChartRefuses(t *testing.T) {
