@@ -46,7 +46,7 @@ func TestConstantsMatchBPF(t *testing.T) {
 		xlbMapBackendStats: datapath.MaxBackends,
 		xlbMapReasons:      uint32(numReasons),
 		xlbMapConntrack:    datapath.DefaultConntrackSize,
-		xlbMapHandshakes:   datapath.DefaultHandshakeSize,
+		xlbMapHsSlots:      datapath.DefaultHandshakeSize,
 		xlbMapMaglevSlots:  DefaultMaglevSlots,
 		xlbMapProgs:        progsMax,
 	} {
@@ -59,6 +59,9 @@ func TestConstantsMatchBPF(t *testing.T) {
 	}
 	if got := spec.Maps[xlbMapAddrBitmap].MaxEntries; got != 2*addrFilterWords {
 		t.Errorf("addr_bitmap has %d words, Go expects %d", got, 2*addrFilterWords)
+	}
+	if got := spec.Maps[xlbMapCtLive].MaxEntries; got != 2*liveFilterWords {
+		t.Errorf("ct_live has %d words, Go expects %d", got, 2*liveFilterWords)
 	}
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)

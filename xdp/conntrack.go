@@ -130,25 +130,68 @@ func flushMap(m *ebpf.Map, match func(datapath.Flow) bool) (int, error) {
 	return n, nil
 }
 
-// flushHandshakes deletes the handshakes entries for which match returns true (all when nil).
+// flushHandshakes empties the handshake table's slots whose entries match returns true for (all
+// occupied slots when nil). A SYN that takes a slot over while it is emptied loses its entry (its
+// ACK falls back to Maglev), as it would to another tuple's SYN.
 func (d *Datapath) flushHandshakes(match func(datapath.Flow) bool) error {
 	now := monotonicNow()
-	var keys []xlbFlowKey
-	var k xlbFlowKey
-	var e xlbHsEntry
-	it := d.objs.Handshakes.Iterate()
-	for it.Next(&k, &e) {
-		if match == nil || match(flowOf(k, xlbCtEntry{LastSeen: e.SynSeen, BackendId: e.BackendId, VipId: e.VipId}, now)) {
-			keys = append(keys, k)
+	var slots []uint32
+	err := walkHandshakes(d.objs.HsSlots, func(i uint32, e *xlbHsEntry) {
+		if e.Key.Family == 0 {
+			return
 		}
-	}
-	if err := it.Err(); err != nil {
+		if match == nil || match(flowOf(e.Key, xlbCtEntry{LastSeen: e.SynSeen, BackendId: e.BackendId, VipId: e.VipId}, now)) {
+			slots = append(slots, i)
+		}
+	})
+	if err != nil {
 		return fmt.Errorf("flush handshakes: list: %w", err)
 	}
-	for i := range keys {
-		if err := d.objs.Handshakes.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("flush handshakes: delete: %w", err)
+	for _, i := range slots {
+		if err := d.objs.HsSlots.Put(i, &xlbHsEntry{}); err != nil {
+			return fmt.Errorf("flush handshakes: empty slot %d: %w", i, err)
 		}
+	}
+	return nil
+}
+
+// hsSlots is the handshake table's size for Settings.HandshakeSize n: n rounded up to a power
+// of two (the datapath masks a tuple's hash), at least 2.
+func hsSlots(n uint32) uint32 {
+	s := uint32(2)
+	for s < n && s < 1<<31 {
+		s <<= 1
+	}
+	return s
+}
+
+// walkHandshakes calls fn with every slot of handshake table m, read in batches where the
+// kernel can.
+func walkHandshakes(m *ebpf.Map, fn func(uint32, *xlbHsEntry)) error {
+	const chunk = 4096
+	keys := make([]uint32, chunk)
+	vals := make([]xlbHsEntry, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			fn(keys[i], &vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			break // no batch support: one slot at a time, from the start
+		}
+	}
+	var k uint32
+	var e xlbHsEntry
+	it := m.Iterate()
+	for it.Next(&k, &e) {
+		fn(k, &e)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read the handshake table: %w", err)
 	}
 	return nil
 }

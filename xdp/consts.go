@@ -13,6 +13,10 @@ const (
 	addrFilterLog2    = 16
 	addrFilterBits    = 1 << addrFilterLog2
 	addrFilterWords   = addrFilterBits / 64
+	// liveFilterLog2 sizes a half of the live-flow filter (LIVE_FILTER_LOG2, live.go).
+	liveFilterLog2  = 23
+	liveFilterBits  = 1 << liveFilterLog2
+	liveFilterWords = liveFilterBits / 64
 	nhCacheLog2       = 10
 
 	vipFlagAffinityClientIP = 1 << 0

@@ -31,10 +31,10 @@ type Options struct {
 	// all CPUs (bpf/budget.h). A new ConntrackSize needs the pinned maps removed (conntrack and
 	// ct_reverse, which is sized from it); a new HandshakeSize
 	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, losing
-	// only the handshakes in flight). The conntrack and handshake tables are LRUs of their own,
-	// so a SYN flood churns the handshakes and never conntrack; the ACK that creates a conntrack
-	// entry deletes its handshake, so at N new connections/s the table holds about N x RTT
-	// entries.
+	// only the handshakes in flight). Conntrack (an LRU) and the handshake table (direct-mapped,
+	// HandshakeSize rounded up to a power of two) are tables of their own, so a SYN flood churns
+	// the handshakes and never conntrack; the ACK that creates a conntrack entry empties its
+	// handshake's slot, so at N new connections/s the table holds about N x RTT entries.
 	datapath.Settings
 	// PinPath is the bpffs directory for maps and links. Empty means DefaultPinPath. A process
 	// that loads with the PinPath of a running one adopts its maps and links.
@@ -73,6 +73,10 @@ type Datapath struct {
 	gen uint32
 	// lockf is PinPath, flock'ed while this Datapath manages it (nil with NoPin).
 	lockf *os.File
+	// live: the loader's side of the live-flow filter (live.go); liveDone closes when the
+	// goroutine that rebuilds it has stopped (with the clock's, by stopClock).
+	live     liveFilter
+	liveDone chan struct{}
 }
 
 func (o Options) withDefaults() Options {
@@ -95,6 +99,14 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// loadSpec returns the object Load loads: the committed one. An A/B benchmark swaps in an
+// earlier build to measure it against this one in the same process, and sets loadingBase while
+// it does: Load then skips the load-time variables that build does not declare.
+var (
+	loadSpec    = loadXlb
+	loadingBase bool
+)
+
 // Load loads the datapath program and creates its maps, or adopts the maps pinned under
 // opts.PinPath by an earlier process (their contents, and so forwarding, carry on). Links
 // pinned there are adopted by Attach.
@@ -103,7 +115,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	opts = opts.withDefaults()
-	spec, err := loadXlb()
+	spec, err := loadSpec()
 	if err != nil {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
@@ -112,7 +124,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 	}
 	spec.Maps[xlbMapConntrack].MaxEntries = opts.ConntrackSize
 	spec.Maps[xlbMapCtReverse].MaxEntries = opts.ReverseConntrackSize()
-	spec.Maps[xlbMapHandshakes].MaxEntries = opts.HandshakeSize
+	spec.Maps[xlbMapHsSlots].MaxEntries = hsSlots(opts.HandshakeSize)
 	spec.Maps[xlbMapMaglevSlots].MaxEntries = opts.MaglevSlots
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -128,9 +140,17 @@ func Load(opts Options) (_ *Datapath, err error) {
 		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
 		xlbVarCfgMidFlowRate:      midFlowVar(opts.Settings),
 		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
+		xlbVarCfgHsMask:           hsSlots(opts.HandshakeSize) - 1,
 	}
 	for name, v := range vars {
-		if err := spec.Variables[name].Set(v); err != nil {
+		vs := spec.Variables[name]
+		if vs == nil && loadingBase {
+			continue
+		}
+		if vs == nil {
+			return nil, fmt.Errorf("load datapath: the BPF object declares no variable %s", name)
+		}
+		if err := vs.Set(v); err != nil {
 			return nil, fmt.Errorf("load datapath: set %s: %w", name, err)
 		}
 	}
@@ -167,7 +187,15 @@ func Load(opts Options) (_ *Datapath, err error) {
 	}
 
 	d := &Datapath{opts: opts, log: opts.Logger, links: map[string]linkHandle{}, lockf: lockf}
-	if err := spec.LoadAndAssign(&d.objs, &collOpts); err != nil {
+	// Programs and maps only: nothing reads the variables back (and a base build in an A/B
+	// benchmark lacks some).
+	objs := struct {
+		xlbPrograms
+		xlbMaps
+	}{}
+	err = spec.LoadAndAssign(&objs, &collOpts)
+	d.objs.xlbPrograms, d.objs.xlbMaps = objs.xlbPrograms, objs.xlbMaps
+	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load datapath: verifier rejected the program: %+v", verr)
@@ -185,13 +213,19 @@ func Load(opts Options) (_ *Datapath, err error) {
 			return nil, fmt.Errorf("load datapath: carry a reverse NAT entry over from the pinned map: %w", err)
 		}
 	}
+	if err := d.openLive(); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: %w", err)
+	}
 	if err := d.start(); err != nil {
+		d.closeLive()
 		d.objs.Close()
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d.stopClock, d.clockDone = cancel, make(chan struct{})
+	d.stopClock, d.clockDone, d.liveDone = cancel, make(chan struct{}), make(chan struct{})
 	go d.runClock(ctx)
+	go d.runLive(ctx, d.liveDone)
 	return d, nil
 }
 
@@ -234,7 +268,8 @@ func (d *Datapath) start() error {
 	if err := d.endpoints.rebuild(&d.objs); err != nil {
 		return fmt.Errorf("rebuild backend index: %w", err)
 	}
-	return d.tick()
+	// Conntrack adopted from pins may hold entries an earlier build made without the filter.
+	return d.rebuildLive()
 }
 
 // ensureBPFFS checks that dir is (or will be) on a bpffs, mounting one on /sys/fs/bpf when that is
@@ -307,7 +342,7 @@ func (d *Datapath) tick() error {
 			d.gen = 1
 		}
 	}
-	if err := d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: monotonicNow(), Gen: d.gen}); err != nil {
+	if err := d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: monotonicNow(), Gen: d.gen, LiveHalf: d.live.half}); err != nil {
 		return fmt.Errorf("write clock: %w", err)
 	}
 	return nil
@@ -359,6 +394,7 @@ func (d *Datapath) Close() error {
 	if d.stopClock != nil {
 		d.stopClock()
 		<-d.clockDone
+		<-d.liveDone
 		d.stopClock = nil
 	}
 	d.mu.Lock()
@@ -370,6 +406,9 @@ func (d *Datapath) Close() error {
 		}
 	}
 	d.links = map[string]linkHandle{}
+	if err := d.closeLive(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := d.objs.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -431,7 +470,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
 	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack, m.CtReverse,
-		m.Frags, m.Handshakes, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
+		m.CtLive, m.Frags, m.HsSlots, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }
 
@@ -440,13 +479,14 @@ func (d *Datapath) maps() []*ebpf.Map {
 // Maglev) and the fragments table (its entries live 2 s: at worst the rest of a datagram in
 // flight is dropped). A pinned one that does not match this build (a new reason, a new
 // HandshakeSize, a new frags value) is replaced rather than refused.
-var disposableMaps = []string{xlbMapReasons, xlbMapHandshakes, xlbMapFrags}
+var disposableMaps = []string{xlbMapReasons, xlbMapHsSlots, xlbMapFrags}
 
 // retiredMaps are maps earlier builds pinned that this one no longer uses, each with what took
 // its place. Their pins are removed at Load; a program of an earlier build still attached keeps
 // its map until Attach replaces the program.
 var retiredMaps = map[string]string{
 	"addr_filter": xlbMapAddrBitmap, // the address filter with a murmur hash
+	"handshakes":  xlbMapHsSlots,    // the handshake table as an LRU hash
 }
 
 // removeRetiredPins removes the pins of retiredMaps under dir.
@@ -545,7 +585,7 @@ func midFlowVar(s datapath.Settings) uint64 {
 func LoadPinned(dir string) (*Datapath, error) {
 	opts := Options{PinPath: dir}
 	for name, size := range map[string]*uint32{xlbMapConntrack: &opts.ConntrackSize,
-		xlbMapHandshakes: &opts.HandshakeSize, xlbMapMaglevSlots: &opts.MaglevSlots} {
+		xlbMapHsSlots: &opts.HandshakeSize, xlbMapMaglevSlots: &opts.MaglevSlots} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			continue // not pinned: Load creates it with the default

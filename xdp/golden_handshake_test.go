@@ -8,17 +8,21 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// handshakes returns the handshake table's entries by client endpoint.
+// handshakes returns the handshake table's entries by client endpoint (its occupied slots,
+// each checked to be in the slot its tuple hashes to).
 func handshakes(t *testing.T, d *Datapath) map[netip.AddrPort]xlbHsEntry {
 	t.Helper()
 	out := map[netip.AddrPort]xlbHsEntry{}
-	var k xlbFlowKey
-	var e xlbHsEntry
-	it := d.objs.Handshakes.Iterate()
-	for it.Next(&k, &e) {
-		out[netip.AddrPortFrom(fromWire(k.Src, k.Family), ntohs(k.Sport))] = e
-	}
-	must(t, it.Err())
+	mask := d.objs.HsSlots.MaxEntries() - 1
+	must(t, walkHandshakes(d.objs.HsSlots, func(i uint32, e *xlbHsEntry) {
+		if e.Key.Family == 0 {
+			return
+		}
+		if h := tupleHash(&e.Key, uint32(d.opts.Seed)); h&mask != i {
+			t.Errorf("handshake %+v in slot %d, its tuple hashes to %d", e.Key, i, h&mask)
+		}
+		out[netip.AddrPortFrom(fromWire(e.Key.Src, e.Key.Family), ntohs(e.Key.Sport))] = *e
+	}))
 	return out
 }
 
@@ -167,7 +171,7 @@ func TestGoldenHandshakeSYNFlood(t *testing.T) {
 	g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: hsSize}})
 	services(t, g)
 	d := g.dp
-	if n := d.objs.Handshakes.MaxEntries(); n != hsSize {
+	if n := d.objs.HsSlots.MaxEntries(); n != hsSize {
 		t.Fatalf("handshake table holds %d, want Options.HandshakeSize %d", n, hsSize)
 	}
 	must(t, d.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))

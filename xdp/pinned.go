@@ -27,7 +27,7 @@ type Pinned struct {
 	// d holds the pinned maps in its objs and answers the reads; it has no program, no links and
 	// no clock, and never leaves this type, whose methods only read.
 	d *Datapath
-	// hsErr is why the handshake table could not be opened (nil: d.objs.Handshakes is open).
+	// hsErr is why the handshake table could not be opened (nil: d.objs.HsSlots is open).
 	hsErr error
 }
 
@@ -51,7 +51,7 @@ func pinnedState(m *xlbMaps) map[string]**ebpf.Map {
 // sizedByOptions are the pinned maps whose size comes from Options (ConntrackSize,
 // MaglevSlots): any size is read. Every other map's size is fixed by the build (the reasons
 // map's is the number of counters, which builds add to).
-var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapCtReverse: true, xlbMapMaglevSlots: true, xlbMapHandshakes: true}
+var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapCtReverse: true, xlbMapMaglevSlots: true, xlbMapHsSlots: true}
 
 // OpenPinned opens the maps pinned under dir (an xlb PinPath, such as [DefaultPinPath])
 // read-only. It fails, naming the map, when one is missing or was made by a build whose layout
@@ -76,7 +76,7 @@ func OpenPinned(dir string) (*Pinned, error) {
 		*dst = m
 	}
 	p := &Pinned{d: &Datapath{objs: objs, opts: Options{PinPath: dir}}}
-	p.d.objs.Handshakes, p.hsErr = openPinnedMap(spec, dir, xlbMapHandshakes)
+	p.d.objs.HsSlots, p.hsErr = openPinnedMap(spec, dir, xlbMapHsSlots)
 	return p, nil
 }
 
@@ -103,8 +103,8 @@ func openPinnedMap(spec *ebpf.CollectionSpec, dir, name string) (*ebpf.Map, erro
 // Close closes the maps (the pins and the datapath are left as they are).
 func (p *Pinned) Close() error {
 	err := closePinned(&p.d.objs.xlbMaps)
-	if herr := p.d.objs.Handshakes.Close(); herr != nil {
-		err = errors.Join(err, fmt.Errorf("close pinned map %s: %w", xlbMapHandshakes, herr))
+	if herr := p.d.objs.HsSlots.Close(); herr != nil {
+		err = errors.Join(err, fmt.Errorf("close pinned map %s: %w", xlbMapHsSlots, herr))
 	}
 	return err
 }
@@ -184,12 +184,20 @@ func (p *Pinned) Handshake(client, vip netip.AddrPort) (datapath.Handshake, bool
 	}
 	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(datapath.TCP), Family: dfam}
 	k.Src.W, k.Dst.W = src.W, dst.W
+	// The slot depends on the seed, which only the attached program knows: the table is read
+	// whole (an inspection, not a per-packet path).
 	var e xlbHsEntry
-	switch err := p.d.objs.Handshakes.Lookup(&k, &e); {
-	case errors.Is(err, ebpf.ErrKeyNotExist):
-		return datapath.Handshake{}, false, nil
-	case err != nil:
+	found := false
+	err := walkHandshakes(p.d.objs.HsSlots, func(_ uint32, h *xlbHsEntry) {
+		if !found && h.Key == k {
+			e, found = *h, true
+		}
+	})
+	if err != nil {
 		return datapath.Handshake{}, false, fmt.Errorf("look up the handshake entry of %s -> %s/TCP: %w", client, vip, err)
+	}
+	if !found {
+		return datapath.Handshake{}, false, nil
 	}
 	f := flowOf(k, xlbCtEntry{LastSeen: e.SynSeen}, monotonicNow())
 	return datapath.Handshake{Client: f.Src, VIPAddr: f.Dst, Backend: datapath.BackendID(e.BackendId),
@@ -241,7 +249,7 @@ func (p *Pinned) Settings() (st datapath.Settings, iface string, err error) {
 	}
 	st.ConntrackSize = p.d.objs.Conntrack.MaxEntries()
 	if p.hsErr == nil {
-		st.HandshakeSize = p.d.objs.Handshakes.MaxEntries()
+		st.HandshakeSize = p.d.objs.HsSlots.MaxEntries()
 	}
 	return st, iface, nil
 }

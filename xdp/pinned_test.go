@@ -111,7 +111,7 @@ func TestOpenPinned(t *testing.T) {
 	if err := p.d.objs.Conntrack.Update(&xlbFlowKey{}, &xlbCtEntry{}, ebpf.UpdateAny); !errors.Is(err, unix.EPERM) {
 		t.Errorf("writing conntrack through the pinned view: %v, want EPERM", err)
 	}
-	if err := p.d.objs.Handshakes.Update(&xlbFlowKey{}, &xlbHsEntry{}, ebpf.UpdateAny); !errors.Is(err, unix.EPERM) {
+	if err := p.d.objs.HsSlots.Update(uint32(0), &xlbHsEntry{}, ebpf.UpdateAny); !errors.Is(err, unix.EPERM) {
 		t.Errorf("writing the handshake table through the pinned view: %v, want EPERM", err)
 	}
 	if tb, err := p.MaglevTable(7); err != nil || len(tb) != 13 || tb[0] != 3 {
@@ -180,7 +180,7 @@ func TestOpenPinnedErrors(t *testing.T) {
 
 	// The handshake table, which a Load replaces rather than refuses: one of another layout, or
 	// none, fails Handshake alone, naming it.
-	path := filepath.Join(dir, xlbMapHandshakes)
+	path := filepath.Join(dir, xlbMapHsSlots)
 	orig, err := ebpf.LoadPinnedMap(path, nil)
 	must(t, err)
 	must(t, orig.Unpin())
@@ -200,7 +200,7 @@ func TestOpenPinnedErrors(t *testing.T) {
 			t.Fatalf("handshakes pinned %v: %v", pinned, err)
 		}
 		_, _, herr := p.Handshake(ap(client4, 1), ap(vip4, 80))
-		if _, err := p.VIPs(); err != nil || herr == nil || !strings.Contains(herr.Error(), xlbMapHandshakes) {
+		if _, err := p.VIPs(); err != nil || herr == nil || !strings.Contains(herr.Error(), xlbMapHsSlots) {
 			t.Errorf("handshakes of another layout (pinned %v): VIPs %v, Handshake %v", pinned, err, herr)
 		}
 		must(t, p.Close())

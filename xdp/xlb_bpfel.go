@@ -32,10 +32,10 @@ type xlbBudget struct {
 }
 
 type xlbClockValue struct {
-	_   structs.HostLayout
-	Ns  uint64
-	Gen uint32
-	Pad uint32
+	_        structs.HostLayout
+	Ns       uint64
+	Gen      uint32
+	LiveHalf uint32
 }
 
 type xlbCpuState struct {
@@ -153,11 +153,12 @@ type xlbFragScratch struct {
 
 type xlbHsEntry struct {
 	_         structs.HostLayout
+	Key       xlbFlowKey
 	SynSeen   uint64
 	BackendId uint32
 	VipId     uint32
 	Isn       uint32
-	Pad       uint32
+	Check     uint32
 }
 
 type xlbIpv6Ext struct {
@@ -330,13 +331,14 @@ const (
 	xlbMapClock               = "clock"
 	xlbMapConntrack           = "conntrack"
 	xlbMapCpuState            = "cpu_state"
+	xlbMapCtLive              = "ct_live"
 	xlbMapCtReverse           = "ct_reverse"
 	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
 	xlbMapFragBudget          = "frag_budget"
 	xlbMapFragScratch         = "frag_scratch"
 	xlbMapFrags               = "frags"
-	xlbMapHandshakes          = "handshakes"
+	xlbMapHsSlots             = "hs_slots"
 	xlbMapIfRoles             = "if_roles"
 	xlbMapMaglevSlots         = "maglev_slots"
 	xlbMapNhCache             = "nh_cache"
@@ -359,6 +361,7 @@ const (
 	xlbProgXlbTooBigClient    = "xlb_too_big_client"
 	xlbProgXlbXdp             = "xlb_xdp"
 	xlbVarCfgHashSeed         = "cfg_hash_seed"
+	xlbVarCfgHsMask           = "cfg_hs_mask"
 	xlbVarCfgMidFlowRate      = "cfg_mid_flow_rate"
 	xlbVarCfgNewFlowRate      = "cfg_new_flow_rate"
 	xlbVarCfgNhCacheNs        = "cfg_nh_cache_ns"
@@ -428,13 +431,14 @@ type xlbMapSpecs struct {
 	Clock        *ebpf.MapSpec `ebpf:"clock"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
+	CtLive       *ebpf.MapSpec `ebpf:"ct_live"`
 	CtReverse    *ebpf.MapSpec `ebpf:"ct_reverse"`
 	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	FragBudget   *ebpf.MapSpec `ebpf:"frag_budget"`
 	FragScratch  *ebpf.MapSpec `ebpf:"frag_scratch"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
-	Handshakes   *ebpf.MapSpec `ebpf:"handshakes"`
+	HsSlots      *ebpf.MapSpec `ebpf:"hs_slots"`
 	IfRoles      *ebpf.MapSpec `ebpf:"if_roles"`
 	MaglevSlots  *ebpf.MapSpec `ebpf:"maglev_slots"`
 	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
@@ -457,6 +461,7 @@ type xlbMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbVariableSpecs struct {
 	CfgHashSeed         *ebpf.VariableSpec `ebpf:"cfg_hash_seed"`
+	CfgHsMask           *ebpf.VariableSpec `ebpf:"cfg_hs_mask"`
 	CfgMidFlowRate      *ebpf.VariableSpec `ebpf:"cfg_mid_flow_rate"`
 	CfgNewFlowRate      *ebpf.VariableSpec `ebpf:"cfg_new_flow_rate"`
 	CfgNhCacheNs        *ebpf.VariableSpec `ebpf:"cfg_nh_cache_ns"`
@@ -492,13 +497,14 @@ type xlbMaps struct {
 	Clock        *ebpf.Map `ebpf:"clock"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
+	CtLive       *ebpf.Map `ebpf:"ct_live"`
 	CtReverse    *ebpf.Map `ebpf:"ct_reverse"`
 	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	FragBudget   *ebpf.Map `ebpf:"frag_budget"`
 	FragScratch  *ebpf.Map `ebpf:"frag_scratch"`
 	Frags        *ebpf.Map `ebpf:"frags"`
-	Handshakes   *ebpf.Map `ebpf:"handshakes"`
+	HsSlots      *ebpf.Map `ebpf:"hs_slots"`
 	IfRoles      *ebpf.Map `ebpf:"if_roles"`
 	MaglevSlots  *ebpf.Map `ebpf:"maglev_slots"`
 	NhCache      *ebpf.Map `ebpf:"nh_cache"`
@@ -525,13 +531,14 @@ func (m *xlbMaps) Close() error {
 		m.Clock,
 		m.Conntrack,
 		m.CpuState,
+		m.CtLive,
 		m.CtReverse,
 		m.DsrScratch,
 		m.FlowCache,
 		m.FragBudget,
 		m.FragScratch,
 		m.Frags,
-		m.Handshakes,
+		m.HsSlots,
 		m.IfRoles,
 		m.MaglevSlots,
 		m.NhCache,
@@ -555,6 +562,7 @@ func (m *xlbMaps) Close() error {
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbVariables struct {
 	CfgHashSeed         *ebpf.Variable `ebpf:"cfg_hash_seed"`
+	CfgHsMask           *ebpf.Variable `ebpf:"cfg_hs_mask"`
 	CfgMidFlowRate      *ebpf.Variable `ebpf:"cfg_mid_flow_rate"`
 	CfgNewFlowRate      *ebpf.Variable `ebpf:"cfg_new_flow_rate"`
 	CfgNhCacheNs        *ebpf.Variable `ebpf:"cfg_nh_cache_ns"`

@@ -12,11 +12,22 @@
 #define MAX_TX_PORTS    256     /* interfaces we may redirect to */
 #define MAX_FRAGS       65536   /* datagrams whose first fragment was seen, at once (frags, frag.h) */
 #define DEFAULT_CT_SIZE 1048576 /* flows; the loader overrides at load time */
-/* Handshakes in flight (SYN seen, no conntrack entry yet) the handshakes LRU holds; the loader
- * overrides it at load time (Options.HandshakeSize). 65,536 covers ~30 s of 2,000 new
- * connections/s even if no ACK ever removed an entry; an ACK that creates the conntrack entry
- * deletes its handshake, so the table normally holds only the handshakes of the last RTT. */
+/* Slots of the handshake table (hs_slots: SYN seen, no conntrack entry yet), a power of two; the
+ * loader overrides it at load time (Options.HandshakeSize, rounded up). An ACK that creates the
+ * conntrack entry empties its slot, so the table normally holds only the handshakes of the last
+ * RTT: at 10,000 new connections/s and a 10 ms RTT, ~100 of 65,536 slots, and a handshake loses
+ * its slot to another tuple's SYN with a probability of ~0.2%. */
 #define DEFAULT_HS_SIZE 65536
+
+/* The live-flow filter (live.h, map ct_live): two halves of LIVE_FILTER_BITS bits, indexed by a
+ * hash of a forward TCP flow_key. A clear bit in the half map clock names proves that conntrack
+ * holds no entry for the tuple that could be live, so a SYN (ct_syn_kept) skips the conntrack
+ * lookup, a miss in a hash of a million buckets. 2^23 bits (1 MiB) a half:
+ * ~12% of them set by a full 1M-entry conntrack; the loader rebuilds the idle half from conntrack
+ * and switches to it when the active half fills (xdp/live.go). */
+#define LIVE_FILTER_LOG2  23
+#define LIVE_FILTER_BITS  (1u << LIVE_FILTER_LOG2)
+#define LIVE_FILTER_WORDS (LIVE_FILTER_BITS / 64)
 
 /* Maglev tables live in one flat array, maglev_slots, sized at load (DEFAULT_MAGLEV_SLOTS):
  * each VIP owns a region [table_off, table_off + table_size). A region is filled before the VIP's
@@ -90,7 +101,7 @@
  * write on almost every packet of a busy flow. */
 #define CT_REFRESH_NS 1000000000ull
 
-/* A handshakes entry is honoured for this long after the last SYN of its tuple: the backend may
+/* A handshake-table entry is honoured for this long after the last SYN of its tuple: the backend may
  * retransmit its SYN-ACK for ~60 s (Linux: after 1, 3, 7, 15, 31 s) before the client's ACK gets
  * through. Older entries are ignored (and overwritten by the next SYN). */
 #define HS_TIMEOUT_NS (60ull * 1000000000ull)
@@ -123,7 +134,7 @@ enum budget_kind {
 			   * see (an ECMP move, a restart; or a forged ACK): cfg_mid_flow_rate, a
 			   * fraction of the new-flow budget, so random-tuple ACKs cannot churn
 			   * conntrack at the new-flow rate */
-	BUDGET_HANDSHAKE, /* handshakes, and the reverse entry an ambiguous backend's SYN-ACK
+	BUDGET_HANDSHAKE, /* hs_slots, and the reverse entry an ambiguous backend's SYN-ACK
 			   * needs: a SYN's inserts (cfg_new_flow_rate) */
 	BUDGET_MAX,
 };
@@ -212,7 +223,7 @@ enum reason {
 	REASON_HS_HIT,               /* TCP packet of a flow without conntrack entry (the handshake's
 				      * ACK, a retransmitted SYN) sent to its SYN's backend, from
 				      * handshakes */
-	REASON_HS_RATE_LIMITED,      /* SYN forwarded without a handshakes entry (rate guard) */
+	REASON_HS_RATE_LIMITED,      /* SYN forwarded without a handshake-table entry (rate guard) */
 	REASON_NAT_REVERSE_MAGLEV,   /* of nat_reverse: an ambiguous endpoint's reply without conntrack
 				      * entry, its VIP re-derived from the candidates' Maglev tables */
 	REASON_PASS_TAIL_CALL,       /* a tail call failed (its program missing from progs: never

@@ -10,7 +10,7 @@
  *   The outer and the quoted headers are rewritten and all four checksums (outer IP, ICMP,
  *   quoted IP, quoted L4 when quoted) fixed. "Knows" is state, never a guess: the flow's
  *   conntrack entry (for this VIP, not expired, its backend the quoted one) or, for a TCP
- *   handshake, its handshakes entry. An error about any other flow, or whose quote is too short
+ *   handshake, its handshake-table entry. An error about any other flow, or whose quote is too short
  *   to name one, is dropped: relayed, it would let anyone reset or slow a backend's connections
  *   (or, passed to the kernel, poison its path MTU cache) with errors about flows that do not
  *   exist. Source ranges apply to the flow's client, the quoted packet's destination (client
@@ -25,6 +25,7 @@
 #include "parse.h"
 #include "csum.h"
 #include "lb.h"
+#include "hs.h"
 #include "nat.h"
 #include "fib.h"
 #include "pmtu.h"
@@ -248,12 +249,13 @@ static __always_inline int ptb_too_low(struct packet *p)
 }
 
 /* flow_backend returns the backend of the flow fk (client -> VIP, of VIP vip_id) as this gateway
- * knows it: its conntrack entry (forward, this VIP's, not expired) or, for TCP, its handshakes
+ * knows it: its conntrack entry (forward, this VIP's, not expired) or, for TCP, its handshake-table
  * entry. NULL when it knows no such flow. */
 static __always_inline struct backend *flow_backend(const struct flow_key *fk, __u32 vip_id,
 						    __u64 now)
 {
 	struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, fk);
+	__u32 hash;
 
 	if (ct && !(ct->flags & CT_F_REVERSE) && ct->vip_id == vip_id &&
 	    elapsed(now, ct->last_seen) <= ct_timeout(fk->proto, ct->flags))
@@ -261,8 +263,8 @@ static __always_inline struct backend *flow_backend(const struct flow_key *fk, _
 	if (fk->proto != PROTO_TCP)
 		return NULL;
 	/* A half-open connection: the backend its SYN went to. */
-	return backend_get(hs_backend(bpf_map_lookup_elem(&handshakes, fk), vip_id, now,
-				      HS_MATCH_ANY, 0));
+	hash = tuple_hash(fk);
+	return backend_get((__u32)hs_probe(fk, hash, vip_id, now, (__u64)HS_MATCH_ANY << 32));
 }
 
 /* icmp_relay relays an ICMP error about a VIP flow; see the top of this file. */

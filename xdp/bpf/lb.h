@@ -18,8 +18,41 @@ volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
  * cfg_mid_flow_rate. */
 volatile const __u64 cfg_new_flow_rate = 250000;
 volatile const __u64 cfg_mid_flow_rate = 31250;
+/* hs_slots' size minus one (a power of two minus one): a tuple's slot is tuple_hash & this. */
+volatile const __u32 cfg_hs_mask = DEFAULT_HS_SIZE - 1;
 /* How long a next-hop cache entry is trusted; 0 = always ask bpf_fib_lookup. */
 volatile const __u64 cfg_nh_cache_ns = 500ull * 1000000ull;
+
+/* flow_key_eq compares a stored key a with packet key b (whose family is a constant in each
+ * inlined copy: IPv4 keys compare one address word, their padding being zero in both). */
+static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
+{
+	if (a->src.w[0] != b->src.w[0] || a->dst.w[0] != b->dst.w[0] || a->sport != b->sport ||
+	    a->dport != b->dport || a->proto != b->proto || a->family != b->family)
+		return 0;
+	return b->family == FAMILY_V4 || (a->src.w[1] == b->src.w[1] && a->src.w[2] == b->src.w[2] &&
+					  a->src.w[3] == b->src.w[3] && a->dst.w[1] == b->dst.w[1] &&
+					  a->dst.w[2] == b->dst.w[2] && a->dst.w[3] == b->dst.w[3]);
+}
+
+/* tuple_hash is a seeded multiplicative hash of every word of a forward flow key, for the live-
+ * flow filter (its top bits, live.h) and the handshake table's slot (its low bits, hs.h). It only
+ * spreads tuples: a collision costs a conntrack lookup or a handshake's slot, never a wrong
+ * answer. Go computes the same (tupleHash in xdp/live.go). */
+static __always_inline __u32 tuple_hash(const struct flow_key *fk)
+{
+	__u32 x = (fk->src.w[0] ^ cfg_hash_seed) * 0x9e3779b1u;
+
+	x = (x ^ fk->dst.w[0]) * 0x85ebca6bu;
+	if (fk->family == FAMILY_V6) {
+		x = (x ^ fk->src.w[1] ^ rotl32(fk->src.w[2], 8) ^ rotl32(fk->src.w[3], 16)) *
+		    0x9e3779b1u;
+		x = (x ^ fk->dst.w[1] ^ rotl32(fk->dst.w[2], 8) ^ rotl32(fk->dst.w[3], 16)) *
+		    0x85ebca6bu;
+	}
+	x = (x ^ ((__u32)fk->sport << 16 | fk->dport) ^ ((__u32)fk->proto << 8)) * 0xc2b2ae35u;
+	return x ^ (x >> 15);
+}
 
 /* filter_has reports whether addr may be in the VIP (backend == 0) or backend address set. */
 static __always_inline int filter_has(int backend, const struct addr *a, __u8 family)
@@ -178,7 +211,7 @@ static __always_inline __u64 now_ns(struct cpu_state *cs)
 	return now_gen(cs, &gen);
 }
 
-/* hs_backend returns the backend of handshakes entry e if a packet of VIP vip_id may still use
+/* hs_backend returns the backend of handshake-table entry e if a packet of VIP vip_id may still use
  * it at time now (entry fresh, same VIP, backend neither down nor deleted, and the packet of
  * the same connection: see enum hs_match), else 0. */
 static __always_inline __u32 hs_backend(const struct hs_entry *e, __u32 vip_id, __u64 now,

@@ -69,7 +69,7 @@ struct {
 /* conntrack: flow -> chosen backend. One LRU shared by all CPUs (a reply can land on any CPU).
  * Size set by Go at load (default DEFAULT_CT_SIZE). Written by the datapath (inserts, refreshes)
  * and by Go (flush). TCP flows are inserted on the first non-SYN packet, never on a SYN (a SYN
- * writes handshakes instead). */
+ * writes hs_slots instead). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct flow_key);
@@ -77,6 +77,24 @@ struct {
 	__uint(max_entries, DEFAULT_CT_SIZE);
 	PIN;
 } conntrack SEC(".maps");
+
+/* ct_live: the live-flow filter (live.h): two halves of LIVE_FILTER_WORDS 64-bit words, a bit
+ * per tuple_hash of a forward TCP flow_key, interleaved (word i of half h at 2 * i + h) so that
+ * setting a bit in both halves writes one cache line. The datapath sets a tuple's bit in both
+ * halves whenever it creates or revives a forward TCP conntrack entry (atomic or, only when
+ * clear); a SYN reads the half clock.live_half names. Go empties the other half, sets the bits of
+ * every TCP conntrack entry that may still be live, then names that half in clock
+ * (xdp/live.go). Pinned with conntrack, whose
+ * entries it describes. BPF_F_MMAPABLE: Go sets bits with atomic operations on its mapping, never
+ * overwriting a bit the datapath sets at the same time. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 2 * LIVE_FILTER_WORDS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	PIN;
+} ct_live SEC(".maps");
 
 /* ct_reverse: reverse entries (backend endpoint -> client, CT_F_REVERSE) of the flows to an
  * ambiguous backend (one endpoint serving several VIP:ports, REV_F_AMBIGUOUS): the frontend its
@@ -92,22 +110,28 @@ struct {
 	PIN;
 } ct_reverse SEC(".maps");
 
-/* handshakes: forward 5-tuple (client -> VIP) -> the backend its SYN went to (hs_entry).
- * Written by the datapath: a TCP SYN to a VIP inserts (or refreshes) its tuple's entry; the first
- * non-SYN packet of the flow, which finds no conntrack entry, takes the entry's backend instead
- * of asking Maglev again (the table may have changed since the SYN), creates the conntrack entry
- * and deletes the handshake. A retransmitted SYN takes the entry's backend too. Entries older
- * than HS_TIMEOUT_NS, of another VIP or naming a down or deleted backend are ignored. Its own LRU,
- * shared by all CPUs, sized by Go at load (default DEFAULT_HS_SIZE): a SYN flood churns this
- * table, never conntrack; a handshake whose entry was evicted falls back to Maglev. Go only
- * deletes (FlushFlows). */
+/* hs_slots: the handshake table: TCP handshakes in flight (SYN seen, no conntrack entry yet),
+ * direct-mapped by a hash of the forward tuple (hs.h): slot tuple_hash & cfg_hs_mask holds the
+ * tuple, the backend its SYN went to, its VIP and its sequence number. Written by the datapath: a
+ * TCP SYN to a VIP writes (or refreshes) its tuple's slot; the first non-SYN packet of the flow,
+ * which finds no conntrack entry, takes the entry's backend instead of asking Maglev again (the
+ * table may have changed since the SYN), creates the conntrack entry and empties the slot. A
+ * retransmitted SYN takes the entry's backend too. Entries older than HS_TIMEOUT_NS, of another
+ * VIP or naming a down or deleted backend are ignored. A plain array, shared by all CPUs: a SYN
+ * writes one cache line and its ACK reads and clears it, where an LRU hash took a lookup, an
+ * insert (its lists and locks) and a delete. Another SYN whose tuple falls on the same slot takes
+ * it over: a SYN flood churns this table (within the handshake budget), never conntrack, and a
+ * handshake whose slot was taken falls back to Maglev. Sized by Go at load (HandshakeSize,
+ * rounded up to a power of two). BPF_F_MMAPABLE puts the values on a page boundary, so each
+ * entry is one whole cache line. Go only clears slots (FlushFlows). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct flow_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
 	__type(value, struct hs_entry);
 	__uint(max_entries, DEFAULT_HS_SIZE);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	PIN;
-} handshakes SEC(".maps");
+} hs_slots SEC(".maps");
 
 /* frags: datagram {src, dst, id, proto} -> its ports and first-fragment time, written by the
  * datapath (frag.h) when it forwards a first fragment to a backend, or reverse-NATs a backend's,

@@ -65,14 +65,16 @@ struct ct_entry {
 	__u8 pad[5];
 };
 
-/* Value of handshakes (keyed by the forward flow_key, client -> VIP): where a TCP SYN went. */
+/* Value of hs_slots: one TCP handshake in flight, where its SYN went. 64 bytes, one cache line. */
 struct hs_entry {
+	struct flow_key key; /* the forward tuple (client -> VIP); family 0: an empty slot */
 	__u64 syn_seen;   /* clock of the last SYN of this tuple */
 	__u32 backend_id; /* the backend the SYN was sent to */
 	__u32 vip_id;     /* the VIP the SYN was for (the entry is used only for this VIP) */
 	__u32 isn;        /* the SYN's sequence number: a SYN with another one on this tuple is a
 			   * new connection (a client port reused), not a retransmission */
-	__u32 pad;
+	__u32 check;      /* hs_check of the tuple's hash and the three fields above: an entry
+			   * two CPUs wrote at once (torn) is not taken for either */
 };
 
 /* Key of frags: one IP datagram. */
@@ -158,7 +160,7 @@ struct budget {
 struct clock_value {
 	__u64 ns;  /* CLOCK_MONOTONIC, written by the loader; 0 = not running yet */
 	__u32 gen; /* cache generation: bumped when vips, reverse, conntrack or backends change */
-	__u32 pad;
+	__u32 live_half; /* the half of ct_live that SYNs and first packets read (0 or 1; live.h) */
 };
 
 /* Value of svc_cache: a copy of one vips or reverse lookup. */

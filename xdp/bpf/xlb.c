@@ -18,6 +18,8 @@
 #include "stats.h"
 #include "lb.h"
 #include "frag.h"
+#include "live.h"
+#include "hs.h"
 #include "budget.h"
 #include "nat.h"
 #include "fib.h"
@@ -38,8 +40,11 @@ static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32
 	struct ct_entry e = { .last_seen = now, .backend_id = bid, .vip_id = vip_id,
 			      .vip_port = fk->dport, .flags = flags };
 
-	if (!only_reverse)
+	if (!only_reverse) {
 		bpf_map_update_elem(&conntrack, fk, &e, BPF_ANY);
+		if (fk->proto == PROTO_TCP) /* only a SYN asks the filter (live.h) */
+			live_mark(tuple_hash(fk));
+	}
 	if (be->flags & BACKEND_F_REVERSE_CT) {
 		struct flow_key rk = { .src = be->addr, .dst = fk->src,
 				       .sport = be->port ? be->port : fk->dport,
@@ -73,18 +78,6 @@ static __always_inline void flow_key_of(struct flow_key *k, const struct packet 
 	k->dport = p->dport;
 	k->proto = p->proto;
 	k->family = p->family;
-}
-
-/* flow_key_eq compares a cached key with packet key b (whose family is a constant in each
- * inlined copy: IPv4 keys compare one address word, their padding being zero in both). */
-static __always_inline int flow_key_eq(const struct flow_key *a, const struct flow_key *b)
-{
-	if (a->src.w[0] != b->src.w[0] || a->dst.w[0] != b->dst.w[0] || a->sport != b->sport ||
-	    a->dport != b->dport || a->proto != b->proto || a->family != b->family)
-		return 0;
-	return b->family == FAMILY_V4 || (a->src.w[1] == b->src.w[1] && a->src.w[2] == b->src.w[2] &&
-					  a->src.w[3] == b->src.w[3] && a->dst.w[1] == b->dst.w[1] &&
-					  a->dst.w[2] == b->dst.w[2] && a->dst.w[3] == b->dst.w[3]);
 }
 
 /* flow_cache_slot returns this CPU's flow_cache entry for the tuple of fk (NULL on a CPU beyond
@@ -209,14 +202,14 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	__u8 closing = (p->tcp_flags & (TH_FIN | TH_RST)) ? CT_F_CLOSING : 0;
 	struct flow_cache_entry *rec = NULL;
 	struct ct_entry *ct = NULL;
-	struct hs_entry *hs = NULL;
+	struct hs_entry *hs = NULL, *slot;
 	struct backend *be;
 	struct vip_info *vi;
 	struct vip_ref *ref;
-	__u32 bid, vip_id;
+	__u32 bid, vip_id, th = 0;
 	int rc, hs_hit = 0;
 
-	/* A SYN never inserts into conntrack (it writes handshakes): a SYN flood cannot evict
+	/* A SYN never inserts into conntrack (it writes hs_slots): a SYN flood cannot evict
 	 * established flows. */
 	if (!syn) {
 		if (fc && gen && fc->gen == gen && flow_key_eq(&fc->key, fk) &&
@@ -271,15 +264,17 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	if (ttl_expiring(p, data_end))
 		return verdict(REASON_PASS_TTL, XDP_PASS);
 	/* A TCP flow without a conntrack entry (a SYN, a retransmitted SYN, the handshake's ACK) first
-	 * asks handshakes which backend its SYN went to: the VIP's table may have changed since, and
+	 * asks the handshake table (hs.h) which backend its SYN went to: the VIP's table may have changed since, and
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
+	if (p->proto == PROTO_TCP)
+		th = tuple_hash(fk);
 	if (syn) {
 		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
 		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
 		 * (RFC 5961) while the connection lives: one spoofed SYN must not re-point an
 		 * established flow. Only a closing or idle entry is balanced again (below). */
-		ct = bpf_map_lookup_elem(&conntrack, fk); /* also used below, after the pick */
+		ct = live_maybe(th) ? bpf_map_lookup_elem(&conntrack, fk) : NULL; /* also below */
 		if (ct && !(ct->flags & (CT_F_REVERSE | CT_F_CLOSING)) && ct->vip_id == vip_id &&
 		    elapsed(now, ct->last_seen) <= ct_timeout(p->proto, 0) &&
 		    backend_get(ct->backend_id)) {
@@ -288,8 +283,12 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		}
 	}
 	if (!bid && p->proto == PROTO_TCP) {
-		hs = bpf_map_lookup_elem(&handshakes, fk);
-		bid = hs_backend(hs, vip_id, now, syn ? HS_MATCH_SYN : HS_MATCH_DATA, p->tcp_seq);
+		__u64 r = hs_probe(fk, th, vip_id, now,
+				   (__u64)(syn ? HS_MATCH_SYN : HS_MATCH_DATA) << 32 | p->tcp_seq);
+
+		if (r & HS_PROBE_HOLDS)
+			hs = hs_slot(th);
+		bid = (__u32)r;
 		if (bid) {
 			count_reason(REASON_HS_HIT);
 			hs_hit = 1;
@@ -306,16 +305,16 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * datagram, or the TCP packet completing a handshake this gateway saw, from the new-flow
 	 * budget; any other TCP packet (a flow ECMP moved here mid-way, or a forged ACK) from the
 	 * smaller mid-flow budget. Once the conntrack entry exists the handshake is done: its
-	 * entry is deleted (so handshakes holds only half-open connections, and a flush of the
+	 * slot is emptied (so the table holds only half-open connections, and a flush of the
 	 * flow is not undone by it). */
 	if (!syn && budget_take(p->proto == PROTO_TCP && !hs_hit ? BUDGET_MID_FLOW :
 								   BUDGET_NEW_FLOW, now)) {
 		ct_store(fk, now, bid, be, vip_id, closing, 0);
 		if (hs)
-			bpf_map_delete_elem(&handshakes, fk);
+			hs_retire(hs);
 	}
 	if (syn) {
-		/* The SYN records its backend in handshakes for its ACK (and its retransmissions):
+		/* The SYN records its backend in its slot for its ACK (and its retransmissions):
 		 * refreshed in place when the entry already names it, else written from the
 		 * handshake budget, with the reverse entry an ambiguous backend's SYN-ACK needs. */
 		int again = hs && hs->backend_id == bid && hs->vip_id == vip_id &&
@@ -324,12 +323,9 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		if (again)
 			hs->syn_seen = now;
 		if (again || budget_take(BUDGET_HANDSHAKE, now)) {
-			if (!again) {
-				struct hs_entry he = { .syn_seen = now, .backend_id = bid,
-						       .vip_id = vip_id, .isn = p->tcp_seq };
-
-				bpf_map_update_elem(&handshakes, fk, &he, BPF_ANY);
-			}
+			slot = again ? NULL : hs_slot(th);
+			if (slot)
+				hs_write(slot, fk, th, now, bid, vip_id, p->tcp_seq);
 			if (be->flags & BACKEND_F_REVERSE_CT)
 				ct_store(fk, now, bid, be, vip_id, 0, 1);
 		}
@@ -344,6 +340,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			ct->vip_id = vip_id;
 			ct->flags = 0;
 			ct->last_seen = now;
+			live_mark(th); /* revived: a rebuild may have left it out as idle */
 		}
 		if (fc)
 			fc->gen = 0;

@@ -36,7 +36,8 @@ type Settings struct {
 	// HandshakeSize is how many TCP handshakes in flight (SYN seen, no conntrack entry yet) the
 	// handshake table holds. A handshake's ACK goes to the backend its SYN went to even if the
 	// frontend's Maglev table changed in between; a handshake whose entry was evicted falls back
-	// to Maglev.
+	// to Maglev. The XDP datapath's table is direct-mapped, this many slots rounded up to a
+	// power of two (another tuple's SYN on the same slot evicts).
 	HandshakeSize uint32
 	// TCPEstablishedTimeout, TCPClosingTimeout (after FIN or RST) and UDPTimeout are conntrack
 	// idle timeouts, each at least MinTimeout.

@@ -1,0 +1,99 @@
+package xdp
+
+import (
+	"testing"
+
+	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
+
+// hsKey is the forward flow key of client:cport -> c's VIP, TCP.
+func hsKey(c hsCase, cport uint16) xlbFlowKey {
+	src, fam := toWire(c.client)
+	dst, _ := toWire(c.vipAddr.Addr())
+	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(layers.IPProtocolTCP), Family: fam}
+	k.Src.W, k.Dst.W = src.W, dst.W
+	return k
+}
+
+// TestGoldenHandshakeSlots: the handshake table is direct-mapped, so what a hostile client can do
+// to it is bounded by what a slot holds. Two tuples whose hashes share a slot: the second SYN
+// takes the slot over, and the first tuple's ACK, finding another tuple's entry there, is balanced
+// by the current table (not sent to the other SYN's backend) and recorded as a mid-flow pickup.
+// An entry whose check word does not match its fields (two SYNs writing the slot at once, or
+// anything else than the datapath's own write) is no entry: an ACK cannot be steered by it. A
+// completed handshake empties its slot. IPv4 and IPv6.
+func TestGoldenHandshakeSlots(t *testing.T) {
+	const slots = 256
+	for _, c := range hsCases() {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots}})
+			services(t, g)
+			d := g.dp
+			must(t, d.UpsertBackend(c.y, c.setupBackend))
+			seed := uint32(d.opts.Seed)
+
+			// Two client ports whose tuples fall on one slot.
+			const a = 50000
+			ka := hsKey(c, a)
+			slotA := tupleHash(&ka, seed) & (slots - 1)
+			b := uint16(0)
+			for p := uint16(a + 1); p < 65535; p++ {
+				kb := hsKey(c, p)
+				if tupleHash(&kb, seed)&(slots-1) == slotA {
+					b = p
+					break
+				}
+			}
+			if b == 0 {
+				t.Fatal("no two ports share a slot")
+			}
+
+			// A's SYN goes to X; the table then moves every tuple to Y; B's SYN (to Y) takes
+			// the slot over.
+			synA, synAToX := c.tcp(a, "S", c.toX, c.macX)
+			g.expect(t, synA.bytes(t), g.ext, want{xdpRedirect, synAToX.bytes(t), fwd(ReasonFwdRedirect)})
+			must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
+			synB, synBToY := c.tcp(b, "S", c.toY, c.macY)
+			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToY.bytes(t), fwd(ReasonFwdRedirect)})
+			if hs := handshakes(t, d); len(hs) != 1 || hs[synB.Src].BackendId != uint32(c.y) {
+				t.Fatalf("handshake table after the colliding SYN: %+v, want B's entry alone", hs)
+			}
+			// A's ACK finds B's entry in its slot: not its own, so Maglev (Y) and a mid-flow
+			// pickup, and B's entry stays.
+			ackA, ackAToY := c.tcp(a, "A", c.toY, c.macY)
+			g.expect(t, ackA.bytes(t), g.ext, want{xdpRedirect, ackAToY.bytes(t), fwd(ReasonFwdRedirect)})
+			if hs := handshakes(t, d); len(hs) != 1 {
+				t.Fatalf("A's ACK changed B's handshake entry: %+v", hs)
+			}
+
+			// A slot whose check word does not match: B's entry, its backend changed to X.
+			var e xlbHsEntry
+			must(t, d.objs.HsSlots.Lookup(slotA, &e))
+			e.BackendId = uint32(c.x)
+			must(t, d.objs.HsSlots.Put(slotA, &e))
+			r0 := g.reasons(t)
+			ackB, ackBToY := c.tcp(b, "A", c.toY, c.macY)
+			g.expect(t, ackB.bytes(t), g.ext, want{xdpRedirect, ackBToY.bytes(t), fwd(ReasonFwdRedirect)})
+			if r := g.reasons(t); r[ReasonHandshakeHit] != r0[ReasonHandshakeHit] {
+				t.Fatal("an entry with a wrong check word was taken")
+			}
+
+			// A flush empties the slots; a new handshake on B's tuple writes its slot again, and
+			// the ACK that completes it takes the entry and empties the slot.
+			if _, err := d.FlushFlows(nil); err != nil {
+				t.Fatal(err)
+			}
+			if hs := handshakes(t, d); len(hs) != 0 {
+				t.Fatalf("handshake table after a flush: %+v", hs)
+			}
+			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToY.bytes(t), fwd(ReasonFwdRedirect)})
+			g.expect(t, ackB.bytes(t), g.ext, want{xdpRedirect, ackBToY.bytes(t), fwdHS(ReasonFwdRedirect)})
+			must(t, d.objs.HsSlots.Lookup(slotA, &e))
+			if e.Key.Family != 0 {
+				t.Fatalf("slot %d after the completed handshake: %+v, want empty", slotA, e)
+			}
+		})
+	}
+}

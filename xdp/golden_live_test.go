@@ -1,0 +1,110 @@
+package xdp
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
+
+// liveBitSet reports whether the live-flow filter's half (0 or 1) has the bit of the forward
+// TCP tuple client:cport -> vip.
+func liveBitSet(t *testing.T, d *Datapath, c hsCase, cport uint16, half uint32) bool {
+	t.Helper()
+	src, fam := toWire(c.client)
+	dst, _ := toWire(c.vipAddr.Addr())
+	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.TCP), Family: fam}
+	k.Src.W, k.Dst.W = src.W, dst.W
+	b := liveBit(&k, uint32(d.opts.Seed))
+	return atomic.LoadUint64(&d.live.words[b/64*2+half])&(1<<(b%64)) != 0
+}
+
+// TestGoldenLiveFilter: the handshake's ACK that creates a conntrack entry sets the tuple's bit in
+// both halves of the live-flow filter, at the bit the loader computes (a SYN of a tuple without
+// one skips the conntrack lookup); a rebuild keeps a live entry's bit, so a forged SYN on the
+// tuple still keeps the flow's backend (ct_syn_kept) after the table changed. An entry idle past
+// its timeout loses its bit in the next rebuild: a SYN on it is balanced by the current table
+// without asking conntrack, and its ACK follows the SYN (the handshake table), replacing the old
+// entry and setting the bit again. IPv4 and IPv6.
+func TestGoldenLiveFilter(t *testing.T) {
+	for _, c := range hsCases() {
+		t.Run(c.name, func(t *testing.T) {
+			// A short established timeout: the machine may have been up for less than the default.
+			g := newGW(t, Options{Settings: datapath.Settings{TCPEstablishedTimeout: 30 * time.Second}})
+			services(t, g)
+			d := g.dp
+			must(t, d.UpsertBackend(c.y, c.setupBackend))
+			const live, idle = 46000, 46001
+			for _, port := range []uint16{live, idle} {
+				if liveBitSet(t, d, c, port, 0) || liveBitSet(t, d, c, port, 1) {
+					t.Fatalf("port %d: bit set before any packet", port)
+				}
+				syn, synToX := c.tcp(port, "S", c.toX, c.macX)
+				g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
+				if liveBitSet(t, d, c, port, 0) || liveBitSet(t, d, c, port, 1) {
+					t.Fatalf("port %d: a SYN set the bit (it writes no conntrack entry)", port)
+				}
+				ack, ackToX := c.tcp(port, "A", c.toX, c.macX)
+				g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+				if !liveBitSet(t, d, c, port, 0) || !liveBitSet(t, d, c, port, 1) {
+					t.Fatalf("port %d: the ACK that created the conntrack entry left its bit clear", port)
+				}
+			}
+
+			// The idle flow looks idle past the established timeout; the live one stays fresh.
+			ageOne(t, d, c, idle, 30*time.Second+liveSkew+10*time.Second)
+			half := d.live.half
+			must(t, d.rebuildLive())
+			if d.live.half == half {
+				t.Fatal("the rebuild did not switch halves")
+			}
+			if !liveBitSet(t, d, c, live, d.live.half) {
+				t.Fatal("the rebuild dropped the live flow's bit")
+			}
+			if liveBitSet(t, d, c, idle, d.live.half) {
+				t.Fatal("the rebuild kept the bit of a flow idle past its timeout")
+			}
+
+			// The table gives every slot to Y. A forged SYN on the live tuple still goes to X.
+			must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
+			spoof, spoofToX := c.tcp(live, "S", c.toX, c.macX)
+			spoof.Seq, spoofToX.Seq = 0xdead, 0xdead
+			g.expect(t, spoof.bytes(t), g.ext, want{xdpRedirect, spoofToX.bytes(t),
+				map[Reason]uint64{ReasonNATForward: 1, ReasonFwdRedirect: 1, ReasonCTSYNKept: 1}})
+
+			// A SYN on the idle tuple is a new connection on Y; its ACK follows it.
+			syn, synToY := c.tcp(idle, "S", c.toY, c.macY)
+			syn.Seq, synToY.Seq = 500, 500
+			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToY.bytes(t), fwd(ReasonFwdRedirect)})
+			ack, ackToY := c.tcp(idle, "A", c.toY, c.macY)
+			ack.Seq, ackToY.Seq = 501, 501
+			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t),
+				map[Reason]uint64{ReasonNATForward: 1, ReasonHandshakeHit: 1, ReasonCTReselect: 1, ReasonFwdRedirect: 1}})
+			if !liveBitSet(t, d, c, idle, d.live.half) {
+				t.Fatal("the ACK that replaced the idle entry left its bit clear")
+			}
+			flows, err := d.Flows()
+			must(t, err)
+			for _, f := range flows {
+				if f.Src.Port() == idle && f.Backend != c.y {
+					t.Fatalf("the idle tuple's entry after the new handshake: %+v, want backend %d", f, c.y)
+				}
+			}
+		})
+	}
+}
+
+// ageOne makes the conntrack entry of client:cport -> c's VIP look idle for age.
+func ageOne(t *testing.T, d *Datapath, c hsCase, cport uint16, age time.Duration) {
+	t.Helper()
+	src, fam := toWire(c.client)
+	dst, _ := toWire(c.vipAddr.Addr())
+	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.TCP), Family: fam}
+	k.Src.W, k.Dst.W = src.W, dst.W
+	var e xlbCtEntry
+	must(t, d.objs.Conntrack.Lookup(&k, &e))
+	e.LastSeen -= uint64(age)
+	must(t, d.objs.Conntrack.Put(&k, &e))
+	must(t, d.invalidateCaches())
+}
