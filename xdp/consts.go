@@ -17,7 +17,7 @@ const (
 	liveFilterLog2  = 23
 	liveFilterBits  = 1 << liveFilterLog2
 	liveFilterWords = liveFilterBits / 64
-	nhCacheLog2       = 10
+	nhCacheLog2     = 10
 
 	vipFlagAffinityClientIP = 1 << 0
 	vipFlagSrcRanges        = 1 << 1
