@@ -31,7 +31,8 @@ import (
 // another gateway is not used; one whose address is the file's peer is refused and said so on
 // the gateway's GatewayStatus, which lists both sessions; a password from a Secret that BIRD
 // does not share keeps that session down; deleting the BGPPeer closes its session and leaves
-// the file's alone.
+// the file's alone. The SiteSettings object's seed wins over the file's at start, and a new
+// seed is reported as pending a restart, never applied to the running datapath.
 func TestDaemonBGPPeerObjects(t *testing.T) {
 	if _, err := exec.LookPath("bird"); err != nil {
 		t.Fatal("needs bird (make deps installs bird2)")
@@ -106,6 +107,22 @@ protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; }
 		}
 	}
 
+	step("SiteSettings site sets the seed before the gateway starts (its file has none: 0)")
+	sites := dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceSiteSettings))
+	site := func(seed int64) {
+		t.Helper()
+		o := &v1alpha1.SiteSettings{TypeMeta: metav1.TypeMeta{APIVersion: "xlb.dev/v1alpha1", Kind: "SiteSettings"},
+			ObjectMeta: metav1.ObjectMeta{Name: "site"}, Spec: v1alpha1.SiteSettingsSpec{Seed: &seed}}
+		m, err := runtimeconv.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sites.Apply(ctx, "site", &unstructured.Unstructured{Object: m}, metav1.ApplyOptions{FieldManager: "test", Force: true}); err != nil {
+			t.Fatalf("apply SiteSettings: %v", err)
+		}
+	}
+	site(7)
+
 	step("start with the file's peer a")
 	l.extra = fmt.Sprintf(`bgp:
   routerID: %s
@@ -121,7 +138,9 @@ kubernetes:
 	d := l.startDaemon(t)
 	l.waitReady(t, d)
 	l.waitPeer(t, labRouter, true, bgpUpTimeout)
-	waitStatus("session a established", func(st v1alpha1.GatewayStatusStatus) bool { return st.SessionsUp == "1/1" })
+	waitStatus("session a established, seed 7 from SiteSettings", func(st v1alpha1.GatewayStatusStatus) bool {
+		return st.SessionsUp == "1/1" && st.Site != nil && st.Site.Seed == 7 && len(st.Site.RestartPending) == 0
+	})
 	time.Sleep(1100 * time.Millisecond) // establishment times are whole seconds: make a reset visible
 	sinceA, birdA := l.peerSince(t, labRouter), birdProto(t, ctl, "a")
 
@@ -168,6 +187,12 @@ kubernetes:
 	if out := d.out.String(); strings.Contains(out, "not-birds") {
 		t.Errorf("the daemon logged the password")
 	}
+
+	step("a new seed in SiteSettings waits for a restart, and says so")
+	site(9)
+	waitStatus("seed 9 pending a restart", func(st v1alpha1.GatewayStatusStatus) bool {
+		return st.Site != nil && st.Site.Seed == 7 && slices.Contains(st.Site.RestartPending, "seed 9 (running 7)")
+	})
 
 	step("deleting BGPPeer b closes its session; a is untouched")
 	if err := peers.Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {

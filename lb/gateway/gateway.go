@@ -76,6 +76,10 @@ func Run(ctx context.Context, opts Options) error {
 		opts.Log = os.Stderr
 	}
 	log := newLogger(cfg.Log, opts.Log)
+	var site siteState
+	if opts.KubeClient == nil {
+		site = startSite(cfg, log)
+	}
 	dp, err := opts.LoadDatapath(cfg, log)
 	if err != nil {
 		return err
@@ -102,6 +106,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	g.site = site
 	return g.Run(ctx)
 }
 
@@ -206,6 +211,12 @@ type Gateway struct {
 	peersChanged chan struct{}
 	// peerProblems are the BGPPeers not used, last time they were applied (under mu).
 	peerProblems []string
+	// site is the SiteSettings object in use (under mu); siteChanged tells Run to reload.
+	site        siteState
+	siteChanged chan struct{}
+	// started are the datapath settings the datapath was loaded with (the timeouts a
+	// SiteSettings change waits a restart for).
+	started datapath.Settings
 }
 
 // New returns a gateway serving cfg on dp, attached already, adopting the state dp holds (an
@@ -213,7 +224,7 @@ type Gateway struct {
 // nothing: Run does, and Reconcile runs one pass.
 func New(cfg *config.Config, dp datapath.Gateway, log *slog.Logger, opts Options) (*Gateway, error) {
 	g := &Gateway{log: log, opts: opts, dp: dp, cfg: cfg, planOpts: cfg.PlanOptions(), wake: make(chan struct{}, 1),
-		peersChanged: make(chan struct{}, 1)}
+		peersChanged: make(chan struct{}, 1), siteChanged: make(chan struct{}, 1), started: cfg.Datapath.Settings.WithDefaults()}
 	warnSharedEndpoints(log, cfg.Services, cfg.Datapath.Forwarding)
 	var err error
 	if g.rec, err = reconcile.New(dp, log); err != nil {
@@ -283,6 +294,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.reload()
 		case <-g.peersChanged:
 			g.applyPeers()
+		case <-g.siteChanged:
+			g.reload()
 		}
 	}
 }

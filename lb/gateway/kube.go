@@ -103,8 +103,9 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 			}}); err != nil {
 			return err
 		}
-		wg.Add(1)
+		wg.Add(2)
 		go func() { defer wg.Done(); g.peers.Run(ctx) }()
+		go func() { defer wg.Done(); g.pollSite(ctx, dyn) }()
 		if g.reporter, err = kube.NewStatusReporter(kube.StatusReporterOptions{
 			Client: dyn, Name: identity, Snapshot: g.statusSnapshot, Leading: m.ctrl.Leading,
 			Log: g.log.With("component", "gateway-status"),

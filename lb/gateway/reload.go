@@ -9,7 +9,8 @@ import (
 	"github.com/xlb-dev/xlb/lb/config"
 )
 
-// reload re-reads the config file; an invalid one is logged and the old one keeps serving.
+// reload re-reads the config file, with the SiteSettings object's values over it; an invalid one
+// is logged and the old one keeps serving.
 func (g *Gateway) reload() {
 	cfg, err := config.Load(g.opts.ConfigPath)
 	if err != nil {
@@ -17,6 +18,10 @@ func (g *Gateway) reload() {
 		g.log.Error("config reload rejected; still serving the previous config", "config", g.opts.ConfigPath, "error", err)
 		return
 	}
+	g.mu.Lock()
+	site := g.site.site
+	g.mu.Unlock()
+	overlaySite(cfg, site, g.log)
 	// Every service must plan: a reload must not take a VIP:port from a service that serves it
 	// now (conflicts go to the service whose name sorts first) or silently drop a service.
 	if _, errs := lb.Plan(cfg.Services, planOptions(g.planOpts, cfg)); len(errs) > 0 {

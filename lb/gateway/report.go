@@ -73,6 +73,7 @@ func (g *Gateway) statusSnapshot() v1alpha1.GatewayStatusStatus {
 		Announced: rep.announced,
 		Withdrawn: rep.withdrawn,
 		Problems:  problems,
+		Site:      g.siteStatus(),
 		Datapath: v1alpha1.DatapathStatus{
 			Kind:       string(cfg.Datapath.Kind),
 			Forwarding: string(cfg.Datapath.Forwarding.Mode),

@@ -204,3 +204,41 @@ func TestBGPPeerValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestSiteSettingsValidation: the SiteSettings CRD's rules.
+func TestSiteSettingsValidation(t *testing.T) {
+	cp := kubetest.StartT(t)
+	ctx := t.Context()
+	if err := kubetest.InstallCRDs(ctx, cp.Admin(), "../../../../"+kubetest.CRDDir); err != nil {
+		t.Fatal(err)
+	}
+	res := dynamic.NewForConfigOrDie(cp.Admin()).Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceSiteSettings))
+	obj := func(name, spec string) *unstructured.Unstructured {
+		t.Helper()
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte("apiVersion: xlb.dev/v1alpha1\nkind: SiteSettings\nmetadata: {name: "+name+"}\nspec:\n"+spec), &o); err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: o}
+	}
+	for _, c := range []struct{ name, objName, spec, want string }{
+		{"not named site", "default", "  seed: 1", "there is one SiteSettings object, named site"},
+		{"seed negative", "site", "  seed: -1", "spec.seed"},
+		{"seed too large", "site", "  seed: 4294967296", "spec.seed"},
+		{"table size", "site", "  maglevTableSize: 1", "spec.maglevTableSize"},
+		{"forwarding", "site", "  forwarding: direct", "spec.forwarding: Unsupported value: \"direct\""},
+		{"fallback without dsr", "site", "  dsrFallback: returnPath", "dsrFallback needs forwarding: dsr"},
+		{"timeout", "site", "  udpTimeout: 500ms", "spec.udpTimeout: Invalid value: \"500ms\": must be at least 1s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := res.Create(ctx, obj(c.objName, c.spec), metav1.CreateOptions{FieldValidation: "Strict"})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v; want refused with %q", err, c.want)
+			}
+		})
+	}
+	if _, err := res.Create(ctx, obj("site", "  seed: 4294967295\n  maglevTableSize: 65537\n  forwarding: dsr\n  dsrFallback: returnPath\n  tcpEstablishedTimeout: 2h\n  tcpClosingTimeout: 5s\n  udpTimeout: 30s"),
+		metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Errorf("valid SiteSettings refused: %v", err)
+	}
+}

@@ -23,6 +23,8 @@ import (
 // +kubebuilder:printcolumn:name="Sessions",type=string,JSONPath=`.status.sessionsUp`
 // +kubebuilder:printcolumn:name="Announced",type=integer,JSONPath=`.status.announcedCount`
 // +kubebuilder:printcolumn:name="Withdrawn",type=integer,JSONPath=`.status.withdrawnCount`
+// +kubebuilder:printcolumn:name="Seed",type=integer,priority=1,JSONPath=`.status.site.seed`
+// +kubebuilder:printcolumn:name="Restart-Pending",type=string,priority=1,JSONPath=`.status.site.restartPending`
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeat`
 // +kubebuilder:printcolumn:name="Problems",type=string,priority=1,JSONPath=`.status.problems`
 // +kubebuilder:printcolumn:name="VIPs",type=string,priority=1,JSONPath=`.status.announced[*].address`
@@ -81,6 +83,9 @@ type GatewayStatusStatus struct {
 	// +listType=map
 	// +listMapKey=address
 	Withdrawn []VIPStatus `json:"withdrawn,omitempty"`
+	// Site is how the gateway stands with the SiteSettings object.
+	// +optional
+	Site *SiteStatus `json:"site,omitempty"`
 	// Problems are configuration the gateway could not use (a BGPPeer it refused, say), one
 	// message each.
 	// +optional
@@ -92,6 +97,24 @@ type GatewayStatusStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// SiteStatus is how a gateway stands with the SiteSettings object.
+type SiteStatus struct {
+	// ObservedGeneration is the generation of SiteSettings site the gateway last read (0: none
+	// read, the file's settings are used).
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Seed is the flow-hash seed the gateway's datapath runs with.
+	Seed int64 `json:"seed"`
+	// RestartPending lists the settings of the object the gateway runs with other values of
+	// (the seed, the table size, the timeouts): they take effect when it restarts.
+	// +optional
+	// +listType=atomic
+	RestartPending []string `json:"restartPending,omitempty"`
+	// Error says why the object could not be read or used, if so.
+	// +optional
+	Error string `json:"error,omitempty"`
 }
 
 // DatapathStatus is a gateway's datapath.

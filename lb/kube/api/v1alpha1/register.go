@@ -23,6 +23,8 @@ const (
 	ResourceAddressPools = "addresspools"
 	// ResourceBGPPeers is BGPPeer's resource.
 	ResourceBGPPeers = "bgppeers"
+	// ResourceSiteSettings is SiteSettings's resource.
+	ResourceSiteSettings = "sitesettings"
 	// ResourceGatewayStatuses is GatewayStatus's resource.
 	ResourceGatewayStatuses = "gatewaystatuses"
 )
@@ -33,6 +35,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&AddressPool{}, &AddressPoolList{},
 		&GatewayStatus{}, &GatewayStatusList{},
 		&BGPPeer{}, &BGPPeerList{},
+		&SiteSettings{}, &SiteSettingsList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
 	return nil
