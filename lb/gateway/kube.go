@@ -148,6 +148,9 @@ func (g *Gateway) reloadKube(cfg *config.Config) error {
 	if err := g.kube.ctrl.SetPools(kubePools(cfg)); err != nil {
 		return err
 	}
+	if err := g.kube.ctrl.SetForwarding(cfg.Datapath.Forwarding); err != nil {
+		return err
+	}
 	if *cfg.Kubernetes != *g.kube.cfg {
 		g.log.Warn("kubernetes settings other than pools changed; they take effect at the next restart")
 	}

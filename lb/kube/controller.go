@@ -665,7 +665,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			problems = append(problems, sharedProblem(sh))
 		}
 		var cond *metav1.Condition
-		if dc, p, ok := DSRStatus(c.opts.Forwarding, model); ok && len(vips) > 0 {
+		c.mu.Lock()
+		fwd := c.opts.Forwarding
+		c.mu.Unlock()
+		if dc, p, ok := DSRStatus(fwd, model); ok && len(vips) > 0 {
 			cond = &dc
 			if p != nil {
 				problems = append(problems, *p)
@@ -831,6 +834,22 @@ func poolNames(pools []Pool) []string {
 		out = append(out, p.Name)
 	}
 	return out
+}
+
+// SetForwarding replaces the site's forwarding mode (a reload, or SiteSettings): the Services'
+// DSR conditions and shared-endpoint reports follow; every Service is re-synced.
+func (c *Controller) SetForwarding(f lb.Forwarding) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("kube: %w", err)
+	}
+	c.mu.Lock()
+	same := c.opts.Forwarding == f
+	c.opts.Forwarding = f
+	c.mu.Unlock()
+	if !same {
+		c.enqueueAll()
+	}
+	return nil
 }
 
 // Class returns the loadBalancerClass the controller serves.
