@@ -175,7 +175,8 @@ func TestAddressPoolObjects(t *testing.T) {
 }
 
 // TestAddressPoolsFollowTheFile: the config file's pools come first and win a name or address
-// clash; a file reload (SetPools) re-decides the objects.
+// clash; a file reload (SetPools) re-decides the objects. A Service written for MetalLB gets
+// what its metallb.io annotations ask for.
 func TestAddressPoolsFollowTheFile(t *testing.T) {
 	e := newEnv(t)
 	o := e.objects()
@@ -197,6 +198,13 @@ func TestAddressPoolsFollowTheFile(t *testing.T) {
 	e.create(e.service("web", func(s *corev1.Service) { s.Annotations = map[string]string{AnnotationAddressPool: name} }))
 	if got := e.ingress("web", 1); got[0] != netip.MustParseAddr("198.18.213.2") {
 		t.Fatalf("web got %v, want 198.18.213.2 from pool %s", got, name)
+	}
+	// A Service written for MetalLB: its annotations are honoured as they are.
+	e.create(e.service("metallb", func(s *corev1.Service) {
+		s.Annotations = map[string]string{MetalLBLoadBalancerIPs: "198.18.213.3", MetalLBAllowSharedIP: "k"}
+	}))
+	if got := e.ingress("metallb", 1); got[0] != netip.MustParseAddr("198.18.213.3") {
+		t.Fatalf("a Service with metallb.io/loadBalancerIPs 198.18.213.3 got %v", got)
 	}
 }
 
