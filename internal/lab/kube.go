@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -231,6 +233,19 @@ func (k *Kube) setup() error {
 	if err := kubetest.ApplyFile(ctx, admin, filepath.Join(k.DeployDir, "examples", "addresspools.yaml")); err != nil {
 		return err
 	}
+	if s.Opts.Routing.BGP() {
+		var peers []*unstructured.Unstructured
+		for _, p := range s.BGPPeerObjects() {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&p)
+			if err != nil {
+				return fmt.Errorf("lab: BGPPeer %s: %w", p.Name, err)
+			}
+			peers = append(peers, &unstructured.Unstructured{Object: m})
+		}
+		if err := kubetest.Apply(ctx, admin, peers...); err != nil {
+			return err
+		}
+	}
 	if err := kubetest.ApplyFile(ctx, admin, filepath.Join(k.DeployDir, "examples", "services.yaml")); err != nil {
 		return err
 	}
@@ -240,7 +255,7 @@ func (k *Kube) setup() error {
 	if err := k.runEndpointController(ctx); err != nil {
 		return err
 	}
-	s.logf("kubernetes: RBAC, xlb's CRDs, the AddressPool %q, %d nodes, the example Services and their EndpointSlices applied", PoolName, len(s.Nodes))
+	s.logf("kubernetes: RBAC, xlb's CRDs, the AddressPool %q (and with BGP a BGPPeer per gateway and family), %d nodes, the example Services and their EndpointSlices applied", PoolName, len(s.Nodes))
 	for _, g := range s.Gateways {
 		if err := kubetest.WriteKubeconfig(g.kubeconfigPath(), k.CP.Controller()); err != nil {
 			return err

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/xlb-dev/xlb/lb/kube/api/v1alpha1"
 )
 
 // Routing is how the router learns the VIPs.
@@ -130,18 +134,47 @@ template bgp lb6 {
 }
 
 // bgpYAML is gateway g's `bgp:` config section (BIRD or FRR routing): eBGP to the router over up0,
-// one IPv4 and one IPv6 session, each with BFD (300 ms × 3).
+// one IPv4 and one IPv6 session, each with BFD (300 ms × 3). In Kubernetes mode the section has
+// the speaker's own side only: the sessions are BGPPeer objects (BGPPeerObjects).
 func (s *Site) bgpYAML(g *Gateway) string {
 	_, r4, _, r6 := upstreamAddrs(g.Index)
-	return fmt.Sprintf(`bgp:
+	out := fmt.Sprintf(`bgp:
   routerID: %s
   asn: %d
   gracefulRestart: %s
   withdrawOnExit: true
-  peers:
+`, g.Upstream4, GatewayASN(g.Index), bgpGracefulRestart)
+	if s.Opts.Mode == Kubernetes {
+		return out
+	}
+	return out + fmt.Sprintf(`  peers:
     - {address: %s, asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: %s, bfd: true}
     - {address: "%s", asn: %d, holdTime: 9s, keepaliveTime: 3s, connectRetry: 1s, localAddress: "%s", bfd: true}
-`, g.Upstream4, GatewayASN(g.Index), bgpGracefulRestart, r4, RouterASN, g.Upstream4, r6, RouterASN, g.Upstream6)
+`, r4, RouterASN, g.Upstream4, r6, RouterASN, g.Upstream6)
+}
+
+// BGPPeerObjects are Kubernetes mode's BGP sessions, as BGPPeer objects: for each gateway, its
+// IPv4 and its IPv6 session with the router (the sessions bgpYAML lists in File mode), selected
+// by the gateway's name.
+func (s *Site) BGPPeerObjects() []v1alpha1.BGPPeer {
+	var out []v1alpha1.BGPPeer
+	sec := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	for _, g := range s.Gateways {
+		_, r4, _, r6 := upstreamAddrs(g.Index)
+		for _, p := range []struct {
+			suffix        string
+			router, local netip.Addr
+		}{{"ipv4", r4, g.Upstream4}, {"ipv6", r6, g.Upstream6}} {
+			out = append(out, v1alpha1.BGPPeer{
+				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BGPPeer"},
+				ObjectMeta: metav1.ObjectMeta{Name: g.GatewayName() + "-router-" + p.suffix},
+				Spec: v1alpha1.BGPPeerSpec{Address: p.router.String(), ASN: RouterASN, LocalAddress: p.local.String(),
+					HoldTime: sec(9 * time.Second), KeepaliveTime: sec(3 * time.Second), ConnectRetry: sec(time.Second),
+					BFD: &v1alpha1.BFD{Enabled: true}, Gateways: []string{g.GatewayName()}},
+			})
+		}
+	}
+	return out
 }
 
 // startBIRD writes the router's BIRD config and runs `bird -f` in the router's namespace
