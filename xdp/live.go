@@ -51,7 +51,7 @@ type liveFilter struct {
 	// half is the half the datapath reads (map clock's live_half); written under the
 	// Datapath's clockMu.
 	half uint32
-	// last is when the filter was last rebuilt.
+	// last is when the filter was last rebuilt (under mu).
 	last time.Time
 }
 
@@ -210,7 +210,10 @@ func (d *Datapath) runLive(ctx context.Context, done chan struct{}) {
 			return
 		case <-first.C:
 		case <-t.C:
-			if d.liveFill() < liveRebuildFill || time.Since(d.live.last) < liveRebuildGap {
+			d.live.mu.Lock()
+			recent := time.Since(d.live.last) < liveRebuildGap
+			d.live.mu.Unlock()
+			if recent || d.liveFill() < liveRebuildFill {
 				continue
 			}
 		}
