@@ -1,0 +1,76 @@
+package xdp
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
+
+// TestLiveFilterRebuiltAtLoad: a loader adopting pinned maps rebuilds the live-flow filter from
+// conntrack before anything is attached, so a TCP entry that an earlier build's program made
+// without setting its bit (or that the filter otherwise lacks) has it: a SYN on that tuple then
+// asks conntrack and keeps the flow's backend. A UDP entry and a TCP entry idle past its timeout
+// get no bit (no SYN asks for the one, the datapath would treat the other as gone).
+func TestLiveFilterRebuiltAtLoad(t *testing.T) {
+	d, opts := loadPinnedDir(t)
+	now := monotonicNow()
+	key := func(sport uint16, proto datapath.Protocol) xlbFlowKey {
+		src, fam := toWire(client4)
+		dst, _ := toWire(vip4)
+		k := xlbFlowKey{Sport: htons(sport), Dport: htons(80), Proto: uint8(proto), Family: fam}
+		k.Src.W, k.Dst.W = src.W, dst.W
+		return k
+	}
+	live, udp, idle := key(40001, datapath.TCP), key(40002, datapath.UDP), key(40003, datapath.TCP)
+	// The adopting loader runs with a 30 s established timeout: an entry idle for longer than
+	// that exists on any machine up for a minute.
+	opts.TCPEstablishedTimeout = 30 * time.Second
+	idleFor := uint64(opts.TCPEstablishedTimeout + liveSkew + 10*time.Second)
+	entries := []struct {
+		k xlbFlowKey
+		e xlbCtEntry
+	}{
+		{live, xlbCtEntry{LastSeen: now, BackendId: 1, VipId: 1}},
+		{udp, xlbCtEntry{LastSeen: now, BackendId: 2, VipId: 2}},
+	}
+	if now <= idleFor {
+		t.Skip("the machine has been up for less than a minute")
+	}
+	entries = append(entries, struct {
+		k xlbFlowKey
+		e xlbCtEntry
+	}{idle, xlbCtEntry{LastSeen: now - idleFor, BackendId: 1, VipId: 1}})
+	for _, x := range entries {
+		must(t, d.objs.Conntrack.Put(&x.k, &x.e))
+	}
+	bitSet := func(d *Datapath, k xlbFlowKey) bool {
+		b := liveBit(&k, uint32(d.opts.Seed))
+		return atomic.LoadUint64(&d.live.words[b/64*2+d.live.half])&(1<<(b%64)) != 0
+	}
+	if bitSet(d, live) {
+		t.Fatal("the entry written behind the datapath's back has its bit already")
+	}
+	must(t, d.Close())
+
+	d2, err := Load(opts)
+	if err != nil {
+		t.Fatalf("%+v", err)
+	}
+	defer d2.Close()
+	if !bitSet(d2, live) {
+		t.Error("the adopted TCP entry has no bit after Load")
+	}
+	if bitSet(d2, udp) {
+		t.Error("the adopted UDP entry has a bit")
+	}
+	if bitSet(d2, idle) {
+		t.Error("the adopted TCP entry idle past its timeout has a bit")
+	}
+	var c xlbClockValue
+	must(t, d2.objs.Clock.Lookup(uint32(0), &c))
+	if c.LiveHalf != d2.live.half {
+		t.Errorf("clock names half %d, the loader rebuilt half %d", c.LiveHalf, d2.live.half)
+	}
+}
