@@ -32,7 +32,8 @@ import (
 // the gateway's GatewayStatus, which lists both sessions; a password from a Secret that BIRD
 // does not share keeps that session down; deleting the BGPPeer closes its session and leaves
 // the file's alone. The SiteSettings object's seed wins over the file's at start, and a new
-// seed is reported as pending a restart, never applied to the running datapath.
+// seed is reported as pending a restart, never applied to the running datapath. A
+// BGPAdvertisement's community reaches BIRD on the routes without resetting a session.
 func TestDaemonBGPPeerObjects(t *testing.T) {
 	if _, err := exec.LookPath("bird"); err != nil {
 		t.Fatal("needs bird (make deps installs bird2)")
@@ -158,6 +159,32 @@ kubernetes:
 	}
 	if got := l.peerSince(t, labRouter); got != sinceA || !sameBirdSession(birdA, birdProto(t, ctl, "a")) {
 		t.Errorf("session a was reset when BGPPeer b was added (since %s → %s)", sinceA, got)
+	}
+
+	step("a BGPAdvertisement adds its community to the routes, re-announced without a session reset")
+	ads := dyn.Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceBGPAdvertisements))
+	adObj := &v1alpha1.BGPAdvertisement{TypeMeta: metav1.TypeMeta{APIVersion: "xlb.dev/v1alpha1", Kind: "BGPAdvertisement"},
+		ObjectMeta: metav1.ObjectMeta{Name: "tag"}, Spec: v1alpha1.BGPAdvertisementSpec{
+			RouteAttributes: v1alpha1.RouteAttributes{Communities: []string{"65000:42"}}, Gateways: []string{"gw1"}}}
+	m, err := runtimeconv.DefaultUnstructuredConverter.ToUnstructured(adObj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ads.Apply(ctx, "tag", &unstructured.Unstructured{Object: m}, metav1.ApplyOptions{FieldManager: "test", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	vip := labVIP.String()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		all := birdc(t, ctl, "show", "route", "all", vip+"/32")
+		if strings.Contains(all, "(65000,42)") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("BIRD's route lacks the BGPAdvertisement's community 65000:42:\n%s", all)
+		}
+	}
+	if got := l.peerSince(t, labRouter); got != sinceA {
+		t.Errorf("session a was reset by a BGPAdvertisement (since %s → %s)", sinceA, got)
 	}
 
 	step("a BGPPeer with the file's peer's address is refused, on the GatewayStatus")

@@ -248,22 +248,49 @@ func (g *Gateway) reloadBGP(c *config.BGP) *config.BGP {
 }
 
 // withObjectPeers returns the bgp section c with the peers of the BGPPeer objects that select
-// this gateway added after the file's, and what kept any of them out: an address the file
-// has (the file wins), or a peer the speaker's configuration refuses with the others (a
-// passive peer without listenPort, say). Without BGPPeers (outside Kubernetes mode) it is c.
+// this gateway added after the file's and the attributes of the BGPAdvertisements that select
+// it, and what kept any of them out: an address the file has (the file wins), a peer the
+// speaker's configuration refuses with the others (a passive peer without listenPort, say), a
+// LOCAL_PREF or MED the file sets otherwise. Outside Kubernetes mode it is c.
 func (g *Gateway) withObjectPeers(c *config.BGP) (*config.BGP, []string) {
 	if g.peers == nil {
 		return c, nil
 	}
-	objPeers, problems := g.peers.Peers()
-	if len(objPeers) == 0 {
+	objPeers, attrs, problems := g.peers.Peers()
+	if len(objPeers) == 0 && attrs.IsZero() {
 		return c, problems
 	}
 	if c == nil {
-		return nil, append(problems, fmt.Sprintf("%d BGPPeer objects select this gateway, but its config file has no bgp section (router ID, AS number): none is used", len(objPeers)))
+		return nil, append(problems, fmt.Sprintf("%d BGPPeer objects (and BGPAdvertisements: %v) select this gateway, but its config file has no bgp section (router ID, AS number): none is used", len(objPeers), !attrs.IsZero()))
 	}
 	out := *c
 	out.Peers = slices.Clone(c.Peers)
+	// The advertisements' attributes: communities added, LOCAL_PREF and MED unless the file
+	// sets them.
+	for _, x := range attrs.Communities {
+		if !slices.Contains(out.Communities, x) {
+			out.Communities = append(slices.Clip(out.Communities), x)
+		}
+	}
+	for _, x := range attrs.LargeCommunities {
+		if !slices.Contains(out.LargeCommunities, x) {
+			out.LargeCommunities = append(slices.Clip(out.LargeCommunities), x)
+		}
+	}
+	switch {
+	case attrs.LocalPref == nil:
+	case c.LocalPref == nil:
+		out.LocalPref = attrs.LocalPref
+	case *c.LocalPref != *attrs.LocalPref:
+		problems = append(problems, fmt.Sprintf("BGPAdvertisement localPref %d ignored: the config file sets %d", *attrs.LocalPref, *c.LocalPref))
+	}
+	switch {
+	case attrs.MED == nil:
+	case c.MED == nil:
+		out.MED = attrs.MED
+	case *c.MED != *attrs.MED:
+		problems = append(problems, fmt.Sprintf("BGPAdvertisement med %d ignored: the config file sets %d", *attrs.MED, *c.MED))
+	}
 	for _, p := range objPeers {
 		if slices.ContainsFunc(c.Peers, func(f bgp.Peer) bool { return f.Address == p.Address }) {
 			problems = append(problems, fmt.Sprintf("BGPPeer for %v: the config file has a peer of that address, which wins", p.Address))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -22,11 +23,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/xlb-dev/xlb/bgp"
+	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/kube/api/v1alpha1"
 )
 
-// BGPPeer objects (xlb.dev/v1alpha1): each gateway watches them and peers with those that
-// select it, next to the peers of its config file.
+// BGPPeer and BGPAdvertisement objects (xlb.dev/v1alpha1): each gateway watches them, peers
+// with the BGPPeers that select it, next to the peers of its config file, and adds the
+// attributes of the BGPAdvertisements that select it to its routes.
 
 // DefaultPasswordKey is the Secret key of a BGPPeer's password when passwordSecretRef names
 // none.
@@ -64,7 +67,10 @@ type PeerSource struct {
 
 	mu       sync.Mutex
 	informer cache.SharedIndexInformer
+	// ads watches the BGPAdvertisements (nil until the API is found).
+	ads      cache.SharedIndexInformer
 	peers    []bgp.Peer
+	attrs    lb.RouteAttributes
 	problems []string
 }
 
@@ -83,11 +89,12 @@ func NewPeerSource(opts PeerSourceOptions) (*PeerSource, error) {
 }
 
 // Peers returns the peers of the BGPPeer objects that select this gateway, sorted by address,
-// and what is wrong with those that could not be used (one message each).
-func (p *PeerSource) Peers() ([]bgp.Peer, []string) {
+// the route attributes of the BGPAdvertisements that select it (MergeAdvertisements), and what
+// is wrong with the objects that could not be used (one message each).
+func (p *PeerSource) Peers() ([]bgp.Peer, lb.RouteAttributes, []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.peers), slices.Clone(p.problems)
+	return slices.Clone(p.peers), p.attrs, slices.Clone(p.problems)
 }
 
 // Run watches the objects until ctx ends. When the API is not served (the CRDs are not
@@ -107,6 +114,7 @@ func (p *PeerSource) Run(ctx context.Context) {
 	}
 	f := dynamicinformer.NewDynamicSharedInformerFactory(p.opts.Dynamic, 0)
 	inf := f.ForResource(peerResource()).Informer()
+	ads := f.ForResource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceBGPAdvertisements)).Informer()
 	kick := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -114,15 +122,17 @@ func (p *PeerSource) Run(ctx context.Context) {
 		default:
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() }, UpdateFunc: func(_, _ any) { poke() }, DeleteFunc: func(any) { poke() },
-	})
+	for _, i := range []cache.SharedIndexInformer{inf, ads} {
+		_, _ = i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { poke() }, UpdateFunc: func(_, _ any) { poke() }, DeleteFunc: func(any) { poke() },
+		})
+	}
 	p.mu.Lock()
-	p.informer = inf
+	p.informer, p.ads = inf, ads
 	p.mu.Unlock()
 	f.Start(ctx.Done())
 	defer f.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced, ads.HasSynced) {
 		return
 	}
 	t := time.NewTicker(peerResync)
@@ -175,9 +185,24 @@ func (p *PeerSource) recompute(ctx context.Context) {
 		return strings.TrimRight(string(v), "\r\n"), nil
 	}
 	peers, problems := SelectPeers(objs, p.opts.Gateway, nodeLabels, secret)
+	var adObjs []v1alpha1.BGPAdvertisement
+	for _, o := range p.ads.GetStore().List() {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var a v1alpha1.BGPAdvertisement
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &a); err != nil {
+			p.opts.Log.Error("BGPAdvertisement object not readable; ignored", "advertisement", u.GetName(), "error", err)
+			continue
+		}
+		adObjs = append(adObjs, a)
+	}
+	attrs, adProblems := MergeAdvertisements(adObjs, p.opts.Gateway, nodeLabels)
+	problems = append(problems, adProblems...)
 	p.mu.Lock()
-	same := slices.Equal(peers, p.peers) && slices.Equal(problems, p.problems)
-	p.peers, p.problems = peers, problems
+	same := slices.Equal(peers, p.peers) && slices.Equal(problems, p.problems) && reflect.DeepEqual(attrs, p.attrs)
+	p.peers, p.attrs, p.problems = peers, attrs, problems
 	p.mu.Unlock()
 	if !same {
 		for _, m := range problems {
@@ -204,7 +229,7 @@ func SelectPeers(objs []v1alpha1.BGPPeer, gateway string, nodeLabels labels.Set,
 	var problems []string
 	owner := map[netip.Addr]string{}
 	for _, o := range objs {
-		ok, err := selects(&o, gateway, nodeLabels)
+		ok, err := selects(o.Spec.Gateways, o.Spec.NodeSelector, gateway, nodeLabels)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("BGPPeer %s: %v", o.Name, err))
 			continue
@@ -228,18 +253,18 @@ func SelectPeers(objs []v1alpha1.BGPPeer, gateway string, nodeLabels labels.Set,
 	return peers, problems
 }
 
-// selects says whether o selects gateway.
-func selects(o *v1alpha1.BGPPeer, gateway string, nodeLabels labels.Set) (bool, error) {
-	if len(o.Spec.Gateways) == 0 && o.Spec.NodeSelector == nil {
+// selects says whether an object with these gateways and nodeSelector selects gateway.
+func selects(gateways []string, nodeSelector *metav1.LabelSelector, gateway string, nodeLabels labels.Set) (bool, error) {
+	if len(gateways) == 0 && nodeSelector == nil {
 		return true, nil
 	}
-	if slices.Contains(o.Spec.Gateways, gateway) {
+	if slices.Contains(gateways, gateway) {
 		return true, nil
 	}
-	if o.Spec.NodeSelector == nil || nodeLabels == nil {
+	if nodeSelector == nil || nodeLabels == nil {
 		return false, nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(o.Spec.NodeSelector)
+	sel, err := metav1.LabelSelectorAsSelector(nodeSelector)
 	if err != nil {
 		return false, fmt.Errorf("spec.nodeSelector: %w", err)
 	}
@@ -294,4 +319,63 @@ func PeerOf(o *v1alpha1.BGPPeer, secret func(*v1alpha1.SecretKeyRef) (string, er
 		return bgp.Peer{}, err
 	}
 	return p, nil
+}
+
+// MergeAdvertisements returns the route attributes of the BGPAdvertisements that select
+// gateway (as SelectPeers selects): the union of their communities and large communities, and
+// the LOCAL_PREF and MED of the oldest that sets one; an object that sets another value, or
+// does not parse, is reported (one message each).
+func MergeAdvertisements(objs []v1alpha1.BGPAdvertisement, gateway string, nodeLabels labels.Set) (lb.RouteAttributes, []string) {
+	objs = slices.Clone(objs)
+	slices.SortFunc(objs, func(a, b v1alpha1.BGPAdvertisement) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	var out lb.RouteAttributes
+	var problems []string
+	var prefFrom, medFrom string
+	for _, o := range objs {
+		ok, err := selects(o.Spec.Gateways, o.Spec.NodeSelector, gateway, nodeLabels)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("BGPAdvertisement %s: %v", o.Name, err))
+			continue
+		}
+		if !ok {
+			continue
+		}
+		r, err := routeOf(&o.Spec.RouteAttributes, "spec")
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("BGPAdvertisement %s: %v", o.Name, err))
+			continue
+		}
+		for _, c := range r.Communities {
+			if !slices.Contains(out.Communities, c) {
+				out.Communities = append(out.Communities, c)
+			}
+		}
+		for _, c := range r.LargeCommunities {
+			if !slices.Contains(out.LargeCommunities, c) {
+				out.LargeCommunities = append(out.LargeCommunities, c)
+			}
+		}
+		switch {
+		case r.LocalPref == nil:
+		case out.LocalPref == nil:
+			out.LocalPref, prefFrom = r.LocalPref, o.Name
+		case *out.LocalPref != *r.LocalPref:
+			problems = append(problems, fmt.Sprintf("BGPAdvertisement %s: localPref %d ignored: the older %s sets %d", o.Name, *r.LocalPref, prefFrom, *out.LocalPref))
+		}
+		switch {
+		case r.MED == nil:
+		case out.MED == nil:
+			out.MED, medFrom = r.MED, o.Name
+		case *out.MED != *r.MED:
+			problems = append(problems, fmt.Sprintf("BGPAdvertisement %s: med %d ignored: the older %s sets %d", o.Name, *r.MED, medFrom, *out.MED))
+		}
+	}
+	slices.Sort(out.Communities)
+	slices.SortFunc(out.LargeCommunities, func(a, b bgp.LargeCommunity) int { return strings.Compare(a.String(), b.String()) })
+	return out, problems
 }

@@ -70,3 +70,27 @@ func TestSelectPeers(t *testing.T) {
 		t.Errorf("appliance's peers %v, want %v", addrs, want)
 	}
 }
+
+func TestMergeAdvertisements(t *testing.T) {
+	at := func(s int) metav1.Time { return metav1.NewTime(time.Unix(int64(s), 0)) }
+	i64 := func(v int64) *int64 { return &v }
+	ad := func(name string, created int, r v1alpha1.RouteAttributes, gws ...string) v1alpha1.BGPAdvertisement {
+		return v1alpha1.BGPAdvertisement{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(created)},
+			Spec: v1alpha1.BGPAdvertisementSpec{RouteAttributes: r, Gateways: gws}}
+	}
+	objs := []v1alpha1.BGPAdvertisement{
+		ad("newer", 2, v1alpha1.RouteAttributes{Communities: []string{"65000:2", "65000:1"}, LocalPref: i64(50), MED: i64(5)}),
+		ad("older", 1, v1alpha1.RouteAttributes{Communities: []string{"65000:1"}, LargeCommunities: []string{"65000:1:1"}, LocalPref: i64(100)}),
+		ad("other", 0, v1alpha1.RouteAttributes{Communities: []string{"65000:9"}, MED: i64(1)}, "gw2"),
+		ad("broken", 3, v1alpha1.RouteAttributes{Communities: []string{"70000:1"}}),
+	}
+	got, problems := MergeAdvertisements(objs, "gw1", nil)
+	if len(got.Communities) != 2 || got.Communities[0] != 65000<<16|1 || got.Communities[1] != 65000<<16|2 ||
+		len(got.LargeCommunities) != 1 || *got.LocalPref != 100 || *got.MED != 5 {
+		t.Errorf("merged %+v", got)
+	}
+	want := []string{"BGPAdvertisement newer: localPref 50 ignored: the older older sets 100", "BGPAdvertisement broken: spec.communities[0]"}
+	if len(problems) != 2 || problems[0] != want[0] || !strings.HasPrefix(problems[1], want[1]) {
+		t.Errorf("problems %q, want %q", problems, want)
+	}
+}

@@ -131,7 +131,7 @@ func PoolOf(o *v1alpha1.AddressPool) (Pool, error) {
 	}
 	if b := o.Spec.BGP; b != nil {
 		var err error
-		if p.Route, err = routeOf(b); err != nil {
+		if p.Route, err = routeOf(b, "spec.bgp"); err != nil {
 			return Pool{}, err
 		}
 	}
@@ -141,20 +141,21 @@ func PoolOf(o *v1alpha1.AddressPool) (Pool, error) {
 	return p, nil
 }
 
-// routeOf converts a pool's BGP attributes.
-func routeOf(b *v1alpha1.RouteAttributes) (lb.RouteAttributes, error) {
+// routeOf converts BGP attributes found at field path (spec.bgp of a pool, spec of an
+// advertisement), naming the field in its errors.
+func routeOf(b *v1alpha1.RouteAttributes, path string) (lb.RouteAttributes, error) {
 	var r lb.RouteAttributes
 	for i, s := range b.Communities {
 		c, err := bgp.ParseCommunity(s)
 		if err != nil {
-			return r, fmt.Errorf("spec.bgp.communities[%d]: %w", i, err)
+			return r, fmt.Errorf("%s.communities[%d]: %w", path, i, err)
 		}
 		r.Communities = append(r.Communities, c)
 	}
 	for i, s := range b.LargeCommunities {
 		c, err := bgp.ParseLargeCommunity(s)
 		if err != nil {
-			return r, fmt.Errorf("spec.bgp.largeCommunities[%d]: %w", i, err)
+			return r, fmt.Errorf("%s.largeCommunities[%d]: %w", path, i, err)
 		}
 		r.LargeCommunities = append(r.LargeCommunities, c)
 	}
@@ -163,7 +164,7 @@ func routeOf(b *v1alpha1.RouteAttributes) (lb.RouteAttributes, error) {
 			return nil, nil
 		}
 		if *v < 0 || *v > 1<<32-1 {
-			return nil, fmt.Errorf("spec.bgp.%s: %d is not between 0 and 4294967295", field, *v)
+			return nil, fmt.Errorf("%s.%s: %d is not between 0 and 4294967295", path, field, *v)
 		}
 		x := uint32(*v)
 		return &x, nil

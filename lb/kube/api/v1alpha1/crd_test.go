@@ -205,7 +205,7 @@ func TestBGPPeerValidation(t *testing.T) {
 	}
 }
 
-// TestSiteSettingsValidation: the SiteSettings CRD's rules.
+// TestSiteSettingsValidation: the SiteSettings CRD's rules, and BGPAdvertisement's.
 func TestSiteSettingsValidation(t *testing.T) {
 	cp := kubetest.StartT(t)
 	ctx := t.Context()
@@ -240,5 +240,23 @@ func TestSiteSettingsValidation(t *testing.T) {
 	if _, err := res.Create(ctx, obj("site", "  seed: 4294967295\n  maglevTableSize: 65537\n  forwarding: dsr\n  dsrFallback: returnPath\n  tcpEstablishedTimeout: 2h\n  tcpClosingTimeout: 5s\n  udpTimeout: 30s"),
 		metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
 		t.Errorf("valid SiteSettings refused: %v", err)
+	}
+
+	// BGPAdvertisement shares AddressPool's attribute rules.
+	ads := dynamic.NewForConfigOrDie(cp.Admin()).Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceBGPAdvertisements))
+	ad := func(spec string) *unstructured.Unstructured {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte("apiVersion: xlb.dev/v1alpha1\nkind: BGPAdvertisement\nmetadata: {name: tag}\nspec:\n"+spec), &o); err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: o}
+	}
+	if _, err := ads.Create(ctx, ad("  communities: [\"65000:70000\"]"), metav1.CreateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "spec.communities[0]") || !strings.Contains(err.Error(), "must be ASN:value, each 0 to 65535") {
+		t.Errorf("bad community: %v", err)
+	}
+	if _, err := ads.Create(ctx, ad("  communities: [\"65000:7\"]\n  localPref: 200\n  gateways: [gw1]\n  nodeSelector: {matchLabels: {rack: r1}}"),
+		metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		t.Errorf("valid BGPAdvertisement refused: %v", err)
 	}
 }

@@ -23,6 +23,8 @@ const (
 	ResourceAddressPools = "addresspools"
 	// ResourceBGPPeers is BGPPeer's resource.
 	ResourceBGPPeers = "bgppeers"
+	// ResourceBGPAdvertisements is BGPAdvertisement's resource.
+	ResourceBGPAdvertisements = "bgpadvertisements"
 	// ResourceSiteSettings is SiteSettings's resource.
 	ResourceSiteSettings = "sitesettings"
 	// ResourceGatewayStatuses is GatewayStatus's resource.
@@ -35,6 +37,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&AddressPool{}, &AddressPoolList{},
 		&GatewayStatus{}, &GatewayStatusList{},
 		&BGPPeer{}, &BGPPeerList{},
+		&BGPAdvertisement{}, &BGPAdvertisementList{},
 		&SiteSettings{}, &SiteSettingsList{},
 	)
 	metav1.AddToGroupVersion(s, SchemeGroupVersion)
