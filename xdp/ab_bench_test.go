@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -21,9 +22,10 @@ import (
 // loaded twice, one with each object, the cases run in rounds, base and new alternating within
 // each round, each packet net of a trivial program run next to it (as benchPackets). It reports
 // the median and the min-max of the rounds' ns per packet (or per connection) for both, and the
-// ratio of the medians. Run it with
+// ratio of the medians. It takes minutes and ignores b.N, so `go test -bench .` (make bench)
+// skips it unless XLB_BENCH_LONG is set:
 //
-//	go test -run '^$' -bench BenchmarkAB -benchtime 1x ./xdp/
+//	XLB_BENCH_LONG=1 go test -run '^$' -bench BenchmarkAB -benchtime 1x ./xdp/
 //
 // Refresh testdata/ab/xlb_base_bpfel.o (git show <commit>:xdp/xlb_bpfel.o) to compare against
 // another base; it must be loadable by today's loader (see baseSpec).
@@ -130,6 +132,14 @@ func abCases() []abCase {
 	}
 }
 
+// skipUnlessLong skips a benchmark that runs its own rounds (minutes, whatever b.N) unless
+// XLB_BENCH_LONG is set.
+func skipUnlessLong(b *testing.B) {
+	if os.Getenv("XLB_BENCH_LONG") == "" {
+		b.Skip("runs its own rounds for minutes: set XLB_BENCH_LONG=1")
+	}
+}
+
 var abFlowPkts [][]byte
 
 // abFlows is flowPackets(4096, "A"), built once.
@@ -180,6 +190,7 @@ func abMeasure(b *testing.B, g *gw, c abCase, units [][][]byte, from, n int) flo
 // BenchmarkAB compares the base object with the committed one, case by case (see above). b.N is
 // ignored: every case runs abRounds rounds of abChunk units on each object.
 func BenchmarkAB(b *testing.B) {
+	skipUnlessLong(b)
 	for _, c := range abCases() {
 		b.Run(c.name, func(b *testing.B) {
 			gs := [2]*gw{abGW(b, true), abGW(b, false)}

@@ -17,10 +17,12 @@ import (
 // shared as on a real multi-queue NIC; each CPU its own tuples, as RSS would give it), rounds
 // alternating, and reports the median ns per unit (net of a trivial program, BPF_PROG_TEST_RUN,
 // repeat=1) alone and together. A line both CPUs write per packet would make the together figure
-// grow with the other CPU's traffic; per-CPU throughput is the inverse of the figure. Run it with
+// grow with the other CPU's traffic; per-CPU throughput is the inverse of the figure. Like
+// BenchmarkAB it runs its own rounds and needs XLB_BENCH_LONG:
 //
-//	go test -run '^$' -bench BenchmarkScaling -benchtime 1x ./xdp/
+//	XLB_BENCH_LONG=1 go test -run '^$' -bench BenchmarkScaling -benchtime 1x ./xdp/
 func BenchmarkScaling(b *testing.B) {
+	skipUnlessLong(b)
 	const (
 		rounds = 9
 		chunk  = 2000
