@@ -254,6 +254,8 @@ type Cost struct {
 	// the batch each wake-up's fixed cost is shared by. A starved generator makes it small and
 	// the cost per frame larger.
 	PerWake float64 `json:",omitempty"`
+	// GwThreads is how many threads CPUNsPerUnit counts (NAPI, ksoftirqd, pinned workers).
+	GwThreads int
 	// GwBusyPct, GwForeignPct, GwStealPct, GwIdlePct are the gateway CPU's shares of the
 	// sample: the kernel time counted above, other processes' user time, the hypervisor's
 	// steal, idle. GenForeignPct is other processes' user time on the generator's CPU.

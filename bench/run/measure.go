@@ -347,6 +347,7 @@ func (r *Runner) sample(ctx context.Context, t *topo.Topology, s *sink.Sink, dp 
 	}
 	_, worker := dp.(userspaceWorker)
 	smp.Cost = costOf(costBefore, costAfter, smp.Received, worker)
+	smp.Cost.GwThreads = len(threads)
 	smp.CountedDrops = sumCounted(before.drops, after.drops)
 	if secs := res.Elapsed.Seconds(); secs > 0 {
 		smp.Mpps = float64(smp.Received) / secs / 1e6

@@ -61,6 +61,14 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s run %d: bpf_stats of %d runs for a datapath that is not an XDP program", res.Name, i+1, s.Cost.BPFRuns)
 			}
 		}
+		// The gateway's threads: its NAPI thread and the CPU's ksoftirqd, and for AF_XDP the
+		// workers pinned to the gateway's CPU.
+		_, worker := sc.Datapath.(userspaceWorker)
+		for i, s := range res.Samples {
+			if !worker && s.Cost.GwThreads != 2 || worker && s.Cost.GwThreads < 3 {
+				t.Errorf("%s run %d: %d gateway threads counted", res.Name, i+1, s.Cost.GwThreads)
+			}
+		}
 		if programmed && res.BPFNs.Median <= 0 || res.CPUNs.Median <= 0 {
 			t.Errorf("%s: cost summaries bpf %+v, cpu %+v", res.Name, res.BPFNs, res.CPUNs)
 		}
