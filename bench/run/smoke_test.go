@@ -51,7 +51,9 @@ func TestSmoke(t *testing.T) {
 		// the others; the cost spreads are there for Validate.
 		_, programmed := sc.Datapath.(programmed)
 		for i, s := range res.Samples {
-			if s.Cost.CPUNsPerUnit <= 0 || s.Cost.GwBusyPct <= 0 {
+			// (Not GwBusyPct: /proc/stat's 4 ms ticks may all land on other work in a short
+			// sample; the schedstat figure is exact.)
+			if s.Cost.CPUNsPerUnit <= 0 {
 				t.Errorf("%s run %d: no gateway CPU time per frame (%+v)", res.Name, i+1, s.Cost)
 			}
 			if programmed && (s.Cost.BPFRuns < s.Received || s.Cost.BPFNsPerPkt <= 0) {
