@@ -44,7 +44,7 @@ func main() {
 	fs.IntVar(&cfg.gwCPU, "gw-cpu", 1, "CPU of the gateway's NAPI thread (and the sink)")
 	fs.UintVar(&cfg.batch, "batch", gen.DefaultBatch, "frames per generator batch (the gateway is woken once per batch)")
 	fs.UintVar(&cfg.window, "window", gen.DefaultWindow, "closed loop: most frames on their way from generator to sink (0: open loop, overrun the gateway)")
-	fs.BoolVar(&cfg.quick, "quick", false, "only the main comparison at 1k flows (no flow-count sweep, no conntrack scale)")
+	fs.BoolVar(&cfg.quick, "quick", false, "only the main comparison at 1k flows and the cps rows (no flow-count sweep, no conntrack scale)")
 	fs.BoolVar(&cfg.noCtl, "no-control-plane", false, "skip the Maglev and reconcile benchmarks")
 	fs.StringVar(&cfg.only, "only", "", "run only the rows whose name (e.g. xlb/est/1k/64B) matches this regular expression")
 	b := report.DefaultBounds()
