@@ -25,6 +25,24 @@ import (
 // (BIRD tells incoming sessions apart by the neighbour's address).
 const labRouterB, labGWRouterB = "198.18.2.3", "198.18.2.4"
 
+// twoSessionRouter adds a router namespace linked to the gateway, with two addresses on each
+// side, and runs BIRD there with protocols a (labRouter ↔ labGWRouter) and b (labRouterB ↔
+// labGWRouterB), each with the extra options opts. It returns the router and BIRD's control
+// socket.
+func (l *lab) twoSessionRouter(t *testing.T, opts string) (*netlab.NS, string) {
+	t.Helper()
+	r := netlab.New(t, netlab.Prefix()+"r")
+	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
+	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
+	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouterB, labRouterIf))
+	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
+	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouterB, labGWRouterIf))
+	ctl := startBIRD(t, r, labRouter, fmt.Sprintf(`protocol bgp a from lb { local %s as 65000; neighbor %s as 65001; %s }
+protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; %s }
+`, labRouter, labGWRouter, opts, labRouterB, labGWRouterB, opts))
+	return r, ctl
+}
+
 // TestDaemonBGPReload: per-service route attributes reach the router (BIRD shows the section's
 // community and the service's); `xlb bgp` lists the session and the route with them; a SIGHUP
 // that adds a peer brings its session up without touching the other (same establishment time
@@ -44,15 +62,7 @@ func TestDaemonBGPReload(t *testing.T) {
 	start := time.Now()
 	step := func(name string) { t.Logf("--- %s (at %v)", name, time.Since(start).Round(time.Millisecond)) }
 	l := newLab(t)
-	r := netlab.New(t, netlab.Prefix()+"r")
-	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
-	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
-	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouterB, labRouterIf))
-	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
-	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouterB, labGWRouterIf))
-	ctl := startBIRD(t, r, labRouter, fmt.Sprintf(`protocol bgp a from lb { local %s as 65000; neighbor %s as 65001; graceful restart on; }
-protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; graceful restart on; }
-`, labRouter, labGWRouter, labRouterB, labGWRouterB))
+	r, ctl := l.twoSessionRouter(t, "graceful restart on;")
 
 	bgpSection := func(peers ...string) string {
 		var b strings.Builder

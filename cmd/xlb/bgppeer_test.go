@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlb-dev/xlb/internal/kubetest"
-	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/lb/gateway"
 	"github.com/xlb-dev/xlb/lb/kube/api/v1alpha1"
 )
@@ -41,15 +40,7 @@ func TestDaemonBGPPeerObjects(t *testing.T) {
 	start := time.Now()
 	step := func(name string) { t.Logf("--- %s (at %v)", name, time.Since(start).Round(time.Millisecond)) }
 	l := newLab(t)
-	r := netlab.New(t, netlab.Prefix()+"r")
-	netlab.Veth(t, r, labRouterIf, "02:00:5e:00:02:01", l.gw, labGWRouterIf, "02:00:5e:00:02:02")
-	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouter, labRouterIf))
-	r.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labRouterB, labRouterIf))
-	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouter, labGWRouterIf))
-	l.gw.MustIP(t, fmt.Sprintf("addr add %s/24 dev %s", labGWRouterB, labGWRouterIf))
-	ctl := startBIRD(t, r, labRouter, fmt.Sprintf(`protocol bgp a from lb { local %s as 65000; neighbor %s as 65001; }
-protocol bgp b from lb { local %s as 65000; neighbor %s as 65001; }
-`, labRouter, labGWRouter, labRouterB, labGWRouterB))
+	_, ctl := l.twoSessionRouter(t, "")
 
 	step("control plane in the gateway's namespace: RBAC and xlb's CRDs")
 	cp, err := kubetest.Start(t.Context(), kubetest.Options{Dir: t.TempDir(), NetNS: l.gw.Name})
