@@ -7,9 +7,9 @@
 //	xlb show [services|flows|reasons|flow|agent|dsr]
 //	                         show what the pinned XDP datapath is doing, from its maps
 //	xlb bgp [--listen ADDR]  show the running daemon's BGP sessions and routes
-//	xlb convert --config FILE
-//	                         the AddressPool objects equivalent to FILE's pools (Kubernetes
-//	                         mode keeps pools in the cluster, not in each gateway's file)
+//	xlb convert --config FILE [--gateway NAME]
+//	                         the objects equivalent to FILE's pools and BGP peers (Kubernetes
+//	                         mode keeps them in the cluster, not in each gateway's file)
 //	xlb version [--json]     the version, the commit and the build settings
 //	xlb agent [--node NAME]  run the node agent: every Service's cluster IPs balanced at the
 //	                         node's sockets, and with --dsr-interface the node side of direct
@@ -45,11 +45,14 @@ const usage = `usage:
       LoadBalancer Services of its class (Kubernetes mode). SIGHUP reloads FILE; SIGTERM/SIGINT
       stop the daemon and, unless --cleanup-on-exit, leave forwarding in place (maps and links
       stay pinned; with datapath.kind afxdp forwarding stops with the daemon).
-  xlb convert --config FILE
-      Print, as YAML for kubectl apply, the AddressPool objects (xlb.dev/v1alpha1) equivalent
-      to FILE's pools: in Kubernetes mode pools belong in the cluster, where every gateway
-      reads the same ones and the apiserver validates them. Apply the output, then remove the
-      pools from each gateway's file and reload it (SIGHUP): no address changes hands.
+  xlb convert --config FILE [--gateway NAME]
+      Print, as YAML for kubectl apply, the objects (xlb.dev/v1alpha1) equivalent to FILE's
+      sections that belong in the cluster in Kubernetes mode: pools → AddressPools (in file
+      order); bgp.peers → BGPPeers selecting this gateway (NAME, default kubernetes.gatewayName
+      or the host name), each passwordFile → a Secret; the bgp section's communities, localPref
+      and med → a BGPAdvertisement for this gateway. Apply the output, then remove them from
+      the file and reload it (SIGHUP): no address changes hands and no session is reset, but
+      a session with a password once (its password now comes from the Secret).
   xlb cleanup [--pin-path DIR]
       Detach every program and remove every pin xlb (or xlb agent) made (default DIR:
       /sys/fs/bpf/xlb; the agent's: /sys/fs/bpf/xlb-agent, its direct server return's:

@@ -379,3 +379,49 @@ func MergeAdvertisements(objs []v1alpha1.BGPAdvertisement, gateway string, nodeL
 	slices.SortFunc(out.LargeCommunities, func(a, b bgp.LargeCommunity) int { return strings.Compare(a.String(), b.String()) })
 	return out, problems
 }
+
+// BGPPeerObject returns the BGPPeer object equivalent to the speaker's peer p for the gateway
+// named gateway (selected by name), with its password, if any, in passwordSecret (PeerOf of it,
+// with that Secret, gives p back but for PasswordFile → Password). It is what `xlb convert`
+// writes for a gateway file's peers.
+func BGPPeerObject(name, gateway string, p bgp.Peer, passwordSecret string) v1alpha1.BGPPeer {
+	o := v1alpha1.BGPPeer{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BGPPeer"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.BGPPeerSpec{Address: p.Address.String(), ASN: int64(p.ASN), Port: int32(p.Port),
+			MultihopTTL: int32(p.MultihopTTL), Passive: p.Passive, Gateways: []string{gateway}},
+	}
+	dur := func(d time.Duration) *metav1.Duration {
+		if d == 0 {
+			return nil
+		}
+		return &metav1.Duration{Duration: d}
+	}
+	o.Spec.HoldTime, o.Spec.KeepaliveTime, o.Spec.ConnectRetry = dur(p.HoldTime), dur(p.KeepaliveTime), dur(p.ConnectRetry)
+	if p.LocalAddress.IsValid() {
+		o.Spec.LocalAddress = p.LocalAddress.String()
+	}
+	if p.BFD.Enabled {
+		o.Spec.BFD = &v1alpha1.BFD{Enabled: true, TransmitInterval: dur(p.BFD.TransmitInterval),
+			ReceiveInterval: dur(p.BFD.ReceiveInterval), Multiplier: int32(p.BFD.Multiplier), HoldDown: dur(p.BFD.HoldDown)}
+	}
+	if passwordSecret != "" {
+		o.Spec.PasswordSecretRef = &v1alpha1.SecretKeyRef{Name: passwordSecret}
+	}
+	return o
+}
+
+// BGPAdvertisementObject returns the BGPAdvertisement object that gives the gateway named
+// gateway the route attributes r (MergeAdvertisements of it alone gives r back).
+func BGPAdvertisementObject(name, gateway string, r lb.RouteAttributes) v1alpha1.BGPAdvertisement {
+	a := AddressPoolObject(Pool{Route: r}, 0).Spec.BGP
+	o := v1alpha1.BGPAdvertisement{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "BGPAdvertisement"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1alpha1.BGPAdvertisementSpec{Gateways: []string{gateway}},
+	}
+	if a != nil {
+		o.Spec.RouteAttributes = *a
+	}
+	return o
+}
