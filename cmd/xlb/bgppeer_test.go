@@ -32,7 +32,8 @@ import (
 // does not share keeps that session down; deleting the BGPPeer closes its session and leaves
 // the file's alone. The SiteSettings object's seed wins over the file's at start, and a new
 // seed is reported as pending a restart, never applied to the running datapath. A
-// BGPAdvertisement's community reaches BIRD on the routes without resetting a session.
+// BGPAdvertisement's community reaches BIRD on the routes without resetting a session. A
+// BGPPeer the gateway cannot use (its Secret missing) gets a Warning Event.
 func TestDaemonBGPPeerObjects(t *testing.T) {
 	if _, err := exec.LookPath("bird"); err != nil {
 		t.Fatal("needs bird (make deps installs bird2)")
@@ -204,6 +205,28 @@ kubernetes:
 	}
 	if out := d.out.String(); strings.Contains(out, "not-birds") {
 		t.Errorf("the daemon logged the password")
+	}
+
+	step("a BGPPeer whose Secret is missing is refused: on the GatewayStatus and by an Event on it")
+	apply("nosecret", v1alpha1.BGPPeerSpec{Address: "198.18.2.88", ASN: 65000, Gateways: []string{"gw1"},
+		PasswordSecretRef: &v1alpha1.SecretKeyRef{Name: "missing"}})
+	waitStatus("a problem naming BGPPeer nosecret", func(st v1alpha1.GatewayStatusStatus) bool {
+		return slices.ContainsFunc(st.Problems, func(p string) bool { return strings.HasPrefix(p, "BGPPeer nosecret: ") })
+	})
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		evs, err := admin.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(evs.Items, func(e corev1.Event) bool {
+			return e.InvolvedObject.Kind == "BGPPeer" && e.InvolvedObject.Name == "nosecret" && e.Reason == "NotUsed" &&
+				strings.Contains(e.Message, "gateway gw1") && strings.Contains(e.Message, "missing")
+		}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no NotUsed Event on BGPPeer nosecret")
+		}
 	}
 
 	step("a new seed in SiteSettings waits for a restart, and says so")

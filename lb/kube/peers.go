@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,7 +21,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
@@ -64,6 +68,11 @@ type PeerSourceOptions struct {
 // PeerSource follows the BGPPeer objects that select this gateway.
 type PeerSource struct {
 	opts PeerSourceOptions
+
+	// recorder reports refused objects as Events on them (Run's); reported holds the problems
+	// already reported (each once).
+	recorder record.EventRecorder
+	reported map[string]bool
 
 	mu       sync.Mutex
 	informer cache.SharedIndexInformer
@@ -112,6 +121,11 @@ func (p *PeerSource) Run(ctx context.Context) {
 		case <-time.After(crdRetry):
 		}
 	}
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: p.opts.Client.CoreV1().Events("")})
+	defer b.Shutdown()
+	p.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "xlb", Host: p.opts.Gateway})
+	p.reported = map[string]bool{}
 	f := dynamicinformer.NewDynamicSharedInformerFactory(p.opts.Dynamic, 0)
 	inf := f.ForResource(peerResource()).Informer()
 	ads := f.ForResource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceBGPAdvertisements)).Informer()
@@ -206,10 +220,11 @@ func (p *PeerSource) recompute(ctx context.Context) {
 	p.mu.Unlock()
 	if !same {
 		for _, m := range problems {
-			p.opts.Log.Warn("BGPPeer not used", "problem", m)
+			p.opts.Log.Warn("BGP object not used", "problem", m)
 		}
 		p.opts.Changed()
 	}
+	p.report(problems)
 }
 
 // SelectPeers returns the peers of the objects that select gateway (by name, or by the labels
@@ -424,4 +439,36 @@ func BGPAdvertisementObject(name, gateway string, r lb.RouteAttributes) v1alpha1
 		o.Spec.RouteAttributes = *a
 	}
 	return o
+}
+
+// report records each new problem as a Warning Event on its object (a problem's message starts
+// with the object's kind and name), once per distinct message.
+func (p *PeerSource) report(problems []string) {
+	for _, m := range problems {
+		if p.reported[m] {
+			continue
+		}
+		p.reported[m] = true
+		kind, rest, _ := strings.Cut(m, " ")
+		name, msg, ok := strings.Cut(rest, ": ")
+		if !ok {
+			continue
+		}
+		var store cache.Store
+		switch kind {
+		case "BGPPeer":
+			store = p.informer.GetStore()
+		case "BGPAdvertisement":
+			store = p.ads.GetStore()
+		default:
+			continue
+		}
+		o, exists, err := store.GetByKey(name)
+		if err != nil || !exists {
+			continue
+		}
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			p.recorder.Eventf(u, corev1.EventTypeWarning, "NotUsed", "gateway %s: %s", p.opts.Gateway, msg)
+		}
+	}
 }
