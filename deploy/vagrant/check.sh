@@ -27,6 +27,10 @@ phase_start=0
 phase() { phase_name="$1"; phase_start=$SECONDS; say "== $1 ($(date -u +%H:%M:%S) UTC)"; }
 phase_end() { say "== $phase_name: $((SECONDS - phase_start)) s"; }
 
+# Vagrant's state outside the checkout (even `vagrant box list` makes .vagrant/ in the cwd).
+export VAGRANT_CWD="$repo" VAGRANT_DOTFILE_PATH="$state/dot" VAGRANT_DEFAULT_PROVIDER=libvirt
+cd "$state"
+
 phase "apt packages"
 pkgs=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
 	qemu-system-x86 qemu-utils mmdebstrap dnsmasq-base iptables extlinux syslinux-common rsync)
@@ -61,7 +65,6 @@ if ! virsh -c qemu:///system version >/dev/null 2>&1; then
 	for _ in $(seq 50); do virsh -c qemu:///system version >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 
-export VAGRANT_CWD="$repo" VAGRANT_DOTFILE_PATH="$state/dot" VAGRANT_DEFAULT_PROVIDER=libvirt
 export XLB_VAGRANT_BOX="$box" XLB_VAGRANT_PREBUILT="$state/prebuilt"
 export LIBVIRT_DEFAULT_URI=qemu:///system
 
