@@ -178,12 +178,21 @@ func testBFDFlapping(t *testing.T, r, g *netlab.NS, rt, gw [2]netip.Addr) {
 	suspendedAt := time.Now()
 	p := s.peers()[0]
 	t.Logf("lossy link (50%% of BFD packets dropped both ways): BFD suspended after %v, %d transitions", took.Round(time.Millisecond), p.BFDTransitions)
-	// The router's BFD times out once more (nothing is sent now) and resets the session; after
-	// that the session stays, on its hold timer.
-	s.waitUp(30 * time.Second)
-	time.Sleep(time.Second)
-	s.waitUp(30 * time.Second)
-	since := s.peers()[0].Since
+	// The router's BFD times out once more (nothing is sent now) and resets the session — when
+	// exactly depends on the router (FRR: up to ~2 s after the suspension, then GoBGP's 5 s idle
+	// hold) — and after that the session stays, on its hold timer: wait until it has been up
+	// and unchanged for 4 s, then require it to stay so until the hold-down ends.
+	var since time.Time
+	for stable := false; !stable; {
+		if time.Since(suspendedAt) > holdDown-6*time.Second {
+			t.Fatalf("the session never stayed up for 4 s while BFD was suspended: %v", s.peers()[0])
+		}
+		s.waitUp(30 * time.Second)
+		since = s.peers()[0].Since
+		time.Sleep(4 * time.Second)
+		p := s.peers()[0]
+		stable = p.Up && p.Since.Equal(since)
+	}
 	time.Sleep(time.Until(suspendedAt.Add(holdDown - time.Second)))
 	if p := s.peers()[0]; !p.Up || !p.Since.Equal(since) || p.BFD != "suspended" {
 		t.Errorf("BFD suspended, over the lossy link: %v since %v (was since %v), want the session up all along", p, p.Since, since)
