@@ -16,6 +16,21 @@
 #include "structs.h"
 #include "maps.h"
 
+/* be16_len returns a 16-bit big-endian length field (IPv4 tot_len, IPv6 payload_len, UDP len) in
+ * host order, bounded to 0..0xffff for every kernel's verifier. Older verifiers (Debian 12's
+ * backported 6.12 rejected xlb's object; 6.18 does not) know nothing of a byte swap's result: the
+ * swapped value is an unbounded scalar, and adding it to a packet pointer ("math between pkt
+ * pointer and register with unbounded min value") fails the load. The mask restores the bound;
+ * the empty asm keeps clang from dropping the mask, which it knows to be redundant (not volatile:
+ * clang may still merge two of them, and a volatile one made the object a quarter larger). */
+static __always_inline __u32 be16_len(__be16 v)
+{
+	__u32 x = bpf_ntohs(v);
+
+	asm("" : "+r"(x));
+	return x & 0xffff;
+}
+
 /* What the parser learned about a packet. */
 struct packet {
 	struct ethhdr *eth;
@@ -147,7 +162,7 @@ static __always_inline int parse_l3(void *data, void *data_end, struct packet *p
 		if ((void *)(iph + 1) > data_end)
 			return PARSE_BAD_L3;
 		hlen = iph->ihl * 4;
-		tot = bpf_ntohs(iph->tot_len);
+		tot = be16_len(iph->tot_len);
 		if (iph->version != 4 || hlen < sizeof(*iph) || tot < hlen ||
 		    cur + tot > data_end)
 			return PARSE_BAD_L3;
@@ -173,11 +188,11 @@ static __always_inline int parse_l3(void *data, void *data_end, struct packet *p
 		if ((void *)(ip6 + 1) > data_end)
 			return PARSE_BAD_L3;
 		if (ip6->version != 6 ||
-		    (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > data_end)
+		    (void *)(ip6 + 1) + be16_len(ip6->payload_len) > data_end)
 			return PARSE_BAD_L3;
 		p->family = FAMILY_V6;
 		p->l3 = ip6;
-		p->l3_end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
+		p->l3_end = (void *)(ip6 + 1) + be16_len(ip6->payload_len);
 		__builtin_memcpy(&p->src, &ip6->saddr, sizeof(p->src));
 		__builtin_memcpy(&p->dst, &ip6->daddr, sizeof(p->dst));
 		{
@@ -237,7 +252,7 @@ static __always_inline int parse_ports(void *data_end, struct packet *p)
 
 		if ((void *)(uh + 1) > data_end || (void *)(uh + 1) > p->l3_end)
 			return -1;
-		len = bpf_ntohs(uh->len);
+		len = be16_len(uh->len);
 		/* A fragment's UDP length covers the whole datagram; otherwise it must fit. */
 		if (len < sizeof(*uh) || (!p->is_frag && l4 + len > p->l3_end))
 			return -1;

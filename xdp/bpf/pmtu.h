@@ -188,9 +188,11 @@ static __always_inline int too_big6(struct xdp_md *ctx, const int l2, const stru
  * answers its sender (PROG_TOO_BIG_CLIENT for a DNATed packet of frontend vip:vport,
  * PROG_TOO_BIG_BACKEND for a backend's reply of that frontend, not yet rewritten), when it may not
  * be fragmented and has the shape the answer quotes: untagged, not a fragment, an IPv4 header
- * without options or TCP/UDP right after the IPv6 header. Returns only when it does not (or the
- * tail call failed): the caller then hands the packet to the kernel, as before. */
-static __always_inline void too_big_call(struct xdp_md *ctx, struct packet *p, void *data_end,
+ * without options or TCP/UDP right after the IPv6 header. Returns -1 when it does not: the caller
+ * then hands the packet to the kernel, as before. A failed tail call (the program missing from
+ * progs) returns XDP_PASS: the caller must not touch the packet after it, since some kernels'
+ * verifiers (Debian 12's 6.12) take every packet pointer for invalid after a tail call. */
+static __always_inline int too_big_call(struct xdp_md *ctx, struct packet *p, void *data_end,
 					 const struct addr *vip, __be16 vport, __u16 mtu,
 					 const __u32 prog)
 {
@@ -198,23 +200,24 @@ static __always_inline void too_big_call(struct xdp_md *ctx, struct packet *p, v
 	struct dsr_meta *m;
 
 	if (p->vlan || p->is_frag || !p->l4 || (void *)p->eth + ETH_HDR_LEN != p->l3)
-		return;
+		return -1;
 	if (p->family == FAMILY_V4) {
 		struct iphdr *iph = p->l3;
 
 		if ((void *)(iph + 1) > data_end || iph->ihl != 5 || !(iph->frag_off & IP_DF_BE))
-			return;
+			return -1;
 	} else if (p->l4 != p->l3 + sizeof(struct ipv6hdr)) {
-		return;
+		return -1;
 	}
 	m = bpf_map_lookup_elem(&dsr_scratch, &zero);
 	if (!m)
-		return;
+		return -1;
 	m->vip = *vip;
 	m->vport = vport;
 	m->family = p->family;
 	m->mtu = mtu;
 	bpf_tail_call(ctx, &progs, prog);
+	return verdict(REASON_PASS_TAIL_CALL, XDP_PASS);
 }
 
 /* gateway_addr finds this host's address toward dst (the preferred source of its route). */

@@ -142,12 +142,20 @@ static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *d
 			m->vport = vport;
 			m->family = p->family;
 			bpf_tail_call(ctx, &progs, PROG_DSR);
+			/* No xlb_dsr in progs (never once loaded). The packet is not touched after
+			 * a tail call: some verifiers (Debian 12's 6.12) take packet pointers for
+			 * invalid after one. */
+			return verdict(REASON_PASS_TAIL_CALL, XDP_PASS);
 		}
-		count_reason(REASON_DSR_NO_ROOM); /* no xlb_dsr: without the carrier */
+		count_reason(REASON_DSR_NO_ROOM); /* no scratch: without the carrier */
 	}
 	hop = next_hop(ctx, p, data_end, now, gen, &h);
-	if (hop == HOP_TOO_BIG) /* the client is told, if it may not be fragmented (pmtu.h) */
-		too_big_call(ctx, p, data_end, &vip, vport, h.mtu, PROG_TOO_BIG_CLIENT);
+	if (hop == HOP_TOO_BIG) { /* the client is told, if it may not be fragmented (pmtu.h) */
+		int rc = too_big_call(ctx, p, data_end, &vip, vport, h.mtu, PROG_TOO_BIG_CLIENT);
+
+		if (rc >= 0)
+			return rc;
+	}
 	if (rec && hop == HOP_SEND && h.expires && p->l4 && !p->is_frag) {
 		rec->vip_flags = vip_flags;
 		record_hop(rec, p, &vip, vport, &h, rec->refreshed + CT_REFRESH_NS);
@@ -389,8 +397,12 @@ static __always_inline int lb_reverse(struct xdp_md *ctx, struct packet *p, void
 	hop = next_hop(ctx, p, data_end, now, gen, &h);
 	if (hop == HOP_LOCAL)
 		return verdict(REASON_PASS_LOCAL, XDP_PASS);
-	if (hop == HOP_TOO_BIG) /* the backend is told, if it may not be fragmented (pmtu.h) */
-		too_big_call(ctx, p, data_end, &vip->addr, vport, h.mtu, PROG_TOO_BIG_BACKEND);
+	if (hop == HOP_TOO_BIG) { /* the backend is told, if it may not be fragmented (pmtu.h) */
+		int v = too_big_call(ctx, p, data_end, &vip->addr, vport, h.mtu, PROG_TOO_BIG_BACKEND);
+
+		if (v >= 0)
+			return v;
+	}
 	frag_remember(p, now); /* a backend's first fragment, before its source becomes the VIP */
 	count_reason(REASON_NAT_REVERSE);
 	if (rc == 1)
@@ -544,7 +556,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, void *data, void *data_
 		if ((void *)(iph + 1) > data_end || *(__u8 *)iph != IPV4_NO_OPTIONS ||
 		    (iph->frag_off & (IP_MF_BE | IP_OFFSET_BE)))
 			return -1;
-		tot = bpf_ntohs(iph->tot_len);
+		tot = be16_len(iph->tot_len);
 		if (tot < sizeof(*iph) || (void *)iph + tot > data_end)
 			return -1;
 		p.l3 = iph;
@@ -559,10 +571,10 @@ static __always_inline int fast_path(struct xdp_md *ctx, void *data, void *data_
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
 
 		if ((void *)(ip6 + 1) > data_end || ip6->version != 6 ||
-		    (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len) > data_end)
+		    (void *)(ip6 + 1) + be16_len(ip6->payload_len) > data_end)
 			return -1;
 		p.l3 = ip6;
-		p.l3_end = (void *)(ip6 + 1) + bpf_ntohs(ip6->payload_len);
+		p.l3_end = (void *)(ip6 + 1) + be16_len(ip6->payload_len);
 		p.l4 = ip6 + 1;
 		p.proto = ip6->nexthdr;
 		__builtin_memcpy(&p.src, &ip6->saddr, sizeof(p.src));
@@ -711,8 +723,11 @@ int xlb_dsr(struct xdp_md *ctx)
 	hop = next_hop(ctx, &p, data_end, now, gen, &h);
 	if (hop == HOP_DROP)
 		return send_hop(ctx, &p, data_end, hop, &h);
-	if (hop == HOP_TOO_BIG) /* too big even without the carrier (pmtu.h) */
-		too_big_call(ctx, &p, data_end, &m->vip, m->vport, h.mtu, PROG_TOO_BIG_CLIENT);
+	if (hop == HOP_TOO_BIG) { /* too big even without the carrier (pmtu.h) */
+		rc = too_big_call(ctx, &p, data_end, &m->vip, m->vport, h.mtu, PROG_TOO_BIG_CLIENT);
+		if (rc >= 0)
+			return rc;
+	}
 	l2 = p.vlan ? sizeof(struct ethhdr) + 4 : sizeof(struct ethhdr);
 	if ((void *)p.eth + l2 != p.l3)
 		return send_hop(ctx, &p, data_end, hop, &h);
