@@ -73,7 +73,7 @@ func (s *Site) startAgents() error {
 	root := ""
 	if s.Opts.Mode == Kubernetes {
 		k := s.Kube
-		ctx, cancel := context.WithTimeout(k.ctx, kubeSetupTimeout)
+		ctx, cancel := context.WithTimeout(k.ctx, k.site.bound(kubeSetupTimeout))
 		defer cancel()
 		if err := kubetest.ApplyFile(ctx, k.CP.Admin(), filepath.Join(k.DeployDir, "agent.yaml")); err != nil {
 			return err
@@ -231,7 +231,8 @@ func (a *NodeAgent) Reload() error {
 // waitReady waits until the agent's /healthz says it is ready.
 func (a *NodeAgent) waitReady() error {
 	_, exited := a.proc()
-	deadline := time.Now().Add(readyTimeout)
+	bound := a.site.bound(readyTimeout)
+	deadline := time.Now().Add(bound)
 	var last string
 	for time.Now().Before(deadline) {
 		select {
@@ -246,7 +247,7 @@ func (a *NodeAgent) waitReady() error {
 		last = fmt.Sprintf("%d %q %v", code, strings.TrimSpace(body), err)
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("lab: node %s: xlb agent not ready within %v (/healthz: %s; log: %s)", a.Node.Name, readyTimeout, last, a.LogPath)
+	return fmt.Errorf("lab: node %s: xlb agent not ready within %v (/healthz: %s; log: %s)", a.Node.Name, bound, last, a.LogPath)
 }
 
 // Metrics scrapes the agent's /metrics.

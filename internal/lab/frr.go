@@ -142,7 +142,7 @@ func (s *Site) startFRRDaemon(name, ready string) error {
 	s.mu.Lock()
 	s.Router.frr = append(s.Router.frr, p)
 	s.mu.Unlock()
-	deadline := time.Now().Add(frrStartTimeout)
+	deadline := time.Now().Add(s.bound(frrStartTimeout))
 	for {
 		if _, err := os.Stat(ready); err == nil {
 			return nil
@@ -154,7 +154,7 @@ func (s *Site) startFRRDaemon(name, ready string) error {
 		case <-time.After(routePollInterval):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lab: FRR %s made no %s within %v", name, filepath.Base(ready), frrStartTimeout)
+			return fmt.Errorf("lab: FRR %s made no %s within %v", name, filepath.Base(ready), s.bound(frrStartTimeout))
 		}
 	}
 }

@@ -170,7 +170,7 @@ func (s *Site) addControl() (wait func() error, err error) {
 	go func() {
 		cp, err := kubetest.Start(ctx, kubetest.Options{
 			Dir: filepath.Join(s.Dir, "kube"), NetNS: ns.Name, Address: ControlAddr4,
-			StartTimeout:   kubeSetupTimeout,
+			StartTimeout:   s.bound(kubeSetupTimeout),
 			APIServerFlags: []string{"--service-cluster-ip-range", serviceClusterIPRange4 + "," + serviceIPv6Range},
 		})
 		done <- result{cp, err}
@@ -202,7 +202,7 @@ func (k *Kube) stop() error {
 // kubeconfigs.
 func (k *Kube) setup() error {
 	s := k.site
-	ctx, cancel := context.WithTimeout(k.ctx, kubeSetupTimeout)
+	ctx, cancel := context.WithTimeout(k.ctx, k.site.bound(kubeSetupTimeout))
 	defer cancel()
 	admin := k.CP.Admin()
 	client, err := kubernetes.NewForConfig(admin)
@@ -568,7 +568,7 @@ func (s *Site) waitKubeRoutes() error {
 		return err
 	}
 	for _, svc := range svcs {
-		vips, err := s.Kube.WaitServiceAddrs(svc.Namespace, svc.Name, serviceAddrTimeout)
+		vips, err := s.Kube.WaitServiceAddrs(svc.Namespace, svc.Name, s.bound(serviceAddrTimeout))
 		if err != nil {
 			return err
 		}
@@ -576,7 +576,7 @@ func (s *Site) waitKubeRoutes() error {
 			continue
 		}
 		for _, vip := range vips {
-			d, err := s.WaitRouterRoute(vip, bgpUpTimeout, s.Gateways...)
+			d, err := s.WaitRouterRoute(vip, s.bound(bgpUpTimeout), s.Gateways...)
 			if err != nil {
 				return err
 			}

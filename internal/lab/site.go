@@ -87,8 +87,24 @@ type Options struct {
 	// DeployDir (Kubernetes mode) is the repository's deploy directory, with rbac.yaml and
 	// examples/services.yaml (default: FindDeployDir).
 	DeployDir string
+	// TimeScale multiplies the lab's start-up bounds (the control plane's start, a Service's
+	// addresses, xlb's and the node agents' readiness, BGP convergence, the routers' start) for
+	// a slow machine, such as a VM under software emulation (deploy/vagrant: 4 under QEMU's TCG).
+	// 0 or 1: the bounds as they are; at most 20.
+	TimeScale int
 	// Log receives progress lines (nil: none).
 	Log io.Writer
+}
+
+// MaxTimeScale bounds Options.TimeScale.
+const MaxTimeScale = 20
+
+// bound returns the start-up bound d scaled by Options.TimeScale.
+func (s *Site) bound(d time.Duration) time.Duration {
+	if s.Opts.TimeScale > 1 {
+		return d * time.Duration(s.Opts.TimeScale)
+	}
+	return d
 }
 
 // DefaultStateDir is where sites keep their state: DefaultStateDir/<prefix>/.
@@ -182,6 +198,8 @@ func New(opts Options) (*Site, error) {
 		return nil, fmt.Errorf("lab: %d nodes, want 1 to %d", opts.Nodes, maxNodes)
 	case opts.Pods < 1 || opts.Pods > maxPods:
 		return nil, fmt.Errorf("lab: %d pods, want 1 to %d", opts.Pods, maxPods)
+	case opts.TimeScale < 0 || opts.TimeScale > MaxTimeScale:
+		return nil, fmt.Errorf("lab: time scale %d, want 0 to %d", opts.TimeScale, MaxTimeScale)
 	case !opts.NoXLB && opts.XLB == "":
 		return nil, errors.New("lab: Options.XLB (the xlb binary) is required")
 	}
@@ -382,7 +400,7 @@ func (s *Site) build() error {
 	if o.Routing.BGP() {
 		// Both VIPs via every gateway: the sessions are up and the announcements installed.
 		for _, vip := range []netip.Addr{VIP4, VIP6} {
-			d, err := s.WaitRouterRoute(vip, bgpUpTimeout, s.Gateways...)
+			d, err := s.WaitRouterRoute(vip, s.bound(bgpUpTimeout), s.Gateways...)
 			if err != nil {
 				return err
 			}
