@@ -73,16 +73,14 @@ func TestGoldenLiveFilter(t *testing.T) {
 			g.expect(t, spoof.bytes(t), g.ext, want{xdpRedirect, spoofToX.bytes(t),
 				map[Reason]uint64{ReasonNATForward: 1, ReasonFwdRedirect: 1, ReasonCTSYNKept: 1}})
 
-			// A SYN on the idle tuple is a new connection on Y; its ACK follows it, from the
-			// SYN's slot without asking conntrack (so no ct_reselect for the idle entry), and
-			// replaces the idle entry.
+			// A SYN on the idle tuple is a new connection on Y; its ACK follows it.
 			syn, synToY := c.tcp(idle, "S", c.toY, c.macY)
 			syn.Seq, synToY.Seq = 500, 500
 			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToY.bytes(t), fwd(ReasonFwdRedirect)})
 			ack, ackToY := c.tcp(idle, "A", c.toY, c.macY)
 			ack.Seq, ackToY.Seq = 501, 501
 			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t),
-				map[Reason]uint64{ReasonNATForward: 1, ReasonHandshakeHit: 1, ReasonFwdRedirect: 1}})
+				map[Reason]uint64{ReasonNATForward: 1, ReasonHandshakeHit: 1, ReasonCTReselect: 1, ReasonFwdRedirect: 1}})
 			if !liveBitSet(t, d, c, idle, d.live.half) {
 				t.Fatal("the ACK that replaced the idle entry left its bit clear")
 			}

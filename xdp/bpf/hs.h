@@ -48,24 +48,6 @@ __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, _
 	return HS_PROBE_HOLDS | hs_backend(e, vip_id, now, mseq >> 32, (__u32)mseq);
 }
 
-/* hs_inflight reports whether the slot of fk (hash its tuple_hash) holds fk's handshake in flight
- * for a packet with sequence number seq at time now: a whole entry for fk that hs_backend would
- * give a packet of the entry's own VIP (fresh, backend usable, seq within the SYN's window).
- * lb_forward then skips the conntrack lookup for the packet (see there why that is exact). A
- * global function: the verifier checks it once. */
-__noinline int hs_inflight(const struct flow_key *fk, __u32 hash, __u64 now, __u32 seq)
-{
-	struct hs_entry *e;
-
-	if (!fk)
-		return 0;
-	e = hs_slot(hash);
-	if (!e || !flow_key_eq(&e->key, fk) ||
-	    e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
-		return 0;
-	return hs_backend(e, e->vip_id, now, HS_MATCH_DATA, seq) != 0;
-}
-
 /* hs_write records in slot e that the SYN of fk (hash its tuple_hash) went to backend bid of VIP
  * vip_id at time now, with sequence number isn, taking the slot over from whatever it held. */
 static __always_inline void hs_write(struct hs_entry *e, const struct flow_key *fk, __u32 hash,

@@ -215,7 +215,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	struct vip_info *vi;
 	struct vip_ref *ref;
 	__u32 bid, vip_id, th = 0;
-	int rc, hs_hit = 0, hs_first = 0;
+	int rc, hs_hit = 0;
 
 	/* A SYN never inserts into conntrack (it writes hs_slots): a SYN flood cannot evict
 	 * established flows. */
@@ -231,19 +231,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				goto established;
 			}
 		}
-		/* The handshake's ACK (and whatever else of the tuple comes while its SYN's slot
-		 * holds it) skips the conntrack lookup, a miss for nearly every new connection: when
-		 * the slot is in flight (hs_inflight), conntrack holds for the tuple either nothing or
-		 * an entry naming the slot's backend and VIP (the SYN kept a live entry's backend or
-		 * revived a closing one to its own choice, and every conntrack write for a tuple
-		 * empties the tuple's slot), so the path below (hs_probe, then ct_store) reaches
-		 * the same backend the lookup would have. */
-		if (p->proto == PROTO_TCP) {
-			th = tuple_hash(fk);
-			/* (not a non-first fragment: it has no flags or sequence number to judge) */
-			hs_first = p->l4 && hs_inflight(fk, th, now, p->tcp_seq);
-		}
-		ct = hs_first ? NULL : bpf_map_lookup_elem(&conntrack, fk);
+		ct = bpf_map_lookup_elem(&conntrack, fk);
 		if (ct && !(ct->flags & CT_F_REVERSE)) {
 			ref = ct_vip(p, ct->vip_id);
 			be = NULL;
@@ -287,7 +275,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * asks the handshake table (hs.h) which backend its SYN went to: the VIP's table may have changed since, and
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
-	if (syn) /* any other TCP packet computed th above */
+	if (p->proto == PROTO_TCP)
 		th = tuple_hash(fk);
 	if (syn) {
 		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
@@ -348,13 +336,6 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				hs_write(slot, fk, th, now, bid, vip_id, p->tcp_seq);
 			if (be->flags & BACKEND_F_REVERSE_CT)
 				ct_store(fk, now, bid, be, vip_id, 0, 1);
-		} else {
-			/* Not recorded (the budget is spent): a slot still holding an older handshake
-			 * of the tuple is emptied, so that this SYN's ACK never takes that one's
-			 * backend for its own, nor skips conntrack for it (hs_inflight, above). */
-			slot = hs_slot(th);
-			if (slot && flow_key_eq(&slot->key, fk))
-				hs_retire(slot);
 		}
 		/* A SYN on a tuple conntrack still holds but closing or idle (client port reuse after
 		 * a FIN, or a FIN that went through another gateway) starts a new connection: the
