@@ -176,14 +176,16 @@ static __always_inline int flow_replay(struct xdp_md *ctx, struct packet *p, voi
 				       struct flow_cache_entry *fc, const struct flow_key *fk,
 				       __u64 now, __u32 gen, __u32 role)
 {
+	/* A SYN is never replayed: asked before the record is read, so that a new connection's SYN
+	 * (a tuple this CPU's cache has not seen) does not wait for the record's cache line. */
+	if (p->proto == PROTO_TCP && (p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN)
+		return -1;
 	if (!fc || !gen || fc->gen != gen || now >= fc->fast_until || !flow_key_eq(&fc->key, fk) ||
 	    fc->in_role != role)
 		return -1;
 	if (p->vlan || p->is_frag || ip_len(p) > fc->mtu || ttl_expiring(p, data_end))
 		return -1;
-	if (p->proto == PROTO_TCP && ((p->tcp_flags & (TH_SYN | TH_ACK)) == TH_SYN ||
-				      ((p->tcp_flags & (TH_FIN | TH_RST)) &&
-				       !(fc->flags & CT_F_CLOSING))))
+	if (p->proto == PROTO_TCP && (p->tcp_flags & (TH_FIN | TH_RST)) && !(fc->flags & CT_F_CLOSING))
 		return -1;
 	if (p->proto == PROTO_UDP && p->family == FAMILY_V6 &&
 	    ((struct udphdr *)p->l4)->check == 0)
