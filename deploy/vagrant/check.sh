@@ -129,10 +129,13 @@ phase "the lab's demonstration"
 vagrant provision --provision-with lab 2>&1 | tee "$state/demo.log" | tee -a "$log"
 phase_end
 
-# Real forwarding: HTTP answered by pods through the VIP, new connections spread over pods,
-# the gateways' datapath counters, and nothing failed.
-grep -q 'GET .* -> pod p[0-9]* on node' "$state/demo.log"
-grep -q 'answered by: ' "$state/demo.log"
+# Real forwarding: HTTP answered by pods through the VIP, new connections spread over pods
+# (file mode: "200 new connections ... answered by: p1 33, p2 47, ..."; Kubernetes mode: each
+# Service's requests "-> pods p4@n2, p5@n1, p1@n1"), the gateways' datapath counters, xlb-lab's
+# own verdict, and nothing failed.
+grep -Eq 'GET .* -> (pod p[0-9]+ on node|pods p[0-9]+@n[0-9]+)' "$state/demo.log"
+grep -Eq 'answered by: |-> pods p[0-9]+@n[0-9]+, p[0-9]+@n[0-9]+' "$state/demo.log"
 grep -q 'packets' "$state/demo.log"
+grep -q 'Everything answered through the VIPs.' "$state/demo.log"
 ! grep -q 'FAILED' "$state/demo.log"
 say "the demonstration forwarded through the VIP (output: $state/demo.log)"
