@@ -152,8 +152,8 @@ vagrant-prebuilt: kube-bins
 	cp -p $${XLB_KUBE_BIN_DIR:-/var/cache/xlb/kube-v1.37.2}/kube-apiserver $${XLB_KUBE_BIN_DIR:-/var/cache/xlb/kube-v1.37.2}/etcd $${XLB_KUBE_BIN_DIR:-/var/cache/xlb/kube-v1.37.2}/stamp $(VAGRANT_PREBUILT)/
 
 ## vagrant-check: `vagrant up` with the local box and prebuilt binaries through to the lab's
-## demonstration, then everything torn down (root; without KVM ~7 min, +8 min to build the box;
-## not in CI). XLB_DEMO_FLAGS="--mode file --datapath afxdp": what passes on the box's 6.12 kernel.
+## demonstration (Kubernetes mode, XDP datapath; XLB_DEMO_FLAGS="--mode file" for the file-mode
+## one), then everything torn down (root; without KVM ~7 min, +2-8 min to build the box; not in CI).
 vagrant-check:
 	./deploy/vagrant/check.sh
 
