@@ -110,8 +110,8 @@ func (p *PeerSource) Peers() ([]bgp.Peer, lb.RouteAttributes, []string) {
 // installed) it looks again every crdRetry.
 func (p *PeerSource) Run(ctx context.Context) {
 	for {
-		list, err := p.opts.Client.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
-		if err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == v1alpha1.ResourceBGPPeers }) {
+		ok, err := servesResource(p.opts.Client.Discovery(), v1alpha1.ResourceBGPPeers)
+		if err == nil && ok {
 			break
 		}
 		p.opts.Log.Debug("BGPPeer objects not served; looking again later", "error", err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
@@ -54,7 +55,13 @@ type poolObjects struct {
 
 // servesAPI says whether the apiserver serves resource of xlb.dev/v1alpha1.
 func (c *Controller) servesAPI(resource string) (bool, error) {
-	list, err := c.client.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+	return servesResource(c.client.Discovery(), resource)
+}
+
+// servesResource says whether the apiserver behind d serves resource of xlb.dev/v1alpha1 (the
+// CRDs may not be installed: then false and no error).
+func servesResource(d discovery.DiscoveryInterface, resource string) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
