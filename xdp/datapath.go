@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/kernelinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -198,7 +199,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load datapath: verifier rejected the program: %+v", verr)
+			return nil, fmt.Errorf("load datapath: %sverifier rejected the program: %+v", kernelinfo.Note(), verr)
 		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("load datapath: maps pinned under %s were made by another build "+

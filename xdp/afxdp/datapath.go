@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/kernelinfo"
 )
 
 // Worker timing.
@@ -233,7 +234,7 @@ func (d *Datapath) Attach(ifname string, mode datapath.AttachMode, role datapath
 	}
 	if err := spec.LoadAndAssign(&a.objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"steer": d.steerMap, "steered": d.steeredMap}}); err != nil {
-		return fmt.Errorf("load the steer program: %w", err)
+		return fmt.Errorf("load the steer program: %w", kernelinfo.VerifierHint(err))
 	}
 	queues, err := rxQueues(ifname)
 	if err != nil {

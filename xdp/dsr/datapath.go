@@ -23,6 +23,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/kernelinfo"
 )
 
 // DefaultPinPath is where the node agent pins the maps and links of direct server return.
@@ -178,7 +179,7 @@ func Load(opts Options) (*Datapath, error) {
 	d := &Datapath{pin: opts.PinPath, links: map[attachment]link.Link{}}
 	if d.pin == "" {
 		if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
-			return nil, fmt.Errorf("dsr: load programs: %w", err)
+			return nil, fmt.Errorf("dsr: load programs: %w", kernelinfo.VerifierHint(err))
 		}
 		return d, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlb-dev/xlb/xdp/kernelinfo"
 	"github.com/xlb-dev/xlb/xdp/linkpin"
 )
 
@@ -88,7 +89,7 @@ func (d *Datapath) loadPinned(spec *ebpf.CollectionSpec) error {
 		repl[name] = m
 	}
 	if err := spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return fmt.Errorf("dsr: load programs on the pinned maps in %s: %w", d.pin, err)
+		return fmt.Errorf("dsr: load programs on the pinned maps in %s: %w", d.pin, kernelinfo.VerifierHint(err))
 	}
 	for _, name := range fresh {
 		path := filepath.Join(d.pin, mapPrefix+name)

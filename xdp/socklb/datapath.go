@@ -29,6 +29,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/kernelinfo"
 	"github.com/xlb-dev/xlb/xdp/linkpin"
 )
 
@@ -193,7 +194,7 @@ func Load(opts Options) (*Datapath, error) {
 	}
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("socklb: load programs: %w", err)
+		return nil, fmt.Errorf("socklb: load programs: %w", kernelinfo.VerifierHint(err))
 	}
 	for _, h := range d.hooks() {
 		l, err := link.AttachCgroup(link.CgroupOptions{Path: cg, Attach: h.typ, Program: h.prog})
@@ -371,7 +372,7 @@ func (d *Datapath) adopt(cgroup string) error {
 		repl[name] = m
 	}
 	if err := spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return fmt.Errorf("socklb: load programs on the pinned maps (pinned by another version, or with another size of the LRU maps? remove them with xlb cleanup --pin-path %s): %w", d.pin, err)
+		return fmt.Errorf("socklb: load programs on the pinned maps (pinned by another version, or with another size of the LRU maps? remove them with xlb cleanup --pin-path %s): %w", d.pin, kernelinfo.VerifierHint(err))
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(cgroup, &st); err != nil {
