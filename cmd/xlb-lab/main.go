@@ -112,7 +112,7 @@ func up(cmd string, args []string, stdout, stderr io.Writer) int {
 	routing := fs.String("routing", "bird", "how the router learns the VIPs: bird or frr (BGP from the gateways' xlb), or static")
 	mode := fs.String("mode", "kubernetes", "where the gateways get their services: kubernetes (a control plane and the example Services) or file")
 	forwarding := fs.String("forwarding", "dsr", "how replies reach the clients: dsr (direct server return through the node agents) or returnPath (through the gateways)")
-	fs.IntVar(&o.TimeScale, "time-scale", 1, "multiply the start-up bounds (control plane, readiness, BGP) by `N` on a slow machine, e.g. 4 in a VM under software emulation")
+	fs.IntVar(&o.TimeScale, "time-scale", 1, "multiply the start-up bounds (control plane, readiness, BGP) by `N` on a slow machine, e.g. 6 in a VM under software emulation")
 	datapaths := fs.String("datapath", "xdp", "each gateway's datapath, comma-separated in gateway order (the last one repeats): xdp or afxdp, e.g. xdp,afxdp")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -142,7 +142,8 @@ func (s *Site) startFRRDaemon(name, ready string) error {
 	s.mu.Lock()
 	s.Router.frr = append(s.Router.frr, p)
 	s.mu.Unlock()
-	deadline := time.Now().Add(s.bound(frrStartTimeout))
+	bound := s.bound(frrStartTimeout)
+	deadline := time.Now().Add(bound)
 	for {
 		if _, err := os.Stat(ready); err == nil {
 			return nil
@@ -154,7 +155,7 @@ func (s *Site) startFRRDaemon(name, ready string) error {
 		case <-time.After(routePollInterval):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lab: FRR %s made no %s within %v", name, filepath.Base(ready), s.bound(frrStartTimeout))
+			return fmt.Errorf("lab: FRR %s made no %s within %v", name, filepath.Base(ready), bound)
 		}
 	}
 }

@@ -110,7 +110,8 @@ func (g *Gateway) Start() error {
 	}
 	cmd := p.cmd
 	started := time.Now()
-	deadline := started.Add(g.site.bound(readyTimeout))
+	bound := g.site.bound(readyTimeout)
+	deadline := started.Add(bound)
 	var last string
 	for time.Now().Before(deadline) {
 		if p.done() {
@@ -124,7 +125,7 @@ func (g *Gateway) Start() error {
 		last = fmt.Sprintf("%d %q %v", code, strings.TrimSpace(body), err)
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("%s: xlb not ready within %v (/readyz: %s):\n%s", g.Name, g.site.bound(readyTimeout), last, g.logTail(20))
+	return fmt.Errorf("%s: xlb not ready within %v (/readyz: %s):\n%s", g.Name, bound, last, g.logTail(20))
 }
 
 // spawn starts the xlb process. g.mu must be held.

@@ -205,7 +205,8 @@ func (s *Site) startBIRD() error {
 	s.mu.Lock()
 	s.Router.bird = p
 	s.mu.Unlock()
-	deadline := time.Now().Add(s.bound(birdStartTimeout))
+	bound := s.bound(birdStartTimeout)
+	deadline := time.Now().Add(bound)
 	for {
 		if _, err := os.Stat(ctl); err == nil {
 			s.logf("router: bird pid %d, config %s", cmd.Process.Pid, conf)
@@ -218,7 +219,7 @@ func (s *Site) startBIRD() error {
 		case <-time.After(routePollInterval):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("lab: bird made no control socket within %v", s.bound(birdStartTimeout))
+			return fmt.Errorf("lab: bird made no control socket within %v", bound)
 		}
 	}
 }

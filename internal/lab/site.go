@@ -89,7 +89,7 @@ type Options struct {
 	DeployDir string
 	// TimeScale multiplies the lab's start-up bounds (the control plane's start, a Service's
 	// addresses, xlb's and the node agents' readiness, BGP convergence, the routers' start) for
-	// a slow machine, such as a VM under software emulation (deploy/vagrant: 4 under QEMU's TCG).
+	// a slow machine, such as a VM under software emulation (deploy/vagrant: 6 under QEMU's TCG).
 	// 0 or 1: the bounds as they are; at most 20.
 	TimeScale int
 	// Log receives progress lines (nil: none).
