@@ -53,11 +53,6 @@ type poolObjects struct {
 	reported map[string]PoolVerdict
 }
 
-// servesAPI says whether the apiserver serves resource of xlb.dev/v1alpha1.
-func (c *Controller) servesAPI(resource string) (bool, error) {
-	return servesResource(c.client.Discovery(), resource)
-}
-
 // servesResource says whether the apiserver behind d serves resource of xlb.dev/v1alpha1 (the
 // CRDs may not be installed: then false and no error).
 func servesResource(d discovery.DiscoveryInterface, resource string) (bool, error) {
@@ -78,7 +73,7 @@ func (c *Controller) startPoolObjects(ctx context.Context) bool {
 	if c.opts.Dynamic == nil {
 		return false
 	}
-	ok, err := c.servesAPI(v1alpha1.ResourceAddressPools)
+	ok, err := servesResource(c.client.Discovery(), v1alpha1.ResourceAddressPools)
 	if err == nil && ok {
 		c.watchPoolObjects(ctx)
 		return true
@@ -94,7 +89,7 @@ func (c *Controller) startPoolObjects(ctx context.Context) bool {
 				return
 			case <-t.C:
 			}
-			if ok, err := c.servesAPI(v1alpha1.ResourceAddressPools); err == nil && ok {
+			if ok, err := servesResource(c.client.Discovery(), v1alpha1.ResourceAddressPools); err == nil && ok {
 				c.log.Info("AddressPool objects are served now: watching them")
 				c.watchPoolObjects(ctx)
 				return
