@@ -60,8 +60,9 @@ func TestConstantsMatchBPF(t *testing.T) {
 	if got := spec.Maps[xlbMapAddrBitmap].MaxEntries; got != 2*addrFilterWords {
 		t.Errorf("addr_bitmap has %d words, Go expects %d", got, 2*addrFilterWords)
 	}
-	if got := spec.Maps[xlbMapCtLive].MaxEntries; got != 2*liveFilterWords {
-		t.Errorf("ct_live has %d words, Go expects %d", got, 2*liveFilterWords)
+	if got := spec.Maps[xlbMapHsSlots].ValueSize; got != uint32(hsEntrySize) || hsLiveOffset != 60 {
+		t.Errorf("hs_slots has %d-byte slots, Go expects %d with the live-flow filter's word at 60 (at %d)",
+			got, hsEntrySize, hsLiveOffset)
 	}
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)

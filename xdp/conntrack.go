@@ -140,16 +140,19 @@ func (d *Datapath) flushHandshakes(match func(datapath.Flow) bool) error {
 		if e.Key.Family == 0 {
 			return
 		}
-		if match == nil || match(flowOf(e.Key, xlbCtEntry{LastSeen: e.SynSeen, BackendId: e.BackendId, VipId: e.VipId}, now)) {
+		if match == nil || match(flowOf(e.Key, xlbCtEntry{LastSeen: synSeen(e.SynTime, now), BackendId: e.BackendId, VipId: e.VipId}, now)) {
 			slots = append(slots, i)
 		}
 	})
 	if err != nil {
 		return fmt.Errorf("flush handshakes: list: %w", err)
 	}
+	if d.live.mem == nil {
+		return errors.New("flush handshakes: the handshake table is not mapped")
+	}
 	for _, i := range slots {
-		if err := d.objs.HsSlots.Put(i, &xlbHsEntry{}); err != nil {
-			return fmt.Errorf("flush handshakes: empty slot %d: %w", i, err)
+		if i < d.live.slots {
+			d.live.empty(i) // through the mapping: the slot's live-flow filter bits stay
 		}
 	}
 	return nil

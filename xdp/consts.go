@@ -13,11 +13,13 @@ const (
 	addrFilterLog2    = 16
 	addrFilterBits    = 1 << addrFilterLog2
 	addrFilterWords   = addrFilterBits / 64
-	// liveFilterLog2 sizes a half of the live-flow filter (LIVE_FILTER_LOG2, live.go).
-	liveFilterLog2  = 23
-	liveFilterBits  = 1 << liveFilterLog2
-	liveFilterWords = liveFilterBits / 64
-	nhCacheLog2     = 10
+	// liveSlotLog2 sizes a half of the live-flow filter's bits in each handshake slot
+	// (LIVE_SLOT_LOG2, live.go).
+	liveSlotLog2 = 4
+	liveSlotBits = 1 << liveSlotLog2
+	// hsTimeShift is the unit of a handshake slot's SYN time, 2^hsTimeShift ns (HS_TIME_SHIFT).
+	hsTimeShift = 20
+	nhCacheLog2 = 10
 
 	vipFlagAffinityClientIP = 1 << 0
 	vipFlagSrcRanges        = 1 << 1

@@ -471,7 +471,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
 	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack, m.CtReverse,
-		m.CtLive, m.Frags, m.HsSlots, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
+		m.Frags, m.HsSlots, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }
 
@@ -488,6 +488,16 @@ var disposableMaps = []string{xlbMapReasons, xlbMapHsSlots, xlbMapFrags}
 var retiredMaps = map[string]string{
 	"addr_filter": xlbMapAddrBitmap, // the address filter with a murmur hash
 	"handshakes":  xlbMapHsSlots,    // the handshake table as an LRU hash
+	"ct_live":     xlbMapHsSlots,    // the live-flow filter as an array of its own
+}
+
+// absorbedBy are disposable maps whose layout changed when they took over a retired map's job,
+// with that map: a pinned retired map marks the disposable one pinned beside it as of the old
+// layout, although the kernel sees no difference (the same value size).
+var absorbedBy = map[string]string{
+	// hs_slots took over ct_live, the live-flow filter: its slots' SYN time went from 64 to
+	// 32 bits, and their last 4 bytes became the filter's bits.
+	xlbMapHsSlots: "ct_live",
 }
 
 // removeRetiredPins removes the pins of retiredMaps under dir.
@@ -518,6 +528,11 @@ func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, log *slog.Logg
 		}
 		incompatible := spec.Maps[name].Compatible(m)
 		m.Close()
+		if old, ok := absorbedBy[name]; ok && incompatible == nil {
+			if _, err := os.Stat(filepath.Join(dir, old)); err == nil {
+				incompatible = fmt.Errorf("pinned beside %s, so made by a build with another slot layout", old)
+			}
+		}
 		if incompatible == nil {
 			continue
 		}

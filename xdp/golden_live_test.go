@@ -16,8 +16,8 @@ func liveBitSet(t *testing.T, d *Datapath, c hsCase, cport uint16, half uint32) 
 	dst, _ := toWire(c.vipAddr.Addr())
 	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.TCP), Family: fam}
 	k.Src.W, k.Dst.W = src.W, dst.W
-	b := liveBit(&k, uint32(d.opts.Seed))
-	return atomic.LoadUint64(&d.live.words[b/64*2+half])&(1<<(b%64)) != 0
+	slot, mask := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, half)
+	return atomic.LoadUint32(d.live.word(slot))&mask != 0
 }
 
 // TestGoldenLiveFilter: the handshake's ACK that creates a conntrack entry sets the tuple's bit in
@@ -107,4 +107,73 @@ func ageOne(t *testing.T, d *Datapath, c hsCase, cport uint16, age time.Duration
 	e.LastSeen -= uint64(age)
 	must(t, d.objs.Conntrack.Put(&k, &e))
 	must(t, d.invalidateCaches())
+}
+
+// TestGoldenLiveBitsInSlot: the live-flow filter's bits live in the handshake slots, which the
+// handshakes themselves keep changing: a tuple's bit must survive its own ACK emptying the slot,
+// another tuple's SYN taking the slot over, and a flush of the handshakes, or a SYN on the live
+// tuple would skip conntrack and lose its flow's backend (ct_syn_kept). The slot's SYN time,
+// kept in coarse 32-bit units, reads back as the SYN's clock. IPv4 and IPv6.
+func TestGoldenLiveBitsInSlot(t *testing.T) {
+	const slots = 256
+	for _, c := range hsCases() {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots}})
+			services(t, g)
+			d := g.dp
+			must(t, d.UpsertBackend(c.y, c.setupBackend))
+			seed := uint32(d.opts.Seed)
+			// A and B share a slot and have different bits in it.
+			const a = 51000
+			ka := hsKey(c, a)
+			slotA, maskA := liveSlot(&ka, seed, slots, 0)
+			b := uint16(0)
+			for p := uint16(a + 1); p < 65535; p++ {
+				kb := hsKey(c, p)
+				if s, m := liveSlot(&kb, seed, slots, 0); s == slotA && m != maskA {
+					b = p
+					break
+				}
+			}
+			if b == 0 {
+				t.Fatal("no two ports share a slot with different bits")
+			}
+			synA, synAToX := c.tcp(a, "S", c.toX, c.macX)
+			g.expect(t, synA.bytes(t), g.ext, want{xdpRedirect, synAToX.bytes(t), fwd(ReasonFwdRedirect)})
+			var e xlbHsEntry
+			must(t, d.objs.HsSlots.Lookup(slotA, &e))
+			if now, seen := monotonicNow(), synSeen(e.SynTime, monotonicNow()); now-seen > uint64(time.Second) {
+				t.Errorf("the SYN's slot time reads back as %d ns before now", now-seen)
+			}
+			ackA, ackAToX := c.tcp(a, "A", c.toX, c.macX)
+			g.expect(t, ackA.bytes(t), g.ext, want{xdpRedirect, ackAToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+			check := func(when string) {
+				t.Helper()
+				if !liveBitSet(t, d, c, a, 0) || !liveBitSet(t, d, c, a, 1) {
+					t.Fatalf("%s: A's live-flow filter bit is gone", when)
+				}
+			}
+			check("after A's ACK emptied the slot")
+			synB, synBToX := c.tcp(b, "S", c.toX, c.macX)
+			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToX.bytes(t), fwd(ReasonFwdRedirect)})
+			check("after B's SYN took the slot over")
+			if liveBitSet(t, d, c, b, 0) {
+				t.Fatal("B's SYN set its own bit (a SYN makes no conntrack entry)")
+			}
+			if _, err := d.FlushFlows(func(f datapath.Flow) bool { return f.Src.Port() == b }); err != nil {
+				t.Fatal(err)
+			}
+			check("after B's handshake was flushed")
+			if hs := handshakes(t, d); len(hs) != 0 {
+				t.Fatalf("handshake table after the flush: %+v", hs)
+			}
+			// The table moves every tuple to Y: a forged SYN on A's tuple still finds its bit,
+			// asks conntrack and keeps A's backend.
+			must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
+			spoof, spoofToX := c.tcp(a, "S", c.toX, c.macX)
+			spoof.Seq, spoofToX.Seq = 0xdead, 0xdead
+			g.expect(t, spoof.bytes(t), g.ext, want{xdpRedirect, spoofToX.bytes(t),
+				map[Reason]uint64{ReasonNATForward: 1, ReasonFwdRedirect: 1, ReasonCTSYNKept: 1}})
+		})
+	}
 }

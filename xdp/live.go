@@ -16,20 +16,25 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// The live-flow filter (map ct_live, bpf/live.h): a bit per hash of a forward flow key, set by
-// the datapath whenever it creates or revives a conntrack entry, so that a SYN or a flow's first
-// packet whose bit is clear skips the conntrack lookup. The datapath never clears a bit; the
-// loader keeps the filter from filling up by rebuilding it: it empties the half the datapath does
-// not read, sets the bits of every conntrack entry that may still be live, and names that half in
-// map clock. The datapath sets its bits in both halves, so an entry it makes during a rebuild is
-// in the new half whether or not the walk of conntrack sees it.
+// The live-flow filter (bpf/live.h): a bit per hash of a forward TCP flow key, kept in the key's
+// handshake slot (hs_entry.live: liveSlotBits bits in each of two halves), set by the datapath
+// whenever it creates or revives a conntrack entry, so that a SYN whose bit is clear skips the
+// conntrack lookup. The datapath never clears a bit; the loader keeps the filter from filling up
+// by rebuilding it: it empties the half the datapath does not read, sets the bits of every
+// conntrack entry that may still be live, and names that half in map clock. The datapath sets
+// its bits in both halves, so an entry it makes during a rebuild is in the new half whether or
+// not the walk of conntrack sees it.
 
 const (
 	// liveCheckEvery is how often the loader looks at how full the filter's active half is.
 	liveCheckEvery = time.Second
-	// liveRebuildFill is the share of set bits (of liveFilterBits) above which the active half
-	// is rebuilt: at 1/4, three SYNs of new tuples in four skip the conntrack lookup.
-	liveRebuildFill = liveFilterBits / 4
+	// liveRebuildShare is the share of set bits (1/liveRebuildShare of a half's bits) above
+	// which the active half is rebuilt: at 1/4, three SYNs of new tuples in four skip the
+	// conntrack lookup. It is rebuilt only once it also holds liveRebuildGrowth times as many
+	// bits as the last rebuild left set: the bits of live flows stay whatever a rebuild does, so
+	// a site with many of them is not walked every liveRebuildGap for nothing.
+	liveRebuildShare  = 4
+	liveRebuildGrowth = 2
 	// liveRebuildGap is the least time between two rebuilds: a rebuild walks all of conntrack,
 	// so under a flood of new flows it runs at most this often (the filter then fills and SYNs
 	// look conntrack up, as without it: slower, never wrong).
@@ -41,22 +46,43 @@ const (
 	liveBatch = 4096
 )
 
-// liveFilter is the loader's side of ct_live.
+// Where in a handshake slot (struct hs_entry, one per hsEntrySize bytes of the map's mapping)
+// the loader reads and writes: the filter's word, and the key's family byte (0: an empty slot).
+var (
+	hsEntrySize    = unsafe.Sizeof(xlbHsEntry{})
+	hsLiveOffset   = unsafe.Offsetof(xlbHsEntry{}.Live)
+	hsFamilyOffset = unsafe.Offsetof(xlbHsEntry{}.Key) + unsafe.Offsetof(xlbFlowKey{}.Family)
+)
+
+// liveFilter is the loader's side of the live-flow filter, and its mapping of the handshake
+// table.
 type liveFilter struct {
 	// mu serializes rebuilds.
 	mu sync.Mutex
-	// mem is the map's shared mapping; words the same memory as 2*liveFilterWords words.
+	// mem is the handshake table's shared mapping, slots its number of slots.
 	mem   []byte
-	words []uint64
+	slots uint32
 	// half is the half the datapath reads (map clock's live_half); written under the
 	// Datapath's clockMu.
 	half uint32
-	// last is when the filter was last rebuilt (under mu).
+	// last is when the filter was last rebuilt, and kept how many bits it left set (under mu).
 	last time.Time
+	kept int
+}
+
+// word returns slot i's live word (i < slots).
+func (l *liveFilter) word(i uint32) *uint32 {
+	return (*uint32)(unsafe.Pointer(&l.mem[uintptr(i)*hsEntrySize+hsLiveOffset]))
+}
+
+// empty empties slot i (i < slots) as the datapath's hs_retire does, by its key's family byte,
+// leaving the filter's bits and the other fields alone.
+func (l *liveFilter) empty(i uint32) {
+	l.mem[uintptr(i)*hsEntrySize+hsFamilyOffset] = 0
 }
 
 // tupleHash is bpf/lb.h's tuple_hash of forward flow key k: the live-flow filter's bit is its top
-// bits (liveBit), the handshake table's slot its low bits.
+// bits (liveMask), the handshake table's slot its low bits.
 func tupleHash(k *xlbFlowKey, seed uint32) uint32 {
 	x := (k.Src.W[0] ^ seed) * 0x9e3779b1
 	x = (x ^ k.Dst.W[0]) * 0x85ebca6b
@@ -68,25 +94,42 @@ func tupleHash(k *xlbFlowKey, seed uint32) uint32 {
 	return x ^ x>>15
 }
 
-// liveBit is bpf/live.h's live_bit: k's bit in a half of ct_live.
-func liveBit(k *xlbFlowKey, seed uint32) uint32 {
-	return tupleHash(k, seed) >> (32 - liveFilterLog2)
+// liveSlot returns the handshake slot holding k's bit of the live-flow filter in a table of
+// slots slots (a power of two), and the bit in half h's word (bpf/live.h's live_mask).
+func liveSlot(k *xlbFlowKey, seed, slots, h uint32) (slot uint32, mask uint32) {
+	x := tupleHash(k, seed)
+	return x & (slots - 1), 1 << (h*liveSlotBits + x>>(32-liveSlotLog2))
 }
 
-// openLive maps ct_live into the loader's memory and takes the half map clock names.
+// synSeen returns the clock reading (ns) of a handshake slot's SYN time t (its units, bpf/lb.h's
+// hs_time), now being a recent reading: the start of the most recent unit before now that t
+// names (at most one unit before the SYN), or now for a time up to a second after now (another
+// CPU's clock, as bpf/lb.h's hs_fresh allows).
+func synSeen(t uint32, now uint64) uint64 {
+	nowUnits := now >> hsTimeShift
+	back := uint32(nowUnits) - t
+	if d := int32(back); d < 0 && d >= -int32(time.Second>>hsTimeShift) {
+		return now
+	}
+	if uint64(back) > nowUnits {
+		return 0
+	}
+	return (nowUnits - uint64(back)) << hsTimeShift
+}
+
+// openLive maps the handshake table into the loader's memory and takes the half map clock names.
 func (d *Datapath) openLive() error {
-	m := d.objs.CtLive
-	size := int(m.MaxEntries()) * 8
-	if m.MaxEntries() != 2*liveFilterWords || m.ValueSize() != 8 {
-		return fmt.Errorf("map ct_live holds %d values of %d bytes, the loader expects %d of 8",
-			m.MaxEntries(), m.ValueSize(), 2*liveFilterWords)
+	m := d.objs.HsSlots
+	if m.ValueSize() != uint32(hsEntrySize) {
+		return fmt.Errorf("map %s holds values of %d bytes, the loader expects %d", xlbMapHsSlots,
+			m.ValueSize(), hsEntrySize)
 	}
-	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// The values of an array map with BPF_F_MMAPABLE are laid out one after the other.
+	mem, err := unix.Mmap(m.FD(), 0, int(m.MaxEntries())*int(hsEntrySize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return fmt.Errorf("map ct_live into memory: %w", err)
+		return fmt.Errorf("map %s into memory: %w", xlbMapHsSlots, err)
 	}
-	d.live.mem = mem
-	d.live.words = unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), 2*liveFilterWords)
+	d.live.mem, d.live.slots = mem, m.MaxEntries()
 	var c xlbClockValue
 	if err := d.objs.Clock.Lookup(uint32(0), &c); err == nil {
 		d.live.half = c.LiveHalf & 1
@@ -94,44 +137,50 @@ func (d *Datapath) openLive() error {
 	return nil
 }
 
-// closeLive unmaps ct_live.
+// closeLive unmaps the handshake table.
 func (d *Datapath) closeLive() error {
 	if d.live.mem == nil {
 		return nil
 	}
 	err := unix.Munmap(d.live.mem)
-	d.live.mem, d.live.words = nil, nil
+	d.live.mem, d.live.slots = nil, 0
 	if err != nil {
-		return fmt.Errorf("unmap ct_live: %w", err)
+		return fmt.Errorf("unmap %s: %w", xlbMapHsSlots, err)
 	}
 	return nil
 }
 
-// liveFill returns how many bits of the active half are set.
-func (d *Datapath) liveFill() int {
+// liveFill returns how many bits of the active half are set, and how many it has.
+func (d *Datapath) liveFill() (set, of int) {
 	d.clockMu.Lock()
 	half := d.live.half
 	d.clockMu.Unlock()
-	n := 0
-	for i := half; i < 2*liveFilterWords; i += 2 {
-		n += bits.OnesCount64(atomic.LoadUint64(&d.live.words[i]))
-	}
-	return n
+	return d.halfFill(half), int(d.live.slots) * liveSlotBits
 }
 
-// rebuildLive rebuilds ct_live's idle half from conntrack and makes the datapath read it.
+// halfFill returns how many bits of half h are set.
+func (d *Datapath) halfFill(half uint32) (set int) {
+	for i := range d.live.slots {
+		w := atomic.LoadUint32(d.live.word(i)) >> (half * liveSlotBits)
+		set += bits.OnesCount32(w & (1<<liveSlotBits - 1))
+	}
+	return set
+}
+
+// rebuildLive rebuilds the live-flow filter's idle half from conntrack and makes the datapath
+// read it.
 func (d *Datapath) rebuildLive() error {
 	d.live.mu.Lock()
 	defer d.live.mu.Unlock()
-	if d.live.words == nil {
-		return errors.New("rebuild the live-flow filter: ct_live is not mapped")
+	if d.live.mem == nil {
+		return errors.New("rebuild the live-flow filter: the handshake table is not mapped")
 	}
 	d.clockMu.Lock()
 	next := 1 - d.live.half
 	d.clockMu.Unlock()
-	words := d.live.words // half h's word i is words[2*i+h]
-	for i := next; i < 2*liveFilterWords; i += 2 {
-		atomic.StoreUint64(&words[i], 0)
+	keep := uint32(1<<liveSlotBits-1) << ((1 - next) * liveSlotBits) // the active half's bits
+	for i := range d.live.slots {
+		atomic.AndUint32(d.live.word(i), keep)
 	}
 	now := monotonicNow()
 	seed := uint32(d.opts.Seed)
@@ -139,18 +188,15 @@ func (d *Datapath) rebuildLive() error {
 		if e.Flags&ctFlagReverse != 0 || k.Proto != uint8(datapath.TCP) {
 			return // only a SYN asks the filter, and of its own (TCP) tuple
 		}
-		timeout := d.opts.UDPTimeout
-		if k.Proto == uint8(datapath.TCP) {
-			timeout = d.opts.TCPEstablishedTimeout
-			if e.Flags&ctFlagClosing != 0 {
-				timeout = d.opts.TCPClosingTimeout
-			}
+		timeout := d.opts.TCPEstablishedTimeout
+		if e.Flags&ctFlagClosing != 0 {
+			timeout = d.opts.TCPClosingTimeout
 		}
 		if e.LastSeen < now && now-e.LastSeen > uint64(timeout+liveSkew) {
 			return // idle past its timeout: the datapath would treat it as gone
 		}
-		b := liveBit(k, seed)
-		atomic.OrUint64(&words[b/64*2+next], 1<<(b%64))
+		slot, mask := liveSlot(k, seed, d.live.slots, next)
+		atomic.OrUint32(d.live.word(slot), mask)
 	}
 	if err := d.walkConntrack(mark); err != nil {
 		return fmt.Errorf("rebuild the live-flow filter: %w", err)
@@ -158,7 +204,7 @@ func (d *Datapath) rebuildLive() error {
 	d.clockMu.Lock()
 	d.live.half = next
 	d.clockMu.Unlock()
-	d.live.last = time.Now()
+	d.live.last, d.live.kept = time.Now(), d.halfFill(next)
 	if err := d.tick(); err != nil {
 		return fmt.Errorf("rebuild the live-flow filter: %w", err)
 	}
@@ -195,7 +241,8 @@ func (d *Datapath) walkConntrack(fn func(*xlbFlowKey, *xlbCtEntry)) error {
 }
 
 // runLive rebuilds the live-flow filter whenever its active half is fuller than
-// liveRebuildFill, at most every liveRebuildGap, until ctx ends; the first time soon after
+// 1/liveRebuildShare and than liveRebuildGrowth times what the last rebuild left, at most every
+// liveRebuildGap, until ctx ends; the first time soon after
 // Load, for the entries an earlier build's program (attached until ours replaces it) made
 // without setting their bits.
 func (d *Datapath) runLive(ctx context.Context, done chan struct{}) {
@@ -211,9 +258,10 @@ func (d *Datapath) runLive(ctx context.Context, done chan struct{}) {
 		case <-first.C:
 		case <-t.C:
 			d.live.mu.Lock()
-			recent := time.Since(d.live.last) < liveRebuildGap
+			recent, kept := time.Since(d.live.last) < liveRebuildGap, d.live.kept
 			d.live.mu.Unlock()
-			if recent || d.liveFill() < liveRebuildFill {
+			set, of := d.liveFill()
+			if recent || set < of/liveRebuildShare || set < liveRebuildGrowth*kept {
 				continue
 			}
 		}

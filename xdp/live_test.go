@@ -46,8 +46,8 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 		must(t, d.objs.Conntrack.Put(&x.k, &x.e))
 	}
 	bitSet := func(d *Datapath, k xlbFlowKey) bool {
-		b := liveBit(&k, uint32(d.opts.Seed))
-		return atomic.LoadUint64(&d.live.words[b/64*2+d.live.half])&(1<<(b%64)) != 0
+		slot, mask := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, d.live.half)
+		return atomic.LoadUint32(d.live.word(slot))&mask != 0
 	}
 	if bitSet(d, live) {
 		t.Fatal("the entry written behind the datapath's back has its bit already")
@@ -72,5 +72,23 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	must(t, d2.objs.Clock.Lookup(uint32(0), &c))
 	if c.LiveHalf != d2.live.half {
 		t.Errorf("clock names half %d, the loader rebuilt half %d", c.LiveHalf, d2.live.half)
+	}
+}
+
+// TestSynSeen: a handshake slot's coarse SYN time reads back as a clock reading no later than
+// now and less than one unit (2^hsTimeShift ns) before the SYN; a time a little after now (another
+// CPU) reads as now, as the datapath counts it fresh.
+func TestSynSeen(t *testing.T) {
+	const unit = 1 << hsTimeShift
+	now := uint64(5_000_000_000_000) // about 83 minutes of uptime
+	for _, ago := range []uint64{0, 1, unit - 1, unit, 59 * 1_000_000_000, 3600 * 1_000_000_000} {
+		syn := now - ago
+		got := synSeen(uint32(syn>>hsTimeShift), now)
+		if got > syn || syn-got >= unit {
+			t.Errorf("a SYN %d ns ago reads back as %d ns ago", ago, now-got)
+		}
+	}
+	if got := synSeen(uint32(now>>hsTimeShift)+100, now); got != now {
+		t.Errorf("a SYN time 100 units after now reads back as %d ns before now, want now", now-got)
 	}
 }

@@ -100,3 +100,42 @@ func pinnedOptions(t *testing.T, tag string) (string, Options) {
 	})
 	return dir, opts
 }
+
+// TestLoadReplacesOldHandshakeSlots: a build with the live-flow filter in a map of its own
+// (ct_live) pinned hs_slots with another slot layout (a 64-bit SYN time where this build keeps a
+// 32-bit one and the filter's word), which the kernel cannot tell apart: the ct_live pin beside it
+// marks it, and Load replaces both. The filter is then rebuilt from conntrack into the new slots.
+func TestLoadReplacesOldHandshakeSlots(t *testing.T) {
+	dir, opts := pinnedOptions(t, "h")
+	d1, err := Load(opts)
+	must(t, err)
+	k := hsKey(hsCases()[0], 40001)
+	must(t, d1.objs.Conntrack.Put(&k, &xlbCtEntry{LastSeen: monotonicNow(), BackendId: 1, VipId: 1}))
+	// An old-layout slot: every byte set, as a 64-bit SYN time and a check word would leave it.
+	old := xlbHsEntry{Key: k, SynTime: ^uint32(0), BackendId: 7, VipId: 7, Isn: 7, Check: ^uint32(0), Live: ^uint32(0)}
+	must(t, d1.objs.HsSlots.Put(uint32(3), &old))
+	must(t, d1.Close())
+
+	live, err := ebpf.NewMap(&ebpf.MapSpec{Name: "ct_live", Type: ebpf.Array, KeySize: 4, ValueSize: 8,
+		MaxEntries: 1 << 18, Flags: 0x400}) // BPF_F_MMAPABLE, as the earlier build made it
+	must(t, err)
+	defer live.Close()
+	must(t, live.Pin(filepath.Join(dir, "ct_live")))
+
+	d2, err := Load(opts)
+	must(t, err)
+	defer d2.Close()
+	if _, err := os.Stat(filepath.Join(dir, "ct_live")); !os.IsNotExist(err) {
+		t.Errorf("the retired ct_live pin is still there after Load: %v", err)
+	}
+	var e xlbHsEntry
+	must(t, d2.objs.HsSlots.Lookup(uint32(3), &e))
+	if e != (xlbHsEntry{}) {
+		t.Errorf("slot 3 after Load: %+v, want the old table replaced by an empty one", e)
+	}
+	slot, mask := liveSlot(&k, uint32(d2.opts.Seed), d2.live.slots, d2.live.half)
+	must(t, d2.objs.HsSlots.Lookup(slot, &e))
+	if e.Live&mask == 0 {
+		t.Errorf("the pinned TCP flow has no live-flow filter bit in the new table (slot %d: %+v)", slot, e)
+	}
+}

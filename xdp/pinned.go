@@ -199,7 +199,8 @@ func (p *Pinned) Handshake(client, vip netip.AddrPort) (datapath.Handshake, bool
 	if !found {
 		return datapath.Handshake{}, false, nil
 	}
-	f := flowOf(k, xlbCtEntry{LastSeen: e.SynSeen}, monotonicNow())
+	now := monotonicNow()
+	f := flowOf(k, xlbCtEntry{LastSeen: synSeen(e.SynTime, now)}, now)
 	return datapath.Handshake{Client: f.Src, VIPAddr: f.Dst, Backend: datapath.BackendID(e.BackendId),
 		VIP: datapath.VIPID(e.VipId), ISN: e.Isn, Age: f.Idle}, true, nil
 }

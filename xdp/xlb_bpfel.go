@@ -154,11 +154,12 @@ type xlbFragScratch struct {
 type xlbHsEntry struct {
 	_         structs.HostLayout
 	Key       xlbFlowKey
-	SynSeen   uint64
+	SynTime   uint32
 	BackendId uint32
 	VipId     uint32
 	Isn       uint32
 	Check     uint32
+	Live      uint32
 }
 
 type xlbIpv6Ext struct {
@@ -331,7 +332,6 @@ const (
 	xlbMapClock               = "clock"
 	xlbMapConntrack           = "conntrack"
 	xlbMapCpuState            = "cpu_state"
-	xlbMapCtLive              = "ct_live"
 	xlbMapCtReverse           = "ct_reverse"
 	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
@@ -431,7 +431,6 @@ type xlbMapSpecs struct {
 	Clock        *ebpf.MapSpec `ebpf:"clock"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
-	CtLive       *ebpf.MapSpec `ebpf:"ct_live"`
 	CtReverse    *ebpf.MapSpec `ebpf:"ct_reverse"`
 	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
@@ -497,7 +496,6 @@ type xlbMaps struct {
 	Clock        *ebpf.Map `ebpf:"clock"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
-	CtLive       *ebpf.Map `ebpf:"ct_live"`
 	CtReverse    *ebpf.Map `ebpf:"ct_reverse"`
 	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
@@ -531,7 +529,6 @@ func (m *xlbMaps) Close() error {
 		m.Clock,
 		m.Conntrack,
 		m.CpuState,
-		m.CtLive,
 		m.CtReverse,
 		m.DsrScratch,
 		m.FlowCache,

@@ -19,15 +19,16 @@
  * its slot to another tuple's SYN with a probability of ~0.2%. */
 #define DEFAULT_HS_SIZE 65536
 
-/* The live-flow filter (live.h, map ct_live): two halves of LIVE_FILTER_BITS bits, indexed by a
- * hash of a forward TCP flow_key. A clear bit in the half map clock names proves that conntrack
- * holds no entry for the tuple that could be live, so a SYN (ct_syn_kept) skips the conntrack
- * lookup, a miss in a hash of a million buckets. 2^23 bits (1 MiB) a half:
- * ~12% of them set by a full 1M-entry conntrack; the loader rebuilds the idle half from conntrack
- * and switches to it when the active half fills (xdp/live.go). */
-#define LIVE_FILTER_LOG2  23
-#define LIVE_FILTER_BITS  (1u << LIVE_FILTER_LOG2)
-#define LIVE_FILTER_WORDS (LIVE_FILTER_BITS / 64)
+/* The live-flow filter (live.h): two halves of LIVE_SLOT_BITS bits in every slot of hs_slots
+ * (hs_entry.live), a tuple's bit being tuple_hash's top LIVE_SLOT_LOG2 bits in its own slot. A
+ * clear bit in the half map clock names proves that conntrack holds no entry for the tuple that
+ * could be live, so a SYN (ct_syn_kept) skips the conntrack lookup, a miss in a hash of a million
+ * buckets. At the default 65,536 slots a half has 1M bits: ~10% of them set by 100,000 live
+ * TCP flows, ~63% by a million (a SYN then asks conntrack more often: slower, never wrong); the
+ * loader rebuilds the idle half from conntrack and switches to it when the active half fills
+ * with bits of flows that are gone (xdp/live.go). */
+#define LIVE_SLOT_LOG2 4
+#define LIVE_SLOT_BITS (1u << LIVE_SLOT_LOG2)
 
 /* Maglev tables live in one flat array, maglev_slots, sized at load (DEFAULT_MAGLEV_SLOTS):
  * each VIP owns a region [table_off, table_off + table_size). A region is filled before the VIP's
@@ -105,6 +106,15 @@
  * retransmit its SYN-ACK for ~60 s (Linux: after 1, 3, 7, 15, 31 s) before the client's ACK gets
  * through. Older entries are ignored (and overwritten by the next SYN). */
 #define HS_TIMEOUT_NS (60ull * 1000000000ull)
+
+/* A handshake slot keeps its SYN's time in 32 bits, in units of 2^HS_TIME_SHIFT ns (~1.05 ms;
+ * hs_time), which frees the slot's last 4 bytes for the live-flow filter. The units wrap every
+ * ~52 days: a slot whose tuple saw no SYN for that long could look fresh again for a minute, to
+ * that tuple only, and only name the backend its SYN went to. HS_SKEW_UNITS (~1 s) is how far in
+ * the future a slot's time may be (CPUs reading the clock at slightly different moments). */
+#define HS_TIME_SHIFT    20
+#define HS_TIMEOUT_UNITS ((__u32)(HS_TIMEOUT_NS >> HS_TIME_SHIFT))
+#define HS_SKEW_UNITS    ((__u32)(1000000000ull >> HS_TIME_SHIFT))
 
 /* HS_SEQ_WINDOW bounds how far past the SYN's sequence number a non-SYN packet of the handshake
  * may be (its ACK is at isn + 1, data a little further): a quarter of the sequence space, far

@@ -54,14 +54,15 @@ static __always_inline void hs_write(struct hs_entry *e, const struct flow_key *
 				     __u64 now, __u32 bid, __u32 vip_id, __u32 isn)
 {
 	e->key = *fk;
-	e->syn_seen = now;
+	e->syn_time = hs_time(now);
 	e->backend_id = bid;
 	e->vip_id = vip_id;
 	e->isn = isn;
 	e->check = hs_check(hash, bid, vip_id, isn);
 }
 
-/* hs_retire empties slot e: its handshake completed (the conntrack entry took over). */
+/* hs_retire empties slot e: its handshake completed (the conntrack entry took over). The slot's
+ * live-flow filter bits stay. */
 static __always_inline void hs_retire(struct hs_entry *e)
 {
 	e->key.family = 0;

@@ -211,13 +211,28 @@ static __always_inline __u64 now_ns(struct cpu_state *cs)
 	return now_gen(cs, &gen);
 }
 
+/* hs_time is clock reading now in a handshake slot's units (hs_entry.syn_time). */
+static __always_inline __u32 hs_time(__u64 now)
+{
+	return (__u32)(now >> HS_TIME_SHIFT);
+}
+
+/* hs_fresh says whether a handshake slot's SYN time t is less than HS_TIMEOUT_NS before now (or
+ * at most HS_SKEW_UNITS after it: another CPU may have read the clock a little later). */
+static __always_inline int hs_fresh(__u32 t, __u64 now)
+{
+	__s32 age = (__s32)(hs_time(now) - t);
+
+	return age <= (__s32)HS_TIMEOUT_UNITS && age >= -(__s32)HS_SKEW_UNITS;
+}
+
 /* hs_backend returns the backend of handshake-table entry e if a packet of VIP vip_id may still use
  * it at time now (entry fresh, same VIP, backend neither down nor deleted, and the packet of
  * the same connection: see enum hs_match), else 0. */
 static __always_inline __u32 hs_backend(const struct hs_entry *e, __u32 vip_id, __u64 now,
 					enum hs_match match, __u32 seq)
 {
-	if (!e || e->vip_id != vip_id || elapsed(now, e->syn_seen) > HS_TIMEOUT_NS ||
+	if (!e || e->vip_id != vip_id || !hs_fresh(e->syn_time, now) ||
 	    !backend_get(e->backend_id))
 		return 0;
 	if (match == HS_MATCH_SYN && seq != e->isn)

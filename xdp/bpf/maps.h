@@ -78,24 +78,6 @@ struct {
 	PIN;
 } conntrack SEC(".maps");
 
-/* ct_live: the live-flow filter (live.h): two halves of LIVE_FILTER_WORDS 64-bit words, a bit
- * per tuple_hash of a forward TCP flow_key, interleaved (word i of half h at 2 * i + h) so that
- * setting a bit in both halves writes one cache line. The datapath sets a tuple's bit in both
- * halves whenever it creates or revives a forward TCP conntrack entry (atomic or, only when
- * clear); a SYN reads the half clock.live_half names. Go empties the other half, sets the bits of
- * every TCP conntrack entry that may still be live, then names that half in clock
- * (xdp/live.go). Pinned with conntrack, whose
- * entries it describes. BPF_F_MMAPABLE: Go sets bits with atomic operations on its mapping, never
- * overwriting a bit the datapath sets at the same time. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 2 * LIVE_FILTER_WORDS);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	PIN;
-} ct_live SEC(".maps");
-
 /* ct_reverse: reverse entries (backend endpoint -> client, CT_F_REVERSE) of the flows to an
  * ambiguous backend (one endpoint serving several VIP:ports, REV_F_AMBIGUOUS): the frontend its
  * replies must come from. An LRU of its own, so that this bookkeeping, which a SYN writes, can
@@ -123,7 +105,10 @@ struct {
  * it over: a SYN flood churns this table (within the handshake budget), never conntrack, and a
  * handshake whose slot was taken falls back to Maglev. Sized by Go at load (HandshakeSize,
  * rounded up to a power of two). BPF_F_MMAPABLE puts the values on a page boundary, so each
- * entry is one whole cache line. Go only clears slots (FlushFlows). */
+ * entry is one whole cache line. Each slot also carries the live-flow filter's bits of the
+ * tuples that hash to it (hs_entry.live, live.h), which a SYN taking the slot over and the ACK
+ * emptying it leave alone. Go only empties slots (FlushFlows: the key's family, through its
+ * mapping) and rebuilds the filter's idle half (xdp/live.go: atomic and/or on the live words). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);

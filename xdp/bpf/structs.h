@@ -65,17 +65,29 @@ struct ct_entry {
 	__u8 pad[5];
 };
 
-/* Value of hs_slots: one TCP handshake in flight, where its SYN went. 64 bytes, one cache line. */
+/* Value of hs_slots: one slot of the handshake table: the TCP handshake in flight whose tuple
+ * hashes here (where its SYN went), and the live-flow filter's bits of all the tuples that hash
+ * here. 64 bytes, one cache line, which a new connection's SYN and ACK both touch anyway. */
 struct hs_entry {
 	struct flow_key key; /* the forward tuple (client -> VIP); family 0: an empty slot */
-	__u64 syn_seen;   /* clock of the last SYN of this tuple */
+	__u32 syn_time;   /* hs_time of the clock at the last SYN of this tuple (lb.h) */
 	__u32 backend_id; /* the backend the SYN was sent to */
 	__u32 vip_id;     /* the VIP the SYN was for (the entry is used only for this VIP) */
 	__u32 isn;        /* the SYN's sequence number: a SYN with another one on this tuple is a
 			   * new connection (a client port reused), not a retransmission */
 	__u32 check;      /* hs_check of the tuple's hash and the three fields above: an entry
 			   * two CPUs wrote at once (torn) is not taken for either */
+	__u32 live;       /* (with check: one aligned 64-bit word, for live_mark's atomic or)
+			   * the live-flow filter (live.h): LIVE_SLOT_BITS bits per half, half h
+			   * in bits [h * LIVE_SLOT_BITS, (h + 1) * LIVE_SLOT_BITS). Never written by a
+			   * SYN taking the slot over, nor emptied with the handshake: it describes
+			   * conntrack, not the handshake */
 };
+
+_Static_assert(sizeof(struct hs_entry) == 64, "hs_entry fills one cache line");
+_Static_assert(__builtin_offsetof(struct hs_entry, check) % 8 == 0 &&
+	       __builtin_offsetof(struct hs_entry, live) == __builtin_offsetof(struct hs_entry, check) + 4,
+	       "check and live make one aligned 64-bit word (live_mark)");
 
 /* Key of frags: one IP datagram. */
 struct frag_key {
@@ -160,7 +172,7 @@ struct budget {
 struct clock_value {
 	__u64 ns;  /* CLOCK_MONOTONIC, written by the loader; 0 = not running yet */
 	__u32 gen; /* cache generation: bumped when vips, reverse, conntrack or backends change */
-	__u32 live_half; /* the half of ct_live that SYNs and first packets read (0 or 1; live.h) */
+	__u32 live_half; /* the half of the live-flow filter that SYNs read (0 or 1; live.h) */
 };
 
 /* Value of svc_cache: a copy of one vips or reverse lookup. */

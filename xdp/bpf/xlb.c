@@ -331,7 +331,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			    hs->isn == p->tcp_seq;
 
 		if (again)
-			hs->syn_seen = now;
+			hs->syn_time = hs_time(now);
 		if (again || budget_take(BUDGET_HANDSHAKE, now)) {
 			slot = again ? NULL : hs_slot(th);
 			if (slot)

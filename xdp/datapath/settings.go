@@ -37,7 +37,10 @@ type Settings struct {
 	// handshake table holds. A handshake's ACK goes to the backend its SYN went to even if the
 	// frontend's Maglev table changed in between; a handshake whose entry was evicted falls back
 	// to Maglev. The XDP datapath's table is direct-mapped, this many slots rounded up to a
-	// power of two (another tuple's SYN on the same slot evicts).
+	// power of two (another tuple's SYN on the same slot evicts), and each slot also carries 16
+	// bits of the live-flow filter, which spares a SYN the conntrack lookup: about
+	// 4.6 × HandshakeSize live TCP flows set a quarter of its bits, and beyond that more and more
+	// SYNs (a SYN flood's too) ask conntrack (slower, never wrong).
 	HandshakeSize uint32
 	// TCPEstablishedTimeout, TCPClosingTimeout (after FIN or RST) and UDPTimeout are conntrack
 	// idle timeouts, each at least MinTimeout.
