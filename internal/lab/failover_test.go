@@ -10,6 +10,7 @@ package lab
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -160,8 +161,16 @@ func gatewayHardFailure(t *testing.T, s *Site) {
 	broken, gap, delayed = summarize(cs, lat)
 	t.Logf("without BFD, g2 vanished: out of the router's FIB after %v (the hold time); new connections: %d requests, %d failed, %d slow, loss window %v; open connections: %d broken, %d waited, the longest %v",
 		holdFIB.Round(time.Millisecond), len(hits), failed, slow, window.Round(time.Millisecond), broken, delayed, gap.Round(time.Millisecond))
-	if holdFIB < 5*time.Second {
-		t.Errorf("without BFD the router moved off g2 after %v: something other than the hold timer did it", holdFIB)
+	// The hold timer, not BFD, must have done it: the router names it as the session's last
+	// error. (Its time is not asserted to the second: the hold time counts from g2's last
+	// keepalive, which a loaded machine may have delayed; BFD would have taken 0.9 s.)
+	if holdFIB < 3*time.Second {
+		t.Errorf("without BFD the router moved off g2 after %v: something faster than the hold timer did it", holdFIB)
+	}
+	if out, err := s.routerSessionErrors(); err != nil {
+		t.Error(err)
+	} else if !strings.Contains(strings.ToLower(out), "hold timer expired") {
+		t.Errorf("without BFD the router moved off g2, but does not say its hold timer expired:\n%s", out)
 	}
 	if err := g2.Return(); err != nil {
 		t.Fatal(err)

@@ -344,6 +344,19 @@ func (s *Site) routerSessions() (string, error) {
 	return "", fmt.Errorf("lab: the site's routing is %v: no BGP sessions", s.Opts.Routing)
 }
 
+// routerSessionErrors returns the router's detailed view of its BGP sessions, which names why
+// each last went down: `birdc show protocols all` (BIRD: "Last error: ...") or vtysh's `show bgp
+// neighbors` (FRR: "Last reset ..., Notification sent (...)").
+func (s *Site) routerSessionErrors() (string, error) {
+	switch s.Opts.Routing {
+	case BIRD:
+		return s.BIRDC("show", "protocols", "all")
+	case FRR:
+		return s.VTYSH("show bgp neighbors")
+	}
+	return "", fmt.Errorf("lab: the site's routing is %v: no BGP sessions", s.Opts.Routing)
+}
+
 // RouterBFD returns the router's view of its BFD sessions: `birdc show bfd sessions` (BIRD) or
 // vtysh's `show bfd peers brief` (FRR).
 func (s *Site) RouterBFD() (string, error) {
