@@ -60,9 +60,9 @@ func TestConstantsMatchBPF(t *testing.T) {
 	if got := spec.Maps[xlbMapAddrBitmap].MaxEntries; got != 2*addrFilterWords {
 		t.Errorf("addr_bitmap has %d words, Go expects %d", got, 2*addrFilterWords)
 	}
-	if got := spec.Maps[xlbMapHsSlots].ValueSize; got != uint32(hsEntrySize) || hsLiveOffset != 60 {
-		t.Errorf("hs_slots has %d-byte slots, Go expects %d with the live-flow filter's word at 60 (at %d)",
-			got, hsEntrySize, hsLiveOffset)
+	if got := spec.Maps[xlbMapHsSlots].ValueSize; got != uint32(hsEntrySize) || hsCheckOffset != 56 || hsLiveOffset != 60 {
+		t.Errorf("hs_slots has %d-byte slots, Go expects %d with check at 56 and the live-flow filter's word at 60 (at %d, %d)",
+			got, hsEntrySize, hsCheckOffset, hsLiveOffset)
 	}
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)

@@ -1,7 +1,6 @@
 package xdp
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +16,7 @@ func liveBitSet(t *testing.T, d *Datapath, c hsCase, cport uint16, half uint32) 
 	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.TCP), Family: fam}
 	k.Src.W, k.Dst.W = src.W, dst.W
 	slot, mask := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, half)
-	return atomic.LoadUint32(d.live.word(slot))&mask != 0
+	return d.live.bits(slot)&mask != 0
 }
 
 // TestGoldenLiveFilter: the handshake's ACK that creates a conntrack entry sets the tuple's bit in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -47,9 +48,12 @@ const (
 )
 
 // Where in a handshake slot (struct hs_entry, one per hsEntrySize bytes of the map's mapping)
-// the loader reads and writes: the filter's word, and the key's family byte (0: an empty slot).
+// the loader reads and writes: the aligned 64-bit word of check and live (live its high half,
+// the word the datapath's live_mark ors into: the loader uses 64-bit atomics on it too, the
+// same size as the datapath's), and the key's family byte (0: an empty slot).
 var (
 	hsEntrySize    = unsafe.Sizeof(xlbHsEntry{})
+	hsCheckOffset  = unsafe.Offsetof(xlbHsEntry{}.Check)
 	hsLiveOffset   = unsafe.Offsetof(xlbHsEntry{}.Live)
 	hsFamilyOffset = unsafe.Offsetof(xlbHsEntry{}.Key) + unsafe.Offsetof(xlbFlowKey{}.Family)
 )
@@ -70,9 +74,24 @@ type liveFilter struct {
 	kept int
 }
 
-// word returns slot i's live word (i < slots).
-func (l *liveFilter) word(i uint32) *uint32 {
-	return (*uint32)(unsafe.Pointer(&l.mem[uintptr(i)*hsEntrySize+hsLiveOffset]))
+// checkLive returns slot i's check+live word (i < slots).
+func (l *liveFilter) checkLive(i uint32) *uint64 {
+	return (*uint64)(unsafe.Pointer(&l.mem[uintptr(i)*hsEntrySize+hsCheckOffset]))
+}
+
+// bits returns slot i's live word: both halves of the filter's bits there.
+func (l *liveFilter) bits(i uint32) uint32 {
+	return uint32(atomic.LoadUint64(l.checkLive(i)) >> 32)
+}
+
+// keep clears the bits of slot i's live word that mask does not have, leaving check alone.
+func (l *liveFilter) keep(i, mask uint32) {
+	atomic.AndUint64(l.checkLive(i), uint64(mask)<<32|math.MaxUint32)
+}
+
+// set sets mask's bits in slot i's live word.
+func (l *liveFilter) set(i, mask uint32) {
+	atomic.OrUint64(l.checkLive(i), uint64(mask)<<32)
 }
 
 // empty empties slot i (i < slots) as the datapath's hs_retire does, by its key's family byte,
@@ -161,7 +180,7 @@ func (d *Datapath) liveFill() (set, of int) {
 // halfFill returns how many bits of half h are set.
 func (d *Datapath) halfFill(half uint32) (set int) {
 	for i := range d.live.slots {
-		w := atomic.LoadUint32(d.live.word(i)) >> (half * liveSlotBits)
+		w := d.live.bits(i) >> (half * liveSlotBits)
 		set += bits.OnesCount32(w & (1<<liveSlotBits - 1))
 	}
 	return set
@@ -180,7 +199,7 @@ func (d *Datapath) rebuildLive() error {
 	d.clockMu.Unlock()
 	keep := uint32(1<<liveSlotBits-1) << ((1 - next) * liveSlotBits) // the active half's bits
 	for i := range d.live.slots {
-		atomic.AndUint32(d.live.word(i), keep)
+		d.live.keep(i, keep)
 	}
 	now := monotonicNow()
 	seed := uint32(d.opts.Seed)
@@ -196,7 +215,7 @@ func (d *Datapath) rebuildLive() error {
 			return // idle past its timeout: the datapath would treat it as gone
 		}
 		slot, mask := liveSlot(k, seed, d.live.slots, next)
-		atomic.OrUint32(d.live.word(slot), mask)
+		d.live.set(slot, mask)
 	}
 	if err := d.walkConntrack(mark); err != nil {
 		return fmt.Errorf("rebuild the live-flow filter: %w", err)

@@ -1,7 +1,6 @@
 package xdp
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,7 +46,7 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	}
 	bitSet := func(d *Datapath, k xlbFlowKey) bool {
 		slot, mask := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, d.live.half)
-		return atomic.LoadUint32(d.live.word(slot))&mask != 0
+		return d.live.bits(slot)&mask != 0
 	}
 	if bitSet(d, live) {
 		t.Fatal("the entry written behind the datapath's back has its bit already")

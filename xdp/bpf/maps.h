@@ -108,7 +108,8 @@ struct {
  * entry is one whole cache line. Each slot also carries the live-flow filter's bits of the
  * tuples that hash to it (hs_entry.live, live.h), which a SYN taking the slot over and the ACK
  * emptying it leave alone. Go only empties slots (FlushFlows: the key's family, through its
- * mapping) and rebuilds the filter's idle half (xdp/live.go: atomic and/or on the live words). */
+ * mapping) and rebuilds the filter's idle half (xdp/live.go: 64-bit atomic and/or on the
+ * check+live words, as live_mark). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
