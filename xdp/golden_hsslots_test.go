@@ -17,6 +17,32 @@ func hsKey(c hsCase, cport uint16) xlbFlowKey {
 	return k
 }
 
+// hsGW is a gateway with c's services, its backend Y, and a handshake table of slots slots.
+func hsGW(t *testing.T, c hsCase, slots uint32) *gw {
+	g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots}})
+	services(t, g)
+	must(t, g.dp.UpsertBackend(c.y, c.setupBackend))
+	return g
+}
+
+// sharedSlot returns the handshake slot of client port a's tuple to c's VIP and another client
+// port whose tuple falls on the same slot of d's table (with another live-flow filter bit there
+// when otherBit).
+func sharedSlot(t *testing.T, c hsCase, d *Datapath, a uint16, otherBit bool) (uint32, uint16) {
+	t.Helper()
+	seed := uint32(d.opts.Seed)
+	ka := hsKey(c, a)
+	slotA, maskA := liveSlot(&ka, seed, d.live.slots, 0)
+	for p := a + 1; p < 65535; p++ {
+		kb := hsKey(c, p)
+		if s, m := liveSlot(&kb, seed, d.live.slots, 0); s == slotA && (!otherBit || m != maskA) {
+			return slotA, p
+		}
+	}
+	t.Fatalf("no client port shares port %d's slot", a)
+	return 0, 0
+}
+
 // TestGoldenHandshakeSlots: the handshake table is direct-mapped, so what a hostile client can do
 // to it is bounded by what a slot holds. Two tuples whose hashes share a slot: the second SYN
 // takes the slot over, and the first tuple's ACK, finding another tuple's entry there, is balanced
@@ -28,27 +54,11 @@ func TestGoldenHandshakeSlots(t *testing.T) {
 	const slots = 256
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots}})
-			services(t, g)
+			g := hsGW(t, c, slots)
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
-			seed := uint32(d.opts.Seed)
-
 			// Two client ports whose tuples fall on one slot.
 			const a = 50000
-			ka := hsKey(c, a)
-			slotA := tupleHash(&ka, seed) & (slots - 1)
-			b := uint16(0)
-			for p := uint16(a + 1); p < 65535; p++ {
-				kb := hsKey(c, p)
-				if tupleHash(&kb, seed)&(slots-1) == slotA {
-					b = p
-					break
-				}
-			}
-			if b == 0 {
-				t.Fatal("no two ports share a slot")
-			}
+			slotA, b := sharedSlot(t, c, d, a, false)
 
 			// A's SYN goes to X; the table then moves every tuple to Y; B's SYN (to Y) takes
 			// the slot over.

@@ -117,26 +117,11 @@ func TestGoldenLiveBitsInSlot(t *testing.T) {
 	const slots = 256
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots}})
-			services(t, g)
+			g := hsGW(t, c, slots)
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
-			seed := uint32(d.opts.Seed)
 			// A and B share a slot and have different bits in it.
 			const a = 51000
-			ka := hsKey(c, a)
-			slotA, maskA := liveSlot(&ka, seed, slots, 0)
-			b := uint16(0)
-			for p := uint16(a + 1); p < 65535; p++ {
-				kb := hsKey(c, p)
-				if s, m := liveSlot(&kb, seed, slots, 0); s == slotA && m != maskA {
-					b = p
-					break
-				}
-			}
-			if b == 0 {
-				t.Fatal("no two ports share a slot with different bits")
-			}
+			slotA, b := sharedSlot(t, c, d, a, true)
 			synA, synAToX := c.tcp(a, "S", c.toX, c.macX)
 			g.expect(t, synA.bytes(t), g.ext, want{xdpRedirect, synAToX.bytes(t), fwd(ReasonFwdRedirect)})
 			var e xlbHsEntry

@@ -335,36 +335,30 @@ func gatewayNames(gws []*Gateway) []string {
 // routerSessions returns the router's view of its BGP sessions: `birdc show protocols` (BIRD)
 // or vtysh's `show bgp summary` (FRR).
 func (s *Site) routerSessions() (string, error) {
+	return s.routerShow("BGP sessions", []string{"show", "protocols"}, "show bgp summary")
+}
+
+// routerShow asks the router's daemon: birdc with bird (BIRD), vtysh with vtysh (FRR); what
+// names what is asked, for the error of a site without a router.
+func (s *Site) routerShow(what string, bird []string, vtysh string) (string, error) {
 	switch s.Opts.Routing {
 	case BIRD:
-		return s.BIRDC("show", "protocols")
+		return s.BIRDC(bird...)
 	case FRR:
-		return s.VTYSH("show bgp summary")
+		return s.VTYSH(vtysh)
 	}
-	return "", fmt.Errorf("lab: the site's routing is %v: no BGP sessions", s.Opts.Routing)
+	return "", fmt.Errorf("lab: the site's routing is %v: no %s", s.Opts.Routing, what)
 }
 
 // routerSessionErrors returns the router's detailed view of its BGP sessions, which names why
 // each last went down: `birdc show protocols all` (BIRD: "Last error: ...") or vtysh's `show bgp
 // neighbors` (FRR: "Last reset ..., Notification sent (...)").
 func (s *Site) routerSessionErrors() (string, error) {
-	switch s.Opts.Routing {
-	case BIRD:
-		return s.BIRDC("show", "protocols", "all")
-	case FRR:
-		return s.VTYSH("show bgp neighbors")
-	}
-	return "", fmt.Errorf("lab: the site's routing is %v: no BGP sessions", s.Opts.Routing)
+	return s.routerShow("BGP sessions", []string{"show", "protocols", "all"}, "show bgp neighbors")
 }
 
 // RouterBFD returns the router's view of its BFD sessions: `birdc show bfd sessions` (BIRD) or
 // vtysh's `show bfd peers brief` (FRR).
 func (s *Site) RouterBFD() (string, error) {
-	switch s.Opts.Routing {
-	case BIRD:
-		return s.BIRDC("show", "bfd", "sessions")
-	case FRR:
-		return s.VTYSH("show bfd peers brief")
-	}
-	return "", fmt.Errorf("lab: the site's routing is %v: no BFD sessions", s.Opts.Routing)
+	return s.routerShow("BFD sessions", []string{"show", "bfd", "sessions"}, "show bfd peers brief")
 }
