@@ -114,7 +114,8 @@ func tupleHash(k *xlbFlowKey, seed uint32) uint32 {
 }
 
 // liveSlot returns the handshake slot holding k's bit of the live-flow filter in a table of
-// slots slots (a power of two), and the bit in half h's word (bpf/live.h's live_mask).
+// slots slots (a power of two), and the bit in half h's word (bpf/live.h's live_bit, shifted to
+// half h).
 func liveSlot(k *xlbFlowKey, seed, slots, h uint32) (slot uint32, mask uint32) {
 	x := tupleHash(k, seed)
 	return x & (slots - 1), 1 << (h*liveSlotBits + x>>(32-liveSlotLog2))
