@@ -124,6 +124,13 @@ func abCases() []abCase {
 			next: func(b *testing.B, i int) [][]byte {
 				return [][]byte{connPacket(b, connSrc(i), 53, layers.IPProtocolUDP, "", 0)}
 			}},
+		// A datagram flow's first two datagrams, one number per flow: since the first datagram
+		// is recorded in its handshake slot, the second is the one that inserts into conntrack.
+		{name: "UDPFlow", unit: "flow", want: xdpRedirect,
+			next: func(b *testing.B, i int) [][]byte {
+				p := connPacket(b, connSrc(i), 53, layers.IPProtocolUDP, "", 0)
+				return [][]byte{p, p}
+			}},
 		{name: "EstablishedHot", unit: "pkt", want: xdpRedirect,
 			setup: func(b *testing.B, g *gw) {
 				for _, p := range flowPackets(b, 16, "A") {
@@ -138,6 +145,20 @@ func abCases() []abCase {
 				}
 			},
 			next: func(b *testing.B, i int) [][]byte { return [][]byte{abFlows(b)[i%4096]} }},
+		// Established datagram flows, more than the flow cache holds (abUDPFlows, each made
+		// established by two datagrams first): most packets miss the per-CPU cache and take
+		// conntrack's path, which a datagram enters through the live-flow filter's bit.
+		{name: "EstablishedUDPMany", unit: "pkt", want: xdpRedirect,
+			setup: func(b *testing.B, g *gw) {
+				for i := range abUDPFlows {
+					p := connPacket(b, connSrc(i), 53, layers.IPProtocolUDP, "", 0)
+					g.run(b, p, g.ext)
+					g.run(b, p, g.ext)
+				}
+			},
+			next: func(b *testing.B, i int) [][]byte {
+				return [][]byte{connPacket(b, connSrc((i*7919)%abUDPFlows), 53, layers.IPProtocolUDP, "", 0)}
+			}},
 		{name: "NonVIP", unit: "pkt", want: xdpPass,
 			next: func(b *testing.B, i int) [][]byte {
 				return [][]byte{pk{SrcMAC: macClient, DstMAC: macExt, Src: connSrc(i % 4096), Dst: ap(other4, 80),
@@ -168,6 +189,7 @@ func abFlows(b *testing.B) [][]byte {
 // abInFlight handshakes between a SYN and its ACK in ConnectionInFlight.
 const (
 	abInFlight = 4096
+	abUDPFlows = 65536
 	abRounds   = 15
 	abChunk    = 2000
 	abUnits    = abRounds * abChunk

@@ -69,7 +69,9 @@ func TestGoldenEstablishedFlowKeepsBackend(t *testing.T) {
 	udp := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 6000), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP, Payload: []byte("x")}
 	udpOut := udp
 	udpOut.SrcMAC, udpOut.DstMAC, udpOut.Dst, udpOut.TTL = macInt, macBE2, ap(be2v4, 5353), 63
-	g.expect(t, udp.bytes(t), g.ext, want{xdpRedirect, udpOut.bytes(t), fwd(ReasonFwdRedirect)})
+	for range 2 { // the second datagram makes the conntrack entry
+		g.expect(t, udp.bytes(t), g.ext, want{xdpRedirect, udpOut.bytes(t), fwd(ReasonFwdRedirect)})
+	}
 	ageFlows(t, d, 2*time.Second)
 	r = fwd(ReasonFwdRedirect)
 	r[ReasonCTReselect] = 1
@@ -297,6 +299,9 @@ func TestGoldenRateGuard(t *testing.T) {
 		in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, uint16(7000+i)), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP}
 		out := in
 		out.SrcMAC, out.DstMAC, out.Dst, out.TTL = macInt, macBE2, ap(be2v4, 5353), 63
+		// The first datagram is recorded in its handshake slot, the second makes the
+		// conntrack entry, from the new-flow budget.
+		g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), fwd(ReasonFwdRedirect)})
 		r := fwd(ReasonFwdRedirect)
 		if i == 2 {
 			r[ReasonCTRateLimited] = 1

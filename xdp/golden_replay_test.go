@@ -74,6 +74,17 @@ type replayCase struct {
 	vip     datapath.VIPID // the VIP, and the backend of the same id (services); 0 for replies
 }
 
+// toRecord is how many of p's packets go the full way before its flow has a record: a TCP
+// packet creates the conntrack entry, the next the record; a datagram's first packet is recorded
+// in its handshake slot, the second creates the conntrack entry, the third the record. Replies
+// have no record (0 means: take 2, as the tests do for them).
+func toRecord(c replayCase, p pk) int {
+	if !c.reverse && p.Proto == layers.IPProtocolUDP {
+		return 3
+	}
+	return 2
+}
+
 func replayCases() []replayCase {
 	fwdOut := func(be netip.AddrPort, mac string) func(p pk) pk {
 		return func(p pk) pk {
@@ -125,11 +136,11 @@ func TestGoldenReplayMatchesFullPath(t *testing.T) {
 	for _, c := range replayCases() {
 		t.Run(c.name, func(t *testing.T) {
 			first := c.in(64, []byte("first"))
-			for range 2 { // the first packet creates the conntrack entry, the second the record
+			for range toRecord(c, first) { // the full way until the flow is recorded
 				g.expect(t, first.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(first).bytes(t), c.reasons})
 			}
 			if _, e, ok := g.record(t, first); ok == c.reverse {
-				t.Fatalf("after two packets: record %v, want %v: %+v", ok, !c.reverse, e)
+				t.Fatalf("after %d packets: record %v, want %v: %+v", toRecord(c, first), ok, !c.reverse, e)
 			}
 			vipBefore, beBefore := g.traffic(t, c.vip)
 			var bytes uint64
@@ -172,7 +183,7 @@ func TestGoldenReplayIsUsed(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			p := c.in(64, nil)
-			for range 2 {
+			for range toRecord(c, p) {
 				g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
 			}
 			slot, e, ok := g.record(t, p)
@@ -199,7 +210,7 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	services(t, g)
 	recorded := func(t *testing.T, c replayCase, p pk) {
 		t.Helper()
-		for range 2 {
+		for range toRecord(c, p) {
 			g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
 		}
 		if _, e, ok := g.record(t, p); !ok {
@@ -518,7 +529,7 @@ func TestGoldenFastPath(t *testing.T) {
 				}
 				if !strings.HasPrefix(c.name, "not ours") {
 					for _, g := range []*gw{gx, gf} {
-						for range 2 { // the conntrack entry, then the record
+						for range toRecord(c, p) { // the conntrack entry, then the record
 							g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
 						}
 					}

@@ -17,10 +17,10 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// The live-flow filter (bpf/live.h): a bit per hash of a forward TCP flow key, kept in the key's
+// The live-flow filter (bpf/live.h): a bit per hash of a forward flow key, kept in the key's
 // handshake slot (hs_entry.live: liveSlotBits bits in each of two halves), set by the datapath
-// whenever it creates or revives a conntrack entry, so that a SYN whose bit is clear skips the
-// conntrack lookup. The datapath never clears a bit; the loader keeps the filter from filling up
+// whenever it creates or revives a conntrack entry, so that a SYN or a datagram whose bit is
+// clear skips the conntrack lookup. The datapath never clears a bit; the loader keeps the filter from filling up
 // by rebuilding it: it empties the half the datapath does not read, sets the bits of every
 // conntrack entry that may still be live, and names that half in map clock. The datapath sets
 // its bits in both halves, so an entry it makes during a rebuild is in the new half whether or
@@ -205,11 +205,14 @@ func (d *Datapath) rebuildLive() error {
 	now := monotonicNow()
 	seed := uint32(d.opts.Seed)
 	mark := func(k *xlbFlowKey, e *xlbCtEntry) {
-		if e.Flags&ctFlagReverse != 0 || k.Proto != uint8(datapath.TCP) {
-			return // only a SYN asks the filter, and of its own (TCP) tuple
+		if e.Flags&ctFlagReverse != 0 {
+			return // a SYN and a datagram ask the filter of their own forward tuple
 		}
 		timeout := d.opts.TCPEstablishedTimeout
-		if e.Flags&ctFlagClosing != 0 {
+		switch {
+		case k.Proto != uint8(datapath.TCP):
+			timeout = d.opts.UDPTimeout
+		case e.Flags&ctFlagClosing != 0:
 			timeout = d.opts.TCPClosingTimeout
 		}
 		if e.LastSeen < now && now-e.LastSeen > uint64(timeout+liveSkew) {

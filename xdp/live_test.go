@@ -8,10 +8,10 @@ import (
 )
 
 // TestLiveFilterRebuiltAtLoad: a loader adopting pinned maps rebuilds the live-flow filter from
-// conntrack before anything is attached, so a TCP entry that an earlier build's program made
-// without setting its bit (or that the filter otherwise lacks) has it: a SYN on that tuple then
-// asks conntrack and keeps the flow's backend. A UDP entry and a TCP entry idle past its timeout
-// get no bit (no SYN asks for the one, the datapath would treat the other as gone).
+// conntrack before anything is attached, so a TCP or UDP entry that an earlier build's program
+// made without setting its bit (or that the filter otherwise lacks) has it: a SYN (a datagram)
+// on that tuple then asks conntrack and keeps the flow's backend. Entries idle past their
+// timeouts get no bit (the datapath would treat them as gone).
 func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	d, opts := loadPinnedDir(t)
 	now := monotonicNow()
@@ -23,9 +23,10 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 		return k
 	}
 	live, udp, idle := key(40001, datapath.TCP), key(40002, datapath.UDP), key(40003, datapath.TCP)
-	// The adopting loader runs with a 30 s established timeout: an entry idle for longer than
-	// that exists on any machine up for a minute.
-	opts.TCPEstablishedTimeout = 30 * time.Second
+	idleUDP := key(40004, datapath.UDP)
+	// The adopting loader runs with 30 s established and UDP timeouts: an entry idle for longer
+	// than that exists on any machine up for a minute.
+	opts.TCPEstablishedTimeout, opts.UDPTimeout = 30*time.Second, 30*time.Second
 	idleFor := uint64(opts.TCPEstablishedTimeout + liveSkew + 10*time.Second)
 	entries := []struct {
 		k xlbFlowKey
@@ -40,7 +41,10 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	entries = append(entries, struct {
 		k xlbFlowKey
 		e xlbCtEntry
-	}{idle, xlbCtEntry{LastSeen: now - idleFor, BackendId: 1, VipId: 1}})
+	}{idle, xlbCtEntry{LastSeen: now - idleFor, BackendId: 1, VipId: 1}}, struct {
+		k xlbFlowKey
+		e xlbCtEntry
+	}{idleUDP, xlbCtEntry{LastSeen: now - idleFor, BackendId: 2, VipId: 2}})
 	for _, x := range entries {
 		must(t, d.objs.Conntrack.Put(&x.k, &x.e))
 	}
@@ -61,8 +65,11 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	if !bitSet(d2, live) {
 		t.Error("the adopted TCP entry has no bit after Load")
 	}
-	if bitSet(d2, udp) {
-		t.Error("the adopted UDP entry has a bit")
+	if !bitSet(d2, udp) {
+		t.Error("the adopted UDP entry has no bit after Load (a datagram asks the filter too)")
+	}
+	if bitSet(d2, idleUDP) {
+		t.Error("the adopted UDP entry idle past its timeout has a bit")
 	}
 	if bitSet(d2, idle) {
 		t.Error("the adopted TCP entry idle past its timeout has a bit")

@@ -169,11 +169,12 @@ func (p *Pinned) Flow(client, vip netip.AddrPort, proto datapath.Protocol) (data
 	return f, !f.Reverse, nil
 }
 
-// Handshake returns the handshake table's entry of the TCP flow from client to vip (a
-// frontend's address and port as the client sends to it): the backend its SYN went to, which
-// its ACK and a retransmitted SYN follow while the entry is fresh. It returns false when the
-// table holds none, and an error when the table could not be opened (see [OpenPinned]).
-func (p *Pinned) Handshake(client, vip netip.AddrPort) (datapath.Handshake, bool, error) {
+// Handshake returns the handshake table's entry of the flow from client to vip (a frontend's
+// address and port as the client sends to it) of protocol proto: for TCP the backend its SYN went
+// to, which its ACK and a retransmitted SYN follow while the entry is fresh; for UDP the backend
+// its first datagram went to, which its second follows. It returns false when the table holds
+// none, and an error when the table could not be opened (see [OpenPinned]).
+func (p *Pinned) Handshake(client, vip netip.AddrPort, proto datapath.Protocol) (datapath.Handshake, bool, error) {
 	if p.hsErr != nil {
 		return datapath.Handshake{}, false, p.hsErr
 	}
@@ -182,7 +183,7 @@ func (p *Pinned) Handshake(client, vip netip.AddrPort) (datapath.Handshake, bool
 	if sfam != dfam {
 		return datapath.Handshake{}, false, nil
 	}
-	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(datapath.TCP), Family: dfam}
+	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(proto), Family: dfam}
 	k.Src.W, k.Dst.W = src.W, dst.W
 	// The slot depends on the seed, which only the attached program knows: the table is read
 	// whole (an inspection, not a per-packet path).
@@ -194,14 +195,14 @@ func (p *Pinned) Handshake(client, vip netip.AddrPort) (datapath.Handshake, bool
 		}
 	})
 	if err != nil {
-		return datapath.Handshake{}, false, fmt.Errorf("look up the handshake entry of %s -> %s/TCP: %w", client, vip, err)
+		return datapath.Handshake{}, false, fmt.Errorf("look up the handshake entry of %s -> %s/%s: %w", client, vip, proto, err)
 	}
 	if !found {
 		return datapath.Handshake{}, false, nil
 	}
 	now := monotonicNow()
 	f := flowOf(k, xlbCtEntry{LastSeen: synSeen(e.SynTime, now)}, now)
-	return datapath.Handshake{Client: f.Src, VIPAddr: f.Dst, Backend: datapath.BackendID(e.BackendId),
+	return datapath.Handshake{Client: f.Src, VIPAddr: f.Dst, Proto: proto, Backend: datapath.BackendID(e.BackendId),
 		VIP: datapath.VIPID(e.VipId), ISN: e.Isn, Age: f.Idle}, true, nil
 }
 

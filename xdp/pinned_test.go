@@ -120,12 +120,12 @@ func TestOpenPinned(t *testing.T) {
 
 	// The SYN: the handshake table remembers its backend and its ISN, which the pinned view
 	// reads; a tuple with no SYN has no entry.
-	h, ok, err := p.Handshake(ap(client4, 40001), ap(vip4, 80))
+	h, ok, err := p.Handshake(ap(client4, 40001), ap(vip4, 80), datapath.TCP)
 	if err != nil || !ok || h.Backend != 3 || h.VIP != 7 || h.ISN != 0x12345678 || h.Client != ap(client4, 40001) ||
 		h.VIPAddr != ap(vip4, 80) || h.Age > time.Minute {
 		t.Errorf("the SYN's handshake entry through the pinned view: %+v %v %v", h, ok, err)
 	}
-	if h, ok, err := p.Handshake(ap(client4, 40002), ap(vip4, 80)); ok || err != nil {
+	if h, ok, err := p.Handshake(ap(client4, 40002), ap(vip4, 80), datapath.TCP); ok || err != nil {
 		t.Errorf("the handshake entry of a tuple with no SYN: %+v %v %v", h, ok, err)
 	}
 }
@@ -199,7 +199,7 @@ func TestOpenPinnedErrors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("handshakes pinned %v: %v", pinned, err)
 		}
-		_, _, herr := p.Handshake(ap(client4, 1), ap(vip4, 80))
+		_, _, herr := p.Handshake(ap(client4, 1), ap(vip4, 80), datapath.TCP)
 		if _, err := p.VIPs(); err != nil || herr == nil || !strings.Contains(herr.Error(), xlbMapHsSlots) {
 			t.Errorf("handshakes of another layout (pinned %v): VIPs %v, Handshake %v", pinned, err, herr)
 		}

@@ -275,6 +275,13 @@ func (e *Engine) Flows(now time.Duration) []datapath.Flow {
 	return e.bal.Flows(now)
 }
 
+// Handshakes returns the handshake table at time now, as forward.Balancer.Handshakes.
+func (e *Engine) Handshakes(now time.Duration) []datapath.Handshake {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.bal.Handshakes(now)
+}
+
 // FlushFlows deletes the flows for which match returns true (all when nil) at time now, as
 // forward.Balancer.FlushFlows, and returns how many it deleted.
 func (e *Engine) FlushFlows(now time.Duration, match func(datapath.Flow) bool) int {

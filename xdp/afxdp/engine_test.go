@@ -134,9 +134,11 @@ func TestEngineConntrackBounds(t *testing.T) {
 	_ = e.UpsertBackend(1, datapath.Backend{Addr: pBE[0], Port: 5353})
 	_ = e.SetMaglevTable(1, []datapath.BackendID{1})
 	for i := range 1000 {
-		f := frameSpec{src: netip.AddrPortFrom(pClients.Addr(), uint16(1000+i)), dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}.bytes()
-		if v := e.Process(f, 1, time.Second); !v.Send {
-			t.Fatalf("flow %d not forwarded: %v", i, e.ReasonCounts())
+		for range 2 { // the second datagram makes the conntrack entry
+			f := frameSpec{src: netip.AddrPortFrom(pClients.Addr(), uint16(1000+i)), dst: netip.AddrPortFrom(pVIP, 53), proto: protoUDP}.bytes()
+			if v := e.Process(f, 1, time.Second); !v.Send {
+				t.Fatalf("flow %d not forwarded: %v", i, e.ReasonCounts())
+			}
 		}
 	}
 	if n, _ := e.FlowCount(); n != 100 {

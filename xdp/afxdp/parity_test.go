@@ -489,7 +489,15 @@ func (px *parity) backendOf(t *testing.T, c, vip netip.AddrPort) netip.AddrPort 
 			return netip.AddrPortFrom(b.Addr, b.Port)
 		}
 	}
-	t.Fatalf("no conntrack entry for %s -> %s", c, vip)
+	// A datagram flow that has sent one datagram: its handshake-table entry.
+	for _, h := range px.eng.Handshakes(px.now) {
+		if h.Client == c && h.VIPAddr == vip && h.Proto == datapath.UDP {
+			bs, _ := px.eng.Backends()
+			b := bs[h.Backend]
+			return netip.AddrPortFrom(b.Addr, b.Port)
+		}
+	}
+	t.Fatalf("no conntrack or first-datagram entry for %s -> %s", c, vip)
 	return netip.AddrPort{}
 }
 

@@ -61,6 +61,49 @@ static __always_inline void hs_write(struct hs_entry *e, const struct flow_key *
 	e->check = hs_check(hash, bid, vip_id, isn);
 }
 
+/* hs_udp_take returns the backend the first datagram of flow fk (hash its tuple_hash, no
+ * conntrack entry) went to, if its slot holds that (hs_udp_record) and a datagram of VIP vip_id
+ * may still use it at time now (hs_backend, and within the datagram timeout, cfg_udp_ns), and
+ * empties the slot: conntrack takes the flow over. Else 0. A global function: the verifier checks it once. */
+__noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id, __u64 now)
+{
+	struct hs_entry *e = hs_slot(hash);
+	__u32 bid;
+	__s32 age;
+
+	if (!fk || !e || !flow_key_eq(&e->key, fk) ||
+	    e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
+		return 0;
+	bid = hs_backend(e, vip_id, now, HS_MATCH_ANY, 0);
+	/* A datagram flow idle past the datagram timeout is a new flow, as its conntrack entry
+	 * would be expired. */
+	age = (__s32)(hs_time(now) - e->syn_time);
+	if (!bid || (age > 0 && (__u64)age > (cfg_udp_ns >> HS_TIME_SHIFT)))
+		return 0;
+	e->key.family = 0; /* hs_retire */
+	return bid;
+}
+
+/* hs_udp_record records in the slot of fk (hash its tuple_hash) that the first datagram of a
+ * flow without a conntrack entry went to backend bid of VIP vip_id (bid_vip's high and low 32
+ * bits) at time now, and returns 1, if the slot may take it: when it is empty, holds a datagram
+ * flow's first (the tuple's own unusable one, or another flow's: that flow, if it sends again, is
+ * balanced as new, by Maglev, the same backend unless the table changed meanwhile), or a
+ * handshake no longer fresh. A fresh handshake is never taken over by a datagram, so a flood of
+ * datagrams cannot cost a connection its SYN's record: then it returns 0 and the datagram goes
+ * into conntrack at once. A global function: the verifier checks it once. */
+__noinline int hs_udp_record(const struct flow_key *fk, __u32 hash, __u64 now, __u64 bid_vip)
+{
+	struct hs_entry *e = hs_slot(hash);
+
+	if (!fk || !e)
+		return 0;
+	if (e->key.family && e->key.proto == PROTO_TCP && hs_fresh(e->syn_time, now))
+		return 0;
+	hs_write(e, fk, hash, now, bid_vip >> 32, (__u32)bid_vip, 0);
+	return 1;
+}
+
 /* hs_retire empties slot e: its handshake completed (the conntrack entry took over). The slot's
  * live-flow filter bits stay. */
 static __always_inline void hs_retire(struct hs_entry *e)

@@ -249,8 +249,8 @@ static __always_inline int ptb_too_low(struct packet *p)
 }
 
 /* flow_backend returns the backend of the flow fk (client -> VIP, of VIP vip_id) as this gateway
- * knows it: its conntrack entry (forward, this VIP's, not expired) or, for TCP, its handshake-table
- * entry. NULL when it knows no such flow. */
+ * knows it: its conntrack entry (forward, this VIP's, not expired) or its handshake-table slot (a
+ * TCP handshake, or a datagram flow's first datagram). NULL when it knows no such flow. */
 static __always_inline struct backend *flow_backend(const struct flow_key *fk, __u32 vip_id,
 						    __u64 now)
 {
@@ -260,9 +260,8 @@ static __always_inline struct backend *flow_backend(const struct flow_key *fk, _
 	if (ct && !(ct->flags & CT_F_REVERSE) && ct->vip_id == vip_id &&
 	    elapsed(now, ct->last_seen) <= ct_timeout(fk->proto, ct->flags))
 		return backend_get(ct->backend_id);
-	if (fk->proto != PROTO_TCP)
-		return NULL;
-	/* A half-open connection: the backend its SYN went to. */
+	/* A half-open connection (the backend its SYN went to), or a datagram flow that has sent
+	 * one datagram (where it went). */
 	hash = tuple_hash(fk);
 	return backend_get((__u32)hs_probe(fk, hash, vip_id, now, (__u64)HS_MATCH_ANY << 32));
 }

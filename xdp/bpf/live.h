@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* live.h: the live-flow filter (docs/datapath.md, "Conntrack and the flood policy").
  *
- * A SYN must know whether its tuple has a live conntrack entry (ct_syn_kept): in a conntrack of a
- * million entries that lookup is a miss in a hash of a million buckets for nearly every new
- * tuple, the single largest cost of a new connection. The filter answers first: one bit per hash
- * of the tuple, set whenever the datapath creates or revives a forward TCP entry (only a SYN asks,
- * and a SYN is TCP). A clear bit proves there is no entry that could be live (a set one may be a
- * collision or an entry since evicted: conntrack decides), so the lookup is made only behind a
- * set bit. The bits live in the tuple's own handshake slot (hs_entry.live), a cache line the SYN
- * reads and writes and its ACK reads and empties anyway, so asking the filter and marking it cost
- * no line of their own. Bits are never cleared here: the loader rebuilds the idle half from
- * conntrack and switches to it (xdp/live.go), and the datapath sets bits in both halves so that
- * no entry made during a rebuild is missed. */
+ * A SYN must know whether its tuple has a live conntrack entry (ct_syn_kept), and a datagram
+ * whether its flow has one: in a conntrack of a million entries that lookup is a miss in a hash
+ * of a million buckets for nearly every new tuple, the single largest cost of a new connection or
+ * datagram flow. The filter answers first: one bit per hash of the tuple, set whenever the
+ * datapath creates or revives a forward conntrack entry. A clear bit proves there is no entry
+ * that could be live (a set one may be a collision or an entry since evicted: conntrack decides),
+ * so the lookup is made only behind a set bit. The bits live in the tuple's own handshake slot
+ * (hs_entry.live), a cache line a new flow's first packets read and write anyway (a SYN and its
+ * ACK, a first datagram and its second), so asking the filter and marking it cost no line of
+ * their own. Bits are never cleared here: the loader rebuilds the idle half from conntrack and
+ * switches to it (xdp/live.go), and the datapath sets bits in both halves so that no entry made
+ * during a rebuild is missed. */
 #ifndef XLB_LIVE_H
 #define XLB_LIVE_H
 

@@ -20,7 +20,10 @@ static __always_inline int verdict(__u32 reason, int action)
 	return action;
 }
 
-static __always_inline void count_traffic(void *map, __u32 id, __u32 bytes, int new_flow)
+/* count_traffic counts a packet of bytes to id in map (vip_stats or backend_stats), and a new flow
+ * when new_flow (0 or 1). new_flow is added, not branched on: the verifier then need not tell
+ * apart paths that differ only in it (all of forward follows). */
+static __always_inline void count_traffic(void *map, __u32 id, __u32 bytes, __u32 new_flow)
 {
 	struct traffic *t = bpf_map_lookup_elem(map, &id);
 
@@ -28,8 +31,7 @@ static __always_inline void count_traffic(void *map, __u32 id, __u32 bytes, int 
 		return;
 	t->packets++;
 	t->bytes += bytes;
-	if (new_flow)
-		t->new_flows++;
+	t->new_flows += new_flow;
 }
 
 #endif

@@ -42,8 +42,7 @@ static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32
 
 	if (!only_reverse) {
 		bpf_map_update_elem(&conntrack, fk, &e, BPF_ANY);
-		if (fk->proto == PROTO_TCP) /* only a SYN asks the filter (live.h) */
-			live_mark(tuple_hash(fk));
+		live_mark(tuple_hash(fk)); /* a SYN and a datagram ask the filter (live.h) */
 	}
 	if (be->flags & BACKEND_F_REVERSE_CT) {
 		struct flow_key rk = { .src = be->addr, .dst = fk->src,
@@ -216,8 +215,8 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	struct backend *be;
 	struct vip_info *vi;
 	struct vip_ref *ref;
-	__u32 bid, vip_id, th = 0;
-	int rc, hs_hit = 0;
+	__u32 bid, vip_id, th;
+	int rc, hs_hit = 0, udp_first = 0, new_flow;
 
 	/* A SYN never inserts into conntrack (it writes hs_slots): a SYN flood cannot evict
 	 * established flows. */
@@ -233,7 +232,15 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				goto established;
 			}
 		}
-		ct = bpf_map_lookup_elem(&conntrack, fk);
+		/* A datagram asks the live-flow filter first (live.h): its bits sit in the tuple's
+		 * handshake slot, which a flow's first datagram reads anyway, so the first datagram of
+		 * a flow skips the conntrack lookup (a miss in a big hash) behind a clear bit. */
+		if (p->proto != PROTO_TCP) {
+			th = tuple_hash(fk);
+			ct = live_maybe(th) ? bpf_map_lookup_elem(&conntrack, fk) : NULL;
+		} else {
+			ct = bpf_map_lookup_elem(&conntrack, fk);
+		}
 		if (ct && !(ct->flags & CT_F_REVERSE)) {
 			ref = ct_vip(p, ct->vip_id);
 			be = NULL;
@@ -277,8 +284,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * asks the handshake table (hs.h) which backend its SYN went to: the VIP's table may have changed since, and
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
-	if (p->proto == PROTO_TCP)
-		th = tuple_hash(fk);
+	th = tuple_hash(fk);
 	if (syn) {
 		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
 		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
@@ -303,6 +309,12 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			count_reason(REASON_HS_HIT);
 			hs_hit = 1;
 		}
+	} else if (!bid) {
+		/* A datagram without a conntrack entry: if its tuple's slot says where the flow's
+		 * first datagram went (hs_udp_record), this is its second: it goes there, and
+		 * conntrack takes the flow over (below). */
+		bid = hs_udp_take(fk, th, vip_id, now);
+		hs_hit = bid != 0;
 	}
 	if (!bid)
 		bid = maglev_pick(vi, flow_hash(cfg_hash_seed, &p->src, p->family, p->sport,
@@ -311,14 +323,24 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	be = backend_get(bid);
 	if (!be)
 		return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
-	/* Remember the flow from its first non-SYN packet, paid from a budget (budget.h): a
-	 * datagram, or the TCP packet completing a handshake this gateway saw, from the new-flow
-	 * budget; any other TCP packet (a flow ECMP moved here mid-way, or a forged ACK) from the
-	 * smaller mid-flow budget. Once the conntrack entry exists the handshake is done: its
-	 * slot is emptied (so the table holds only half-open connections, and a flush of the
-	 * flow is not undone by it). */
-	if (!syn && budget_take(p->proto == PROTO_TCP && !hs_hit ? BUDGET_MID_FLOW :
-								   BUDGET_NEW_FLOW, now)) {
+	/* A datagram that opens its flow here records it in its slot, not in conntrack, when the
+	 * slot may take it (hs_udp_record): one-shot datagrams and floods of random tuples never
+	 * insert into conntrack. An ambiguous backend's reply still needs the reverse entry, from
+	 * the new-flow budget. */
+	new_flow = syn || (p->proto != PROTO_TCP && !ct && !hs_hit);
+	if (p->proto != PROTO_TCP && !hs_hit)
+		udp_first = hs_udp_record(fk, th, now, (__u64)bid << 32 | vip_id);
+	/* Otherwise the flow is remembered from its first non-SYN packet, paid from a budget
+	 * (budget.h): a datagram, or the TCP packet completing a handshake this gateway saw, from the
+	 * new-flow budget; any other TCP packet (a flow ECMP moved here mid-way, or a forged ACK)
+	 * from the smaller mid-flow budget. Once the conntrack entry exists the handshake is done:
+	 * its slot is emptied (so the table holds only half-open connections and datagram flows
+	 * that sent one datagram, and a flush of the flow is not undone by it). */
+	if (udp_first) {
+		if ((be->flags & BACKEND_F_REVERSE_CT) && budget_take(BUDGET_NEW_FLOW, now))
+			ct_store(fk, now, bid, be, vip_id, 0, 1);
+	} else if (!syn && budget_take(p->proto == PROTO_TCP && !hs_hit ? BUDGET_MID_FLOW :
+									  BUDGET_NEW_FLOW, now)) {
 		ct_store(fk, now, bid, be, vip_id, closing, 0);
 		if (hs)
 			hs_retire(hs);
@@ -356,8 +378,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			fc->gen = 0;
 		ct = NULL;
 	}
-	return forward(ctx, p, data_end, vip_id, bid, be, syn || (p->proto != PROTO_TCP && !ct), now,
-		       gen, NULL, 0, 1);
+	return forward(ctx, p, data_end, vip_id, bid, be, new_flow, now, gen, NULL, 0, 1);
 
 established:
 	rc = side_verdict(ctx, role, 0);

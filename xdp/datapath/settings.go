@@ -33,10 +33,11 @@ type Settings struct {
 	Seed uint32
 	// ConntrackSize is how many flows conntrack holds (an LRU in the XDP datapath).
 	ConntrackSize uint32
-	// HandshakeSize is how many TCP handshakes in flight (SYN seen, no conntrack entry yet) the
-	// handshake table holds. A handshake's ACK goes to the backend its SYN went to even if the
-	// frontend's Maglev table changed in between; a handshake whose entry was evicted falls back
-	// to Maglev. The XDP datapath's table is direct-mapped, this many slots rounded up to a
+	// HandshakeSize is how many TCP handshakes in flight (SYN seen, no conntrack entry yet), and
+	// datagram flows that have sent one datagram, the handshake table holds. A handshake's ACK
+	// (a flow's second datagram) goes to the backend its SYN (first datagram) went to even if the
+	// frontend's Maglev table changed in between; one whose entry was evicted falls back to
+	// Maglev. The XDP datapath's table is direct-mapped, this many slots rounded up to a
 	// power of two (another tuple's SYN on the same slot evicts), and each slot also carries 16
 	// bits of the live-flow filter, which spares a SYN the conntrack lookup: about
 	// 4.6 × HandshakeSize live TCP flows set a quarter of its bits, and beyond that more and more

@@ -165,17 +165,21 @@ type Flow struct {
 	Idle time.Duration
 }
 
-// Handshake is one handshake table entry: a TCP SYN seen, no conntrack entry yet.
+// Handshake is one handshake table entry: a TCP SYN seen, no conntrack entry yet; or (Proto UDP)
+// a datagram flow's first datagram seen, no conntrack entry yet.
 type Handshake struct {
 	// Client and VIPAddr are the flow's client and the VIP address and port it sent to.
 	Client, VIPAddr netip.AddrPort
-	// Backend and VIP are the backend the SYN went to and its VIP's id: the handshake's next
-	// packets follow them, even across a change of the frontend's Maglev table.
+	// Proto is the flow's protocol; 0 means TCP.
+	Proto Protocol
+	// Backend and VIP are the backend the SYN (or first datagram) went to and its VIP's id: the
+	// flow's next packets follow them, even across a change of the frontend's Maglev table.
 	Backend BackendID
 	VIP     VIPID
-	// ISN is the SYN's sequence number: another SYN on the tuple is another connection.
+	// ISN is the SYN's sequence number: another SYN on the tuple is another connection (0 for
+	// a datagram flow).
 	ISN uint32
-	// Age is how long ago the SYN was seen.
+	// Age is how long ago the SYN (or first datagram) was seen.
 	Age time.Duration
 }
 

@@ -409,6 +409,23 @@ func (b *Balancer) Flows(now time.Duration) []datapath.Flow {
 	return out
 }
 
+// Handshakes returns the handshake table at time now: the TCP handshakes in flight and the
+// datagram flows that have sent one datagram (Proto UDP), each with where its flow's next packets
+// go.
+func (b *Balancer) Handshakes(now time.Duration) []datapath.Handshake {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]datapath.Handshake, 0, len(b.hs))
+	for k, h := range b.hs {
+		out = append(out, datapath.Handshake{
+			Client: netip.AddrPortFrom(AddrOf(k.src, k.v6), k.sport), VIPAddr: netip.AddrPortFrom(AddrOf(k.dst, k.v6), k.dport),
+			Proto: datapath.Protocol(k.proto), Backend: h.backend, VIP: h.vip, ISN: h.isn,
+			Age: max(0, now-time.Duration(h.synSeen)),
+		})
+	}
+	return out
+}
+
 // flowOf is conntrack entry c of flow k as a datapath.Flow at time now.
 func flowOf(k flowKey, c ctEntry, now time.Duration) datapath.Flow {
 	return datapath.Flow{
@@ -464,7 +481,11 @@ func (b *Balancer) SetHandshake(h datapath.Handshake, now time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	src, dst := h.Client.Addr().Unmap(), h.VIPAddr.Addr().Unmap()
-	k := flowKey{src: Key(src), dst: Key(dst), sport: h.Client.Port(), dport: h.VIPAddr.Port(), proto: uint8(datapath.TCP), v6: dst.Is6()}
+	proto := h.Proto
+	if proto == 0 {
+		proto = datapath.TCP
+	}
+	k := flowKey{src: Key(src), dst: Key(dst), sport: h.Client.Port(), dport: h.VIPAddr.Port(), proto: uint8(proto), v6: dst.Is6()}
 	b.hsInsert(k, hsEntry{synSeen: int64(now - h.Age), backend: h.Backend, vip: h.VIP, isn: h.ISN})
 }
 

@@ -61,7 +61,8 @@ type Decision struct {
 	// the client's destination port) or the VIP's address and service port (ToClient).
 	Addr [16]byte
 	Port uint16
-	// NewFlow: a TCP SYN, or the first datagram of a UDP flow (traffic's new flows).
+	// NewFlow: a TCP SYN, or the first datagram of a UDP flow (traffic's new flows): one
+	// without a conntrack entry or a first datagram's entry in the handshake table.
 	NewFlow bool
 	// Carry: the backend is of direct server return and the packet opens its flow here (no
 	// conntrack entry): it carries its frontend to the backend's node, Frontend.Addr and
@@ -73,6 +74,9 @@ type Decision struct {
 	Conntrack CTState
 	// Handshake: the backend is the one the handshake's SYN went to.
 	Handshake bool
+	// FirstDatagram: the backend is the one the flow's first datagram went to (its entry in
+	// the handshake table): this datagram is its second, and creates its conntrack entry.
+	FirstDatagram bool
 	// Maglev: the backend is the Maglev pick: Hash % M is Slot (M 0: no table).
 	Maglev         bool
 	Hash           uint32
@@ -168,6 +172,19 @@ func (b *Balancer) hsBackend(h hsEntry, ok bool, id datapath.VIPID, now int64, s
 		return 0
 	}
 	if syn && seq != h.isn || !syn && seq-h.isn >= hsSeqWindow {
+		return 0
+	}
+	return h.backend
+}
+
+// udpBackend returns the backend of a datagram flow's first-datagram entry h if a datagram of VIP
+// id may use it (hs_udp_take): fresh (within the handshake and the datagram timeouts), same VIP,
+// backend usable.
+func (b *Balancer) udpBackend(h hsEntry, ok bool, id datapath.VIPID, now int64) datapath.BackendID {
+	if !ok || h.vip != id || now-h.synSeen > int64(min(HandshakeTimeout, b.settings.Timeout(datapath.UDP, false))) {
+		return 0
+	}
+	if _, ok := b.usable(h.backend); !ok {
 		return 0
 	}
 	return h.backend
@@ -282,6 +299,16 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 			d.Handshake, d.HandshakeHit, hsHit = true, true, true
 		}
 	}
+	if bid == 0 && p.Proto != datapath.TCP {
+		// A datagram without a conntrack entry: if the flow's first datagram was recorded in
+		// the handshake table, this is its second; it goes there, and conntrack takes the flow
+		// over (the entry is taken out now, as hs_udp_take does).
+		bid = b.udpBackend(hs, hsFound, v.cfg.ID, t)
+		if bid != 0 {
+			d.FirstDatagram, hsHit, hsFound = true, true, false
+			delete(b.hs, fk)
+		}
+	}
 	if bid == 0 {
 		bid = b.pick(v, p, &d)
 	}
@@ -291,7 +318,16 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		return drop(d, ReasonDropNoBackend)
 	}
 	revCT := b.needsReverseCT(be, p)
-	if !syn {
+	newFlow := syn || (p.Proto != datapath.TCP && !ctFound && !hsHit)
+	if p.Proto != datapath.TCP && !hsHit {
+		// The flow's first datagram here: recorded in the handshake table, not in conntrack
+		// (hs_udp_record; the table here has no slots to share, so it always takes it), with
+		// the reverse entry an ambiguous backend's reply needs, from the new-flow budget.
+		b.hsInsert(fk, hsEntry{synSeen: t, backend: bid, vip: v.cfg.ID})
+		if revCT && b.budgetTake(t, budgetNewFlow) {
+			b.ctStore(fk, t, bid, be, v.cfg.ID, false, true, revCT)
+		}
+	} else if !syn {
 		// A datagram, or a TCP packet completing a handshake seen here, from the new-flow
 		// budget; any other TCP packet (an ECMP move, a forged ACK) from the mid-flow one.
 		k := budgetNewFlow
@@ -332,7 +368,6 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 			b.ct[fk] = ct
 		}
 	}
-	newFlow := syn || (p.Proto != datapath.TCP && !ctFound)
 	d.Carry, d.CarryPort = be.DSR, p.DstPort
 	return b.established(p, v, bid, be, newFlow, d)
 }

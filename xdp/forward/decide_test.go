@@ -134,13 +134,31 @@ func TestConntrackStates(t *testing.T) {
 	if !first.NewFlow || first.Conntrack != CTNone {
 		t.Fatalf("first datagram: %+v", first)
 	}
+	if _, ok := b.ct[q.key()]; ok {
+		t.Fatalf("the first datagram made a conntrack entry: %+v", b.ct[q.key()])
+	}
 	other := (first.Backend-10)%3 + 11
 	must(t, b.SetMaglevTable(2, table(other)))
+	// The second datagram follows the first (its handshake-table entry), not the new table, and
+	// creates the conntrack entry; it is no new flow.
+	if d := b.Forward(&q, 1500*time.Millisecond); d.Backend != first.Backend || !d.FirstDatagram || d.Conntrack != CTNone || d.NewFlow {
+		t.Fatalf("second datagram: %+v, want backend %d by the first datagram's entry", d, first.Backend)
+	}
+	if _, ok := b.hs[q.key()]; ok {
+		t.Fatal("the second datagram left the first's entry in the handshake table")
+	}
 	if d := b.Forward(&q, 2*time.Second); d.Backend != first.Backend || d.Conntrack != CTUsed || d.NewFlow {
 		t.Fatalf("within the timeout: %+v, want backend %d by conntrack", d, first.Backend)
 	}
 	if d := b.Forward(&q, 8*time.Second); d.Conntrack != CTExpired || !d.Reselected || d.Backend != other {
 		t.Fatalf("idle past the timeout: %+v, want expired and balanced again to %d", d, other)
+	}
+	// Balanced again, the flow starts over: its next datagram replaces the expired entry.
+	if d := b.Forward(&q, 8500*time.Millisecond); !d.FirstDatagram || d.Backend != other {
+		t.Fatalf("the datagram after the expired one: %+v, want %d by the first datagram's entry", d, other)
+	}
+	if c := b.ct[q.key()]; c.backend != other || c.lastSeen != int64(8500*time.Millisecond) {
+		t.Fatalf("conntrack after the flow started over: %+v, want backend %d", c, other)
 	}
 	must(t, b.UpsertBackend(other, datapath.Backend{Addr: bes[other-11], Port: 5353, Down: true}))
 	must(t, b.SetMaglevTable(2, table(first.Backend)))
@@ -193,12 +211,14 @@ func TestRateGuard(t *testing.T) {
 	limited := 0
 	for i := range 5 {
 		q := sidedPacketOf(netip.AddrPortFrom(client4, uint16(6000+i)), netip.AddrPortFrom(vip4, 53), datapath.UDP)
-		d := b.Forward(&q, time.Second)
-		if d.Action != ToBackend {
-			t.Fatalf("datagram %d: %+v", i, d)
-		}
-		if d.RateLimited {
-			limited++
+		for range 2 { // the second datagram makes the conntrack entry
+			d := b.Forward(&q, time.Second)
+			if d.Action != ToBackend {
+				t.Fatalf("datagram of flow %d: %+v", i, d)
+			}
+			if d.RateLimited {
+				limited++
+			}
 		}
 	}
 	if n, _ := b.FlowCount(); n != 2 || limited != 3 {

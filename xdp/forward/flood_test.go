@@ -54,12 +54,15 @@ func TestEvictionByRecency(t *testing.T) {
 	}
 	now := time.Second
 	tick := func() time.Duration { now += time.Millisecond; return now }
+	// Every flow sends two datagrams: the second makes its conntrack entry.
 	for i := range 8 {
 		p := udp(uint16(1000 + i))
+		b.Forward(&p, tick())
 		b.Forward(&p, tick())
 	}
 	for i := range 2000 {
 		p := udp(uint16(20000 + i))
+		b.Forward(&p, tick())
 		b.Forward(&p, tick())
 		if i%10 == 0 { // the active flows send again
 			for j := range 8 {
@@ -72,5 +75,27 @@ func TestEvictionByRecency(t *testing.T) {
 	}
 	if n, _ := b.FlowCount(); n != 64 {
 		t.Fatalf("conntrack holds %d flows, want 64 (its size)", n)
+	}
+}
+
+// TestOneShotDatagramsSkipConntrack: a flood of one datagram per tuple (random sources, as a
+// spoofed flood is) never enters conntrack, so it cannot evict the established flows there; each
+// datagram is still balanced, and counted as a new flow.
+func TestOneShotDatagramsSkipConntrack(t *testing.T) {
+	b := setup(t, datapath.Settings{ConntrackSize: 64, NewFlowRate: -1, UDPTimeout: time.Hour})
+	a := sidedPacketOf(netip.AddrPortFrom(client4, 1000), netip.AddrPortFrom(vip4, 53), datapath.UDP)
+	b.Forward(&a, time.Second)
+	b.Forward(&a, time.Second)
+	for i := range 1000 {
+		p := sidedPacketOf(netip.AddrPortFrom(client4, uint16(20000+i)), netip.AddrPortFrom(vip4, 53), datapath.UDP)
+		if d := b.Forward(&p, time.Second); d.Action != ToBackend || !d.NewFlow || d.RateLimited {
+			t.Fatalf("flood datagram %d: %+v, want balanced as a new flow", i, d)
+		}
+	}
+	if n, _ := b.FlowCount(); n != 1 {
+		t.Fatalf("conntrack holds %d flows after a one-shot flood, want 1 (the established flow)", n)
+	}
+	if d := b.Forward(&a, 2*time.Second); d.Conntrack != CTUsed {
+		t.Fatalf("the established flow after the flood: %+v, want by conntrack", d)
 	}
 }

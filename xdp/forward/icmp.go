@@ -83,17 +83,15 @@ func (b *Balancer) Echo(p *Packet) Decision {
 }
 
 // flowBackend returns the backend of flow fk (client -> VIP, of VIP id) as this gateway knows it
-// (flow_backend): its conntrack entry (forward, this VIP's, not expired, its backend usable) or,
-// for TCP, its handshake entry (fresh, any sequence number). Nothing is refreshed: an error is no
+// (flow_backend): its conntrack entry (forward, this VIP's, not expired, its backend usable) or
+// its handshake-table entry (a TCP handshake or a datagram flow's first datagram: fresh, any
+// sequence number). Nothing is refreshed: an error is no
 // sign of life.
 func (b *Balancer) flowBackend(fk flowKey, id datapath.VIPID, now int64) (datapath.BackendID, backend, bool) {
 	if c, ok := b.ct[fk]; ok && !c.reverse && c.vip == id &&
 		now-c.lastSeen <= int64(b.settings.Timeout(datapath.Protocol(fk.proto), c.closing)) {
 		be, ok := b.usable(c.backend)
 		return c.backend, be, ok
-	}
-	if datapath.Protocol(fk.proto) != datapath.TCP {
-		return 0, backend{}, false
 	}
 	h, ok := b.hs[fk]
 	if !ok || h.vip != id || now-h.synSeen > int64(HandshakeTimeout) {

@@ -38,8 +38,9 @@ type Explanation struct {
 	Conntrack   string `json:"conntrack"`
 	Established string `json:"established,omitempty"`
 	// Handshake is the backend endpoint a TCP handshake in flight on the flow's tuple sends its
-	// ACK (and a retransmitted SYN) to, by the handshake table; "" when there is none, or it is
-	// not followed.
+	// ACK (and a retransmitted SYN) to, by the handshake table, or for a datagram flow that has
+	// sent one datagram, where its second goes (where the first went); "" when there is none, or
+	// it is not followed.
 	Handshake string `json:"handshake,omitempty"`
 	// Carried says a new flow's first packets carry the frontend to the backend's node (its
 	// backend is of direct server return: docs/dsr.md).
@@ -244,6 +245,21 @@ func (x *explainer) handshake(est forward.Decision) {
 		return
 	}
 	h := x.s.hs
+	if x.q.Proto != datapath.TCP {
+		entry := fmt.Sprintf("backend %s (VIP id %d), first datagram seen %v ago", x.backend(h.Backend), h.VIP,
+			h.Age.Round(time.Millisecond))
+		switch {
+		case est.FirstDatagram:
+			x.e.Handshake = x.to(est)
+			x.step("first datagram", "%s: the flow's second datagram follows it and enters conntrack", entry)
+		case est.Conntrack == forward.CTUsed:
+			x.step("first datagram", "%s: not needed, conntrack holds the flow", entry)
+		default:
+			x.step("first datagram", "%s: not followed (an entry serves its own VIP for the datagram timeout, at most %v, while its backend is up): balanced again",
+				entry, forward.HandshakeTimeout)
+		}
+		return
+	}
 	entry := fmt.Sprintf("backend %s (VIP id %d), SYN seen %v ago, ISN %d", x.backend(h.Backend), h.VIP,
 		h.Age.Round(time.Millisecond), h.ISN)
 	switch {
@@ -321,6 +337,8 @@ func (x *explainer) verdict(first, est forward.Decision, kept *forward.Decision)
 		x.e.Verdict = "datagrams " + other
 	case est.Handshake:
 		x.e.Verdict = fmt.Sprintf("the handshake in flight (its ACK) %s; a new connection (SYN): %s", other, newFlow)
+	case est.FirstDatagram:
+		x.e.Verdict = fmt.Sprintf("the flow's next datagram %s (where its first went); a new flow: %s", other, newFlow)
 	case x.q.Proto != datapath.TCP:
 		x.e.Verdict = "a new flow: " + newFlow
 	case other == newFlow:

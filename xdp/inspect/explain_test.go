@@ -150,6 +150,13 @@ func TestExplainFlow(t *testing.T) {
 	udpClient := netip.MustParseAddrPort("198.18.0.31:5353")
 	l.send(t, udpFrame(t, udpClient, netip.AddrPortFrom(v4c, 53)))
 	e = l.explain(t, udpClient.String(), "198.18.100.3:53", datapath.UDP, nil)
+	if e.Conntrack != "none" || e.Handshake == "" || e.Handshake != e.NewFlow ||
+		e.Verdict != "the flow's next datagram to "+e.Handshake+" (where its first went); a new flow: to "+e.NewFlow ||
+		!hasStep(e, "first datagram", `first datagram seen .* ago: the flow's second datagram follows it and enters conntrack$`) {
+		t.Errorf("explain, a UDP flow after one datagram: %+v", e)
+	}
+	l.send(t, udpFrame(t, udpClient, netip.AddrPortFrom(v4c, 53)))
+	e = l.explain(t, udpClient.String(), "198.18.100.3:53", datapath.UDP, nil)
 	if e.Conntrack != "used" || e.Established == "" || e.Established != e.NewFlow || e.Verdict != "datagrams to "+e.Established {
 		t.Errorf("explain, a UDP flow: %+v", e)
 	}
@@ -199,7 +206,7 @@ func TestExplainHandshake(t *testing.T) {
 		t.Helper()
 		c := netip.AddrPortFrom(client, port)
 		l.send(t, tcpFrame(t, c, hsVIP, true, isn))
-		h, ok, err := l.p.Handshake(c, hsVIP)
+		h, ok, err := l.p.Handshake(c, hsVIP, datapath.TCP)
 		if err != nil || !ok || h.ISN != isn || h.VIP != 8 || endpoint[h.Backend] == "" {
 			t.Fatalf("the handshake entry of the SYN from %s: %+v %v %v", c, h, ok, err)
 		}

@@ -56,9 +56,7 @@ func readSnapshot(p *xdp.Pinned, q FlowQuery) (*snapshot, error) {
 	if s.flow, s.hasFlow, err = p.Flow(q.Client, q.To, q.Proto); err != nil {
 		return nil, err
 	}
-	if q.Proto == datapath.TCP {
-		s.hs, s.hasHS, s.hsErr = p.Handshake(q.Client, q.To)
-	}
+	s.hs, s.hasHS, s.hsErr = p.Handshake(q.Client, q.To, q.Proto)
 	all, err := p.VIPs()
 	if err != nil {
 		return nil, err
@@ -82,8 +80,8 @@ func readSnapshot(p *xdp.Pinned, q FlowQuery) (*snapshot, error) {
 	return s, nil
 }
 
-// balancer returns a Balancer holding s at time snapshotNow; without the conntrack entry when
-// withFlow is false (a UDP flow's first datagram).
+// balancer returns a Balancer holding s at time snapshotNow; without the conntrack entry, and a
+// datagram flow's first-datagram entry, when withFlow is false (a UDP flow's first datagram).
 func (s *snapshot) balancer(withFlow bool) (*forward.Balancer, error) {
 	b, err := forward.New(s.settings)
 	if err != nil {
@@ -107,7 +105,7 @@ func (s *snapshot) balancer(withFlow bool) (*forward.Balancer, error) {
 	if withFlow && s.hasFlow {
 		b.SetFlow(s.flow, snapshotNow)
 	}
-	if s.hasHS {
+	if s.hasHS && (withFlow || s.hs.Proto == datapath.TCP) {
 		b.SetHandshake(s.hs, snapshotNow)
 	}
 	return b, nil

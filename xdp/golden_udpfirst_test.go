@@ -1,0 +1,265 @@
+package xdp
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket/layers"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
+)
+
+// udpCase is one family's DNS VIP (services), its backend X (the only one in its table at
+// first) and a backend Y that a table change gives every slot to.
+type udpCase struct {
+	name       string
+	client     netip.Addr
+	vip        datapath.VIPID
+	vipAddr    netip.AddrPort
+	tcpVIPAddr netip.AddrPort // the family's web VIP, for a handshake sharing a datagram's slot
+	x, y       datapath.BackendID
+	toX, toY   netip.AddrPort
+	macX, macY string
+	yBackend   datapath.Backend
+}
+
+func udpCases() []udpCase {
+	return []udpCase{
+		{"ipv4", client4, 2, ap(vip4, 53), ap(vip4, 80), 2, 21, ap(be2v4, 5353), ap(be1v4, 5353), macBE2, macBE1,
+			datapath.Backend{Addr: be1v4, Port: 5353}},
+		{"ipv6", client6, 5, ap(vip6, 53), ap(vip6, 80), 5, 22, ap(be2v6, 5353), ap(be1v6, 5353), macBE2, macBE1,
+			datapath.Backend{Addr: be1v6, Port: 5353}},
+	}
+}
+
+// udp returns a client -> VIP datagram of c and the same datagram as backend to (MAC mac) gets it.
+func (c udpCase) udp(cport uint16, to netip.AddrPort, mac string) (pk, pk) {
+	in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(c.client, cport), Dst: c.vipAddr,
+		Proto: layers.IPProtocolUDP, Payload: []byte("q")}
+	out := in
+	out.SrcMAC, out.DstMAC, out.Dst, out.TTL = macInt, mac, to, 63
+	return in, out
+}
+
+// slotOf returns the handshake slot of the tuple client:cport -> vip, proto in d's table.
+func slotOf(d *Datapath, client netip.Addr, cport uint16, vip netip.AddrPort, proto layers.IPProtocol) uint32 {
+	src, fam := toWire(client)
+	dst, _ := toWire(vip.Addr())
+	k := xlbFlowKey{Sport: htons(cport), Dport: htons(vip.Port()), Proto: uint8(proto), Family: fam}
+	k.Src.W, k.Dst.W = src.W, dst.W
+	s, _ := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, 0)
+	return s
+}
+
+// udpPortOn returns a client port above from whose datagram to c's VIP falls on slot s.
+func udpPortOn(t *testing.T, c udpCase, d *Datapath, s uint32, from uint16) uint16 {
+	t.Helper()
+	for p := from + 1; p < 65535; p++ {
+		if slotOf(d, c.client, p, c.vipAddr, layers.IPProtocolUDP) == s {
+			return p
+		}
+	}
+	t.Fatalf("no client port above %d falls on slot %d", from, s)
+	return 0
+}
+
+// TestGoldenUDPFirstDatagram: a datagram flow's first datagram is recorded in its tuple's
+// handshake slot, not in conntrack; the second goes where the first went, even across a change
+// of the VIP's Maglev table, creates the conntrack entry and empties the slot; the third is
+// conntrack's. A flood of one datagram per tuple is balanced, counted as new flows, and leaves
+// conntrack alone. IPv4 and IPv6.
+func TestGoldenUDPFirstDatagram(t *testing.T) {
+	for _, c := range udpCases() {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: 256}})
+			services(t, g)
+			d := g.dp
+			must(t, d.UpsertBackend(c.y, c.yBackend))
+
+			q, qToX := c.udp(7000, c.toX, c.macX)
+			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if n := countEntries(t, d.objs.Conntrack); n != 0 {
+				t.Fatalf("the first datagram made %d conntrack entries, want 0", n)
+			}
+			if e, ok := handshakes(t, d)[q.Src]; !ok || e.Key.Proto != uint8(datapath.UDP) || e.BackendId != uint32(c.x) || e.VipId != uint32(c.vip) {
+				t.Fatalf("the first datagram's slot: %+v (found %v), want a UDP entry naming backend %d", e, ok, c.x)
+			}
+
+			// Every slot of the table moves to Y: the second datagram still goes to X.
+			must(t, d.SetMaglevTable(c.vip, table(13, c.y)))
+			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
+			flows, err := d.Flows()
+			must(t, err)
+			if len(flows) != 1 || flows[0].Backend != c.x || flows[0].Src != q.Src || flows[0].Proto != datapath.UDP {
+				t.Fatalf("conntrack after the second datagram: %+v, want the flow on backend %d", flows, c.x)
+			}
+			if _, ok := handshakes(t, d)[q.Src]; ok {
+				t.Fatal("the second datagram left the first's entry in its slot")
+			}
+			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if tr, _ := g.traffic(t, c.vip); tr.Packets != 3 || tr.NewFlows != 1 {
+				t.Fatalf("VIP traffic %+v, want 3 packets of 1 new flow", tr)
+			}
+
+			// A flood of one-shot datagrams: each balanced by the table, none in conntrack.
+			for i := range 300 {
+				f, fToY := c.udp(uint16(20000+i), c.toY, c.macY)
+				g.expect(t, f.bytes(t), g.ext, want{xdpRedirect, fToY.bytes(t), fwd(ReasonFwdRedirect)})
+			}
+			if n := countEntries(t, d.objs.Conntrack); n != 1 {
+				t.Fatalf("conntrack after 300 one-shot datagrams: %d entries, want 1", n)
+			}
+			if tr, _ := g.traffic(t, c.vip); tr.NewFlows != 301 {
+				t.Fatalf("VIP traffic %+v, want 301 new flows", tr)
+			}
+		})
+	}
+}
+
+// TestGoldenUDPSlotSharing: what a datagram may do to a slot it shares. A fresh TCP handshake's
+// entry is never taken over (a datagram flood must not cost a connection its SYN's record): the
+// datagram goes into conntrack at once, and the handshake's ACK still finds its SYN's backend.
+// Another flow's first datagram is taken over; that flow's next datagram is then balanced as a
+// first one (by the table: the same backend here) and its third makes the conntrack entry. A
+// first datagram older than the UDP timeout is no first datagram: the next one starts over. IPv4
+// and IPv6.
+func TestGoldenUDPSlotSharing(t *testing.T) {
+	for _, c := range udpCases() {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: 256, UDPTimeout: time.Second}})
+			services(t, g)
+			d := g.dp
+			web := hsCases()[0]
+			if c.name == "ipv6" {
+				web = hsCases()[1]
+			}
+			if web.vipAddr != c.tcpVIPAddr {
+				t.Fatalf("hsCases and udpCases disagree on the web VIP: %v, %v", web.vipAddr, c.tcpVIPAddr)
+			}
+
+			// A handshake in flight on slot s; a datagram on the same slot.
+			const a = 30000
+			s := slotOf(d, c.client, a, c.tcpVIPAddr, layers.IPProtocolTCP)
+			syn, synToX := web.tcp(a, "S", web.toX, web.macX)
+			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
+			b := udpPortOn(t, c, d, s, 7000)
+			qb, qbToX := c.udp(b, c.toX, c.macX)
+			g.expect(t, qb.bytes(t), g.ext, want{xdpRedirect, qbToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if n := countEntries(t, d.objs.Conntrack); n != 1 {
+				t.Fatalf("a datagram on a fresh handshake's slot: %d conntrack entries, want 1 (its own)", n)
+			}
+			if e, ok := handshakes(t, d)[syn.Src]; !ok || e.Key.Proto != uint8(datapath.TCP) {
+				t.Fatalf("the handshake's slot after the datagram: %+v (found %v), want the SYN's entry", e, ok)
+			}
+			ack, ackToX := web.tcp(a, "A", web.toX, web.macX)
+			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+
+			// The handshake done, the slot is empty: another flow's first datagram takes it, and a
+			// third flow's first datagram takes it over.
+			p1 := udpPortOn(t, c, d, s, b)
+			p2 := udpPortOn(t, c, d, s, p1)
+			q1, q1ToX := c.udp(p1, c.toX, c.macX)
+			q2, q2ToX := c.udp(p2, c.toX, c.macX)
+			g.expect(t, q1.bytes(t), g.ext, want{xdpRedirect, q1ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			g.expect(t, q2.bytes(t), g.ext, want{xdpRedirect, q2ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			hs := handshakes(t, d)
+			if _, ok := hs[q2.Src]; !ok || len(hs) != 1 {
+				t.Fatalf("slot %d after two first datagrams: %+v, want the second flow's entry alone", s, hs)
+			}
+			before := countEntries(t, d.objs.Conntrack)
+			g.expect(t, q1.bytes(t), g.ext, want{xdpRedirect, q1ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if n := countEntries(t, d.objs.Conntrack); n != before {
+				t.Fatalf("the taken-over flow's next datagram made a conntrack entry (%d, was %d): its entry was gone", n, before)
+			}
+			g.expect(t, q1.bytes(t), g.ext, want{xdpRedirect, q1ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if n := countEntries(t, d.objs.Conntrack); n != before+1 {
+				t.Fatalf("the taken-over flow's third datagram: %d conntrack entries, want %d", n, before+1)
+			}
+
+			// A first datagram older than the UDP timeout (1 s): the next datagram starts over.
+			p3 := udpPortOn(t, c, d, s, p2)
+			q3, q3ToX := c.udp(p3, c.toX, c.macX)
+			g.expect(t, q3.bytes(t), g.ext, want{xdpRedirect, q3ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			var e xlbHsEntry
+			must(t, d.objs.HsSlots.Lookup(s, &e))
+			e.SynTime -= uint32(2 * time.Second >> hsTimeShift) // the check word does not cover it
+			must(t, d.objs.HsSlots.Put(s, &e))
+			g.expect(t, q3.bytes(t), g.ext, want{xdpRedirect, q3ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if n := countEntries(t, d.objs.Conntrack); n != before+1 {
+				t.Fatalf("a datagram after a stale first one made a conntrack entry (%d, want %d)", n, before+1)
+			}
+			if tr, _ := g.traffic(t, c.vip); tr.NewFlows != 6 {
+				t.Fatalf("VIP traffic %+v, want 6 new flows (b, the two sharers, the taken-over one again, the stale one twice)", tr)
+			}
+		})
+	}
+}
+
+// TestGoldenUDPLiveFilter: a datagram that misses the flow cache asks the live-flow filter before
+// conntrack. The second datagram, which creates the conntrack entry, sets the tuple's bit, so the
+// flow's later datagrams (the flow cache emptied) find their entry and keep their backend across
+// a table change. An entry the filter lacks (written behind the datapath's back) is not looked up
+// — the datagram is balanced as a first one — until a rebuild of the filter adds its bit; a
+// rebuild drops the bit of an entry idle past the UDP timeout. IPv4 and IPv6.
+func TestGoldenUDPLiveFilter(t *testing.T) {
+	for _, c := range udpCases() {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGW(t, Options{Settings: datapath.Settings{UDPTimeout: 30 * time.Second}})
+			services(t, g)
+			d := g.dp
+			must(t, d.UpsertBackend(c.y, c.yBackend))
+			bit := func(cport uint16) bool {
+				src, fam := toWire(c.client)
+				dst, _ := toWire(c.vipAddr.Addr())
+				k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.UDP), Family: fam}
+				k.Src.W, k.Dst.W = src.W, dst.W
+				s, m := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, d.live.half)
+				return d.live.bits(s)&m != 0
+			}
+
+			const a = 7100
+			q, qToX := c.udp(a, c.toX, c.macX)
+			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if bit(a) {
+				t.Fatal("the first datagram set the bit (it writes no conntrack entry)")
+			}
+			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if !bit(a) {
+				t.Fatal("the second datagram created the conntrack entry and left its bit clear")
+			}
+			must(t, d.SetMaglevTable(c.vip, table(13, c.y))) // also empties the flow caches
+			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
+
+			// An entry on X written behind the datapath's back: no bit, not looked up.
+			const b = 7101
+			src, fam := toWire(c.client)
+			dst, _ := toWire(c.vipAddr.Addr())
+			kb := xlbFlowKey{Sport: htons(b), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.UDP), Family: fam}
+			kb.Src.W, kb.Dst.W = src.W, dst.W
+			must(t, d.objs.Conntrack.Put(&kb, &xlbCtEntry{LastSeen: uint64(monotonicNow()), BackendId: uint32(c.x), VipId: uint32(c.vip), VipPort: htons(c.vipAddr.Port())}))
+			qb, qbToY := c.udp(b, c.toY, c.macY)
+			g.expect(t, qb.bytes(t), g.ext, want{xdpRedirect, qbToY.bytes(t), fwd(ReasonFwdRedirect)})
+			must(t, d.rebuildLive())
+			if !bit(b) {
+				t.Fatal("the rebuild left the UDP entry's bit clear")
+			}
+			_, qbToX := c.udp(b, c.toX, c.macX)
+			g.expect(t, qb.bytes(t), g.ext, want{xdpRedirect, qbToX.bytes(t), fwd(ReasonFwdRedirect)})
+
+			// Idle past the UDP timeout: a rebuild drops the bit.
+			var e xlbCtEntry
+			must(t, d.objs.Conntrack.Lookup(&kb, &e))
+			idleFor := uint64(30*time.Second + liveSkew + 10*time.Second)
+			if e.LastSeen <= idleFor {
+				return // the machine has been up for less than a minute: nothing that old
+			}
+			e.LastSeen -= idleFor
+			must(t, d.objs.Conntrack.Put(&kb, &e))
+			must(t, d.rebuildLive())
+			if bit(b) {
+				t.Fatal("the rebuild kept the bit of a UDP entry idle past its timeout")
+			}
+		})
+	}
+}
