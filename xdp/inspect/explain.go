@@ -245,34 +245,28 @@ func (x *explainer) handshake(est forward.Decision) {
 		return
 	}
 	h := x.s.hs
-	if x.q.Proto != datapath.TCP {
-		entry := fmt.Sprintf("backend %s (VIP id %d), first datagram seen %v ago", x.backend(h.Backend), h.VIP,
-			h.Age.Round(time.Millisecond))
-		switch {
-		case est.FirstDatagram:
-			x.e.Handshake = x.to(est)
-			x.step("first datagram", "%s: the flow's second datagram follows it and enters conntrack", entry)
-		case est.Conntrack == forward.CTUsed:
-			x.step("first datagram", "%s: not needed, conntrack holds the flow", entry)
-		default:
-			x.step("first datagram", "%s: not followed (an entry serves its own VIP for the datagram timeout, at most %v, while its backend is up): balanced again",
-				entry, forward.HandshakeTimeout)
-		}
-		return
-	}
+	step, followed := "handshake", est.Handshake
 	entry := fmt.Sprintf("backend %s (VIP id %d), SYN seen %v ago, ISN %d", x.backend(h.Backend), h.VIP,
 		h.Age.Round(time.Millisecond), h.ISN)
+	follows, lasts := "the handshake's ACK and a retransmitted SYN follow it", fmt.Sprint(forward.HandshakeTimeout)
+	if x.q.Proto != datapath.TCP {
+		step, followed = "first datagram", est.FirstDatagram
+		entry = fmt.Sprintf("backend %s (VIP id %d), first datagram seen %v ago", x.backend(h.Backend), h.VIP,
+			h.Age.Round(time.Millisecond))
+		follows = "the flow's second datagram follows it and enters conntrack"
+		lasts = fmt.Sprintf("the datagram timeout, at most %v,", forward.HandshakeTimeout)
+	}
 	switch {
-	case est.Handshake:
+	case followed:
 		x.e.Handshake = x.to(est)
-		x.step("handshake", "%s: the handshake's ACK and a retransmitted SYN follow it", entry)
+		x.step(step, "%s: %s", entry, follows)
 	case est.Conntrack == forward.CTUsed:
-		x.step("handshake", "%s: not needed, conntrack holds the flow", entry)
+		x.step(step, "%s: not needed, conntrack holds the flow", entry)
 	case est.Maglev:
-		x.step("handshake", "%s: not followed (an entry serves its own VIP for %v while its backend is up): balanced again",
-			entry, forward.HandshakeTimeout)
+		x.step(step, "%s: not followed (an entry serves its own VIP for %s while its backend is up): balanced again",
+			entry, lasts)
 	default:
-		x.step("handshake", "%s: not reached", entry)
+		x.step(step, "%s: not reached", entry)
 	}
 }
 
