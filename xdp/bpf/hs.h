@@ -26,6 +26,18 @@ static __always_inline struct hs_entry *hs_slot(__u32 hash)
 	return bpf_map_lookup_elem(&hs_slots, &i);
 }
 
+/* hs_held returns the slot of fk (hash its tuple_hash) if it holds a whole entry for fk: its
+ * tuple, and a check word that matches its fields. Else NULL. */
+static __always_inline struct hs_entry *hs_held(const struct flow_key *fk, __u32 hash)
+{
+	struct hs_entry *e = hs_slot(hash);
+
+	if (!e || !flow_key_eq(&e->key, fk) ||
+	    e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
+		return NULL;
+	return e;
+}
+
 /* HS_PROBE_HOLDS is set in hs_probe's result when the slot holds the tuple's entry. */
 #define HS_PROBE_HOLDS (1ull << 32)
 
@@ -41,9 +53,8 @@ __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, _
 
 	if (!fk)
 		return 0;
-	e = hs_slot(hash);
-	if (!e || !flow_key_eq(&e->key, fk) ||
-	    e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
+	e = hs_held(fk, hash);
+	if (!e)
 		return 0;
 	return HS_PROBE_HOLDS | hs_backend(e, vip_id, now, mseq >> 32, (__u32)mseq);
 }
@@ -67,12 +78,14 @@ static __always_inline void hs_write(struct hs_entry *e, const struct flow_key *
  * empties the slot: conntrack takes the flow over. Else 0. A global function: the verifier checks it once. */
 __noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id, __u64 now)
 {
-	struct hs_entry *e = hs_slot(hash);
+	struct hs_entry *e;
 	__u32 bid;
 	__s32 age;
 
-	if (!fk || !e || !flow_key_eq(&e->key, fk) ||
-	    e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
+	if (!fk)
+		return 0;
+	e = hs_held(fk, hash);
+	if (!e)
 		return 0;
 	bid = hs_backend(e, vip_id, now, HS_MATCH_ANY, 0);
 	/* A datagram flow idle past the datagram timeout is a new flow, as its conntrack entry

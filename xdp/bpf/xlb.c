@@ -215,7 +215,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	struct backend *be;
 	struct vip_info *vi;
 	struct vip_ref *ref;
-	__u32 bid, vip_id, th;
+	__u32 bid, vip_id, th = 0;
 	int rc, hs_hit = 0, udp_first = 0, new_flow;
 
 	/* A SYN never inserts into conntrack (it writes hs_slots): a SYN flood cannot evict
@@ -284,7 +284,8 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * asks the handshake table (hs.h) which backend its SYN went to: the VIP's table may have changed since, and
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
-	th = tuple_hash(fk);
+	if (p->proto == PROTO_TCP) /* a datagram's was computed above, for the filter */
+		th = tuple_hash(fk);
 	if (syn) {
 		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
 		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
