@@ -181,13 +181,10 @@ func (b *Balancer) hsBackend(h hsEntry, ok bool, id datapath.VIPID, now int64, s
 // id may use it (hs_udp_take): fresh (within the handshake and the datagram timeouts), same VIP,
 // backend usable.
 func (b *Balancer) udpBackend(h hsEntry, ok bool, id datapath.VIPID, now int64) datapath.BackendID {
-	if !ok || h.vip != id || now-h.synSeen > int64(min(HandshakeTimeout, b.settings.Timeout(datapath.UDP, false))) {
+	if now-h.synSeen > int64(b.settings.Timeout(datapath.UDP, false)) {
 		return 0
 	}
-	if _, ok := b.usable(h.backend); !ok {
-		return 0
-	}
-	return h.backend
+	return b.hsBackend(h, ok, id, now, false, h.isn) // no sequence number: the entry's own
 }
 
 // pick returns the Maglev pick of a new flow of p to frontend v, with the hash and slot.
