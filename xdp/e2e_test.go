@@ -419,30 +419,6 @@ func e2eCheckFlow(d *Datapath, src, dst netip.AddrPort, proto datapath.Protocol,
 	return fmt.Errorf("conntrack has no entry %s -> %s/%s (among %d)", src, dst, proto, len(flows))
 }
 
-// e2eCheckFirstDatagram checks that the handshake table holds the first datagram of the UDP flow
-// src -> dst, sent to backend want (a flow of one datagram has no conntrack entry).
-func e2eCheckFirstDatagram(d *Datapath, src, dst netip.AddrPort, want datapath.BackendID) error {
-	found := false
-	var got uint32
-	err := walkHandshakes(d.objs.HsSlots, func(_ uint32, e *xlbHsEntry) {
-		if e.Key.Family == 0 || e.Key.Proto != uint8(datapath.UDP) || ntohs(e.Key.Sport) != src.Port() ||
-			ntohs(e.Key.Dport) != dst.Port() || fromWire(e.Key.Src, e.Key.Family) != src.Addr() ||
-			fromWire(e.Key.Dst, e.Key.Family) != dst.Addr() {
-			return
-		}
-		found, got = true, e.BackendId
-	})
-	switch {
-	case err != nil:
-		return err
-	case !found:
-		return fmt.Errorf("the handshake table has no first datagram %s -> %s/UDP", src, dst)
-	case datapath.BackendID(got) != want:
-		return fmt.Errorf("the first datagram %s -> %s/UDP went to backend %d, want %d", src, dst, got, want)
-	}
-	return nil
-}
-
 // e2eLogReasons logs the non-zero verdict counters, to explain a failure.
 func e2eLogReasons(t *testing.T, d *Datapath) {
 	t.Helper()
@@ -601,8 +577,8 @@ func TestE2EForwarding(t *testing.T) {
 				t.Errorf("UDP answer is %q, want %q", answer, want)
 			}
 			// One datagram: the flow is in the handshake table, not yet in conntrack.
-			if err := e2eCheckFirstDatagram(d, client, uvip, f.udpBackend); err != nil {
-				t.Error(err)
+			if e, ok := handshakes(t, d)[client]; !ok || e.Key.Proto != uint8(datapath.UDP) || datapath.BackendID(e.BackendId) != f.udpBackend {
+				t.Errorf("the handshake table's first datagram of %s -> %s/UDP: %+v (found %v), want backend %d", client, uvip, e, ok, f.udpBackend)
 			}
 			if err := e2eCheckFlow(d, client, uvip, datapath.UDP, f.udpBackend); err == nil {
 				t.Error("one datagram made a conntrack entry")

@@ -1,20 +1,24 @@
 package xdp
 
 import (
+	"net/netip"
 	"testing"
-
-	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// hsKey is the forward flow key of client:cport -> c's VIP, TCP.
-func hsKey(c hsCase, cport uint16) xlbFlowKey {
-	src, fam := toWire(c.client)
-	dst, _ := toWire(c.vipAddr.Addr())
-	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(layers.IPProtocolTCP), Family: fam}
+// forwardKey is the forward flow key of client:cport -> vip, proto.
+func forwardKey(client netip.Addr, cport uint16, vip netip.AddrPort, proto datapath.Protocol) xlbFlowKey {
+	src, fam := toWire(client)
+	dst, _ := toWire(vip.Addr())
+	k := xlbFlowKey{Sport: htons(cport), Dport: htons(vip.Port()), Proto: uint8(proto), Family: fam}
 	k.Src.W, k.Dst.W = src.W, dst.W
 	return k
+}
+
+// hsKey is the forward flow key of client:cport -> c's VIP, TCP.
+func hsKey(c hsCase, cport uint16) xlbFlowKey {
+	return forwardKey(c.client, cport, c.vipAddr, datapath.TCP)
 }
 
 // hsGW is a gateway with c's services, its backend Y, and a handshake table of slots slots.

@@ -31,11 +31,8 @@ func (c hsCase) udp(cport uint16, to netip.AddrPort, mac string) (pk, pk) {
 }
 
 // slotOf returns the handshake slot of the tuple client:cport -> vip, proto in d's table.
-func slotOf(d *Datapath, client netip.Addr, cport uint16, vip netip.AddrPort, proto layers.IPProtocol) uint32 {
-	src, fam := toWire(client)
-	dst, _ := toWire(vip.Addr())
-	k := xlbFlowKey{Sport: htons(cport), Dport: htons(vip.Port()), Proto: uint8(proto), Family: fam}
-	k.Src.W, k.Dst.W = src.W, dst.W
+func slotOf(d *Datapath, client netip.Addr, cport uint16, vip netip.AddrPort, proto datapath.Protocol) uint32 {
+	k := forwardKey(client, cport, vip, proto)
 	s, _ := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, 0)
 	return s
 }
@@ -44,7 +41,7 @@ func slotOf(d *Datapath, client netip.Addr, cport uint16, vip netip.AddrPort, pr
 func udpPortOn(t *testing.T, c hsCase, d *Datapath, s uint32, from uint16) uint16 {
 	t.Helper()
 	for p := from + 1; p < 65535; p++ {
-		if slotOf(d, c.client, p, c.vipAddr, layers.IPProtocolUDP) == s {
+		if slotOf(d, c.client, p, c.vipAddr, datapath.UDP) == s {
 			return p
 		}
 	}
@@ -125,7 +122,7 @@ func TestGoldenUDPSlotSharing(t *testing.T) {
 
 			// A handshake in flight on slot s; a datagram on the same slot.
 			const a = 30000
-			s := slotOf(d, c.client, a, web.vipAddr, layers.IPProtocolTCP)
+			s := slotOf(d, c.client, a, web.vipAddr, datapath.TCP)
 			syn, synToX := web.tcp(a, "S", web.toX, web.macX)
 			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
 			b := udpPortOn(t, c, d, s, 7000)
@@ -195,10 +192,7 @@ func TestGoldenUDPLiveFilter(t *testing.T) {
 			d := g.dp
 			must(t, d.UpsertBackend(c.y, c.setupBackend))
 			bit := func(cport uint16) bool {
-				src, fam := toWire(c.client)
-				dst, _ := toWire(c.vipAddr.Addr())
-				k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.UDP), Family: fam}
-				k.Src.W, k.Dst.W = src.W, dst.W
+				k := forwardKey(c.client, cport, c.vipAddr, datapath.UDP)
 				s, m := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, d.live.half)
 				return d.live.bits(s)&m != 0
 			}
@@ -218,10 +212,7 @@ func TestGoldenUDPLiveFilter(t *testing.T) {
 
 			// An entry on X written behind the datapath's back: no bit, not looked up.
 			const b = 7101
-			src, fam := toWire(c.client)
-			dst, _ := toWire(c.vipAddr.Addr())
-			kb := xlbFlowKey{Sport: htons(b), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.UDP), Family: fam}
-			kb.Src.W, kb.Dst.W = src.W, dst.W
+			kb := forwardKey(c.client, b, c.vipAddr, datapath.UDP)
 			must(t, d.objs.Conntrack.Put(&kb, &xlbCtEntry{LastSeen: uint64(monotonicNow()), BackendId: uint32(c.x), VipId: uint32(c.vip), VipPort: htons(c.vipAddr.Port())}))
 			qb, qbToY := c.udp(b, c.toY, c.macY)
 			g.expect(t, qb.bytes(t), g.ext, want{xdpRedirect, qbToY.bytes(t), fwd(ReasonFwdRedirect)})
