@@ -11,10 +11,11 @@ import (
 // TCP tuple client:cport -> vip.
 func liveBitSet(t *testing.T, d *Datapath, c hsCase, cport uint16, half uint32) bool {
 	t.Helper()
-	src, fam := toWire(c.client)
-	dst, _ := toWire(c.vipAddr.Addr())
-	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.TCP), Family: fam}
-	k.Src.W, k.Dst.W = src.W, dst.W
+	return liveBit(d, hsKey(c, cport), half)
+}
+
+// liveBit reports whether the live-flow filter's half (0 or 1) has the bit of flow key k.
+func liveBit(d *Datapath, k xlbFlowKey, half uint32) bool {
 	slot, mask := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, half)
 	return d.live.bits(slot)&mask != 0
 }
@@ -97,10 +98,7 @@ func TestGoldenLiveFilter(t *testing.T) {
 // ageOne makes the conntrack entry of client:cport -> c's VIP look idle for age.
 func ageOne(t *testing.T, d *Datapath, c hsCase, cport uint16, age time.Duration) {
 	t.Helper()
-	src, fam := toWire(c.client)
-	dst, _ := toWire(c.vipAddr.Addr())
-	k := xlbFlowKey{Sport: htons(cport), Dport: htons(c.vipAddr.Port()), Proto: uint8(datapath.TCP), Family: fam}
-	k.Src.W, k.Dst.W = src.W, dst.W
+	k := hsKey(c, cport)
 	var e xlbCtEntry
 	must(t, d.objs.Conntrack.Lookup(&k, &e))
 	e.LastSeen -= uint64(age)

@@ -192,9 +192,7 @@ func TestGoldenUDPLiveFilter(t *testing.T) {
 			d := g.dp
 			must(t, d.UpsertBackend(c.y, c.setupBackend))
 			bit := func(cport uint16) bool {
-				k := forwardKey(c.client, cport, c.vipAddr, datapath.UDP)
-				s, m := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, d.live.half)
-				return d.live.bits(s)&m != 0
+				return liveBit(d, forwardKey(c.client, cport, c.vipAddr, datapath.UDP), d.live.half)
 			}
 
 			const a = 7100

@@ -16,11 +16,7 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	d, opts := loadPinnedDir(t)
 	now := monotonicNow()
 	key := func(sport uint16, proto datapath.Protocol) xlbFlowKey {
-		src, fam := toWire(client4)
-		dst, _ := toWire(vip4)
-		k := xlbFlowKey{Sport: htons(sport), Dport: htons(80), Proto: uint8(proto), Family: fam}
-		k.Src.W, k.Dst.W = src.W, dst.W
-		return k
+		return forwardKey(client4, sport, ap(vip4, 80), proto)
 	}
 	live, udp, idle := key(40001, datapath.TCP), key(40002, datapath.UDP), key(40003, datapath.TCP)
 	idleUDP := key(40004, datapath.UDP)
@@ -48,10 +44,7 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	for _, x := range entries {
 		must(t, d.objs.Conntrack.Put(&x.k, &x.e))
 	}
-	bitSet := func(d *Datapath, k xlbFlowKey) bool {
-		slot, mask := liveSlot(&k, uint32(d.opts.Seed), d.live.slots, d.live.half)
-		return d.live.bits(slot)&mask != 0
-	}
+	bitSet := func(d *Datapath, k xlbFlowKey) bool { return liveBit(d, k, d.live.half) }
 	if bitSet(d, live) {
 		t.Fatal("the entry written behind the datapath's back has its bit already")
 	}
