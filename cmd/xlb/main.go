@@ -65,10 +65,12 @@ const usage = `usage:
       maps alone (read-only; no daemon needed): services with their backends' Maglev shares
       and counters, and the backends in no table (the default); conntrack entries (at most N,
       default 1000, 0: all; the most recently used first; expired ones are listed until the
-      LRU reuses them); or the verdict counters. --vip keeps one VIP's services and flows.
+      LRU reuses them; a TCP flow from its handshake's ACK, a UDP flow from its second
+      datagram); or the verdict counters. --vip keeps one VIP's services and flows.
       Port * is all ports (the client's port kept). flow explains where one flow's packets
       go: its frontend, source ranges, the Maglev slot of a new connection (the seed read from
-      the attached program unless --seed) and its conntrack entry; run it on each gateway to
+      the attached program unless --seed), its conntrack entry and its handshake-table entry
+      (a TCP handshake in flight, or a UDP flow's first datagram); run it on each gateway to
       see that they agree. agent shows a node agent's cluster-IP frontends, their endpoints
       and its counters (DIR default /sys/fs/bpf/xlb-agent). dsr shows a node agent's direct
       server return: the interfaces it is attached to, the {frontend, endpoint} pairs it
