@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -34,11 +35,71 @@ func flowOf(k xlbFlowKey, e xlbCtEntry, now uint64) datapath.Flow {
 	return f
 }
 
+// The state byte of a handshake slot (bpf/consts.h, HS_ST_*: the first padding byte of its key).
+const (
+	hsStConn    = 1 << 0 // the slot holds a connection whose handshake completed
+	hsStClosing = 1 << 1 // of that connection, a FIN or RST seen
+)
+
+// slotConnEntry returns the connection handshake slot e holds (state hsStConn) as the conntrack
+// entry the datapath's hs_promote would make of it at time now (its key's padding zero), and
+// false when the slot holds none (empty, a handshake in flight, a first datagram).
+func slotConnEntry(e *xlbHsEntry, now uint64) (xlbFlowKey, xlbCtEntry, bool) {
+	if e.Key.Family == 0 || e.Key.Pad[0]&hsStConn == 0 {
+		return xlbFlowKey{}, xlbCtEntry{}, false
+	}
+	k := e.Key
+	k.Pad = [2]uint8{}
+	ce := xlbCtEntry{LastSeen: synSeen(e.SynTime, now), BackendId: e.BackendId, VipId: e.VipId, VipPort: k.Dport}
+	if e.Key.Pad[0]&hsStClosing != 0 {
+		ce.Flags = ctFlagClosing
+	}
+	return k, ce, true
+}
+
+// slotConn is slotConnEntry as a forward Flow with InSlot set.
+func slotConn(e *xlbHsEntry, now uint64) (xlbFlowKey, datapath.Flow, bool) {
+	k, ce, ok := slotConnEntry(e, now)
+	if !ok {
+		return k, datapath.Flow{}, false
+	}
+	f := flowOf(k, ce, now)
+	f.InSlot = true
+	return k, f, true
+}
+
+// ctRecord is one conntrack entry, key and value.
+type ctRecord struct {
+	key xlbFlowKey
+	val xlbCtEntry
+}
+
+// rescueSlotConns returns the connections handshake table m (of this build's slot layout) holds,
+// as the conntrack entries that keep them when m is replaced (a new HandshakeSize): Load writes
+// them into conntrack. Connections idle past their timeouts are left out.
+func rescueSlotConns(m *ebpf.Map, s datapath.Settings) ([]ctRecord, error) {
+	now := monotonicNow()
+	var out []ctRecord
+	err := walkHandshakes(m, func(_ uint32, e *xlbHsEntry) {
+		k, ce, ok := slotConnEntry(e, now)
+		if !ok {
+			return
+		}
+		timeout := s.Timeout(datapath.TCP, ce.Flags&ctFlagClosing != 0)
+		if now-min(now, ce.LastSeen) <= uint64(timeout) {
+			out = append(out, ctRecord{k, ce})
+		}
+	})
+	return out, err
+}
+
 // Flows returns the conntrack entries, forward (conntrack) and reverse (ct_reverse), expired
-// ones included until the LRU reuses them (see Flow.Idle). It reads the tables in batches,
-// bucket by bucket, so that entries the datapath inserts and evicts meanwhile (a full table
-// under load) cannot make it start over, as a walk key by key does when the key under its cursor
-// goes; an entry that moved is listed once.
+// ones included until the LRU reuses them (see Flow.Idle), and the connections held in the
+// handshake table (Flow.InSlot; idle ones until a new tuple takes the slot). It reads the tables
+// in batches, bucket by bucket, so that entries the datapath inserts and evicts meanwhile (a full
+// table under load) cannot make it start over, as a walk key by key does when the key under its
+// cursor goes; an entry that moved is listed once, and a connection the datapath moved from its
+// slot into conntrack during the walk, once.
 func (d *Datapath) Flows() ([]datapath.Flow, error) {
 	var out []datapath.Flow
 	now := monotonicNow()
@@ -52,7 +113,38 @@ func (d *Datapath) Flows() ([]datapath.Flow, error) {
 		}
 		out = append(out, flows...)
 	}
+	seen := map[xlbFlowKey]bool{}
+	err := walkHandshakes(d.objs.HsSlots, func(_ uint32, e *xlbHsEntry) {
+		if k, f, ok := slotConn(e, now); ok && !seen[k] {
+			seen[k] = true
+			out = append(out, f)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the connections in the handshake table: %w", err)
+	}
+	// Listed last, so that one promoted meanwhile was seen in its slot: drop its conntrack copy.
+	if len(seen) > 0 {
+		out = slices.DeleteFunc(out, func(f datapath.Flow) bool {
+			if f.InSlot || f.Reverse {
+				return false
+			}
+			k, _ := wireKey(f.Src, f.Dst, f.Proto)
+			return seen[k]
+		})
+	}
 	return out, nil
+}
+
+// wireKey returns the flow_key of the packets from src to dst of protocol proto, as conntrack
+// and the handshake table key them, and false when the two addresses are of different families
+// (no such packet).
+func wireKey(src, dst netip.AddrPort, proto datapath.Protocol) (xlbFlowKey, bool) {
+	s, sfam := toWire(src.Addr())
+	d, dfam := toWire(dst.Addr())
+	k := xlbFlowKey{Sport: htons(src.Port()), Dport: htons(dst.Port()), Proto: uint8(proto), Family: dfam}
+	k.Src.W, k.Dst.W = s.W, d.W
+	return k, sfam == dfam
 }
 
 // listFlows reads the entries of a conntrack-shaped map in batches.
@@ -80,17 +172,17 @@ func listFlows(m *ebpf.Map, now uint64) ([]datapath.Flow, error) {
 	}
 }
 
-// FlushFlows deletes the conntrack entries (forward and reverse) for which match returns true
-// (all when match is nil) and returns how many it deleted. Their flows are re-balanced by Maglev
-// on their next packet. The handshakes in flight that match (seen as Flows with their SYN's
-// backend and VIP) are deleted too, so that their ACKs are re-balanced as well; they are not
-// counted.
+// FlushFlows deletes the conntrack entries (forward and reverse) and the connections held in the
+// handshake table (Flow.InSlot) for which match returns true (all when match is nil) and returns
+// how many it deleted. Their flows are re-balanced by Maglev on their next packet. The handshakes
+// in flight that match (seen as Flows with their SYN's backend and VIP) are deleted too, so that
+// their ACKs are re-balanced as well; they are not counted.
 func (d *Datapath) FlushFlows(match func(datapath.Flow) bool) (int, error) {
-	if err := d.flushHandshakes(match); err != nil {
+	total, err := d.flushHandshakes(match)
+	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = d.invalidateCaches() }()
-	total := 0
 	for _, m := range []struct {
 		name string
 		m    *ebpf.Map
@@ -131,31 +223,40 @@ func flushMap(m *ebpf.Map, match func(datapath.Flow) bool) (int, error) {
 }
 
 // flushHandshakes empties the handshake table's slots whose entries match returns true for (all
-// occupied slots when nil). A SYN that takes a slot over while it is emptied loses its entry (its
-// ACK falls back to Maglev), as it would to another tuple's SYN.
-func (d *Datapath) flushHandshakes(match func(datapath.Flow) bool) error {
+// occupied slots when nil), and returns how many of them held connections (Flow.InSlot). A SYN
+// that takes a slot over while it is emptied loses its entry (its ACK falls back to Maglev), as
+// it would to another tuple's SYN.
+func (d *Datapath) flushHandshakes(match func(datapath.Flow) bool) (int, error) {
 	now := monotonicNow()
 	var slots []uint32
+	conns := 0
 	err := walkHandshakes(d.objs.HsSlots, func(i uint32, e *xlbHsEntry) {
 		if e.Key.Family == 0 {
 			return
 		}
-		if match == nil || match(flowOf(e.Key, xlbCtEntry{LastSeen: synSeen(e.SynTime, now), BackendId: e.BackendId, VipId: e.VipId}, now)) {
+		_, f, conn := slotConn(e, now)
+		if !conn {
+			f = flowOf(e.Key, xlbCtEntry{LastSeen: synSeen(e.SynTime, now), BackendId: e.BackendId, VipId: e.VipId}, now)
+		}
+		if match == nil || match(f) {
 			slots = append(slots, i)
+			if conn {
+				conns++
+			}
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("flush handshakes: list: %w", err)
+		return 0, fmt.Errorf("flush handshakes: list: %w", err)
 	}
 	if d.live.mem == nil {
-		return errors.New("flush handshakes: the handshake table is not mapped")
+		return 0, errors.New("flush handshakes: the handshake table is not mapped")
 	}
 	for _, i := range slots {
 		if i < d.live.slots {
 			d.live.empty(i) // through the mapping: the slot's live-flow filter bits stay
 		}
 	}
-	return nil
+	return conns, nil
 }
 
 // hsSlots is the handshake table's size for Settings.HandshakeSize n: n rounded up to a power
@@ -211,6 +312,15 @@ func (d *Datapath) FlowCount() (int, error) {
 		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
 		total += n
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			now := monotonicNow()
+			err := walkHandshakes(d.objs.HsSlots, func(_ uint32, e *xlbHsEntry) {
+				if _, _, ok := slotConn(e, now); ok {
+					total++
+				}
+			})
+			if err != nil {
+				return total, fmt.Errorf("count the connections in the handshake table: %w", err)
+			}
 			return total, nil
 		}
 		if err != nil {
@@ -219,15 +329,24 @@ func (d *Datapath) FlowCount() (int, error) {
 	}
 }
 
-// MaxFlowBackend returns the highest backend id a conntrack entry names (0 if none). A caller
-// handing out backend ids starts above it after a restart, so that an id flows may still name is
-// not given to another endpoint soon.
+// MaxFlowBackend returns the highest backend id a conntrack entry or a handshake-table slot
+// (a handshake in flight, a first datagram, a connection) names (0 if none). A caller handing out
+// backend ids starts above it after a restart, so that an id flows may still name is not given to
+// another endpoint soon.
 func (d *Datapath) MaxFlowBackend() (datapath.BackendID, error) {
 	const chunk = 4096
 	keys := make([]xlbFlowKey, chunk)
 	vals := make([]xlbCtEntry, chunk)
 	var cursor ebpf.MapBatchCursor
 	var top uint32
+	err := walkHandshakes(d.objs.HsSlots, func(_ uint32, e *xlbHsEntry) {
+		if e.Key.Family != 0 {
+			top = max(top, e.BackendId)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
 	for {
 		n, err := d.objs.Conntrack.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {

@@ -41,8 +41,9 @@ func (g *gw) runOnCPU(t *testing.T, cpu int, pkt []byte, ifindex int) progrun.Re
 
 // TestGoldenFloodBudgets: the flood policy of docs/datapath.md ("Security model"). A TCP packet
 // of a flow whose handshake this gateway did not see (random-tuple ACKs) enters conntrack only
-// within the small mid-flow budget; one completing a handshake seen here within the new-flow
-// budget; beyond either the packet is still forwarded. The budgets hold over all CPUs. A SYN to
+// within the small mid-flow budget (a datagram flow's second datagram within the new-flow
+// budget); beyond either the packet is still forwarded; one completing a handshake seen here
+// needs no budget (its connection stays in its handshake slot). The budgets hold over all CPUs. A SYN to
 // an endpoint serving several VIP:ports writes its reverse entry into ct_reverse, never into
 // conntrack, and a reverse entry idle past its timeout is not trusted.
 func TestGoldenFloodBudgets(t *testing.T) {
@@ -66,15 +67,16 @@ func TestGoldenFloodBudgets(t *testing.T) {
 		if n := countEntries(t, g.dp.objs.Conntrack); n != 2 {
 			t.Fatalf("5 ACKs of unseen handshakes left %d conntrack entries, want 2 (the mid-flow budget)", n)
 		}
-		// Handshakes seen here still enter, from the new-flow budget.
+		// Handshakes seen here complete all the same: their connections live in their
+		// handshake slots, which takes no conntrack insert and so no budget.
 		for i := range 4 {
 			syn, synOut := clientTCP(uint16(9100+i), ap(vip4, 80), "S", ap(be1v4, 8080), macBE1)
 			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synOut.bytes(t), fwd(ReasonFwdRedirect)})
 			ack, ackOut := clientTCP(uint16(9100+i), ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
 			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackOut.bytes(t), fwdHS(ReasonFwdRedirect)})
 		}
-		if n := countEntries(t, g.dp.objs.Conntrack); n != 6 {
-			t.Fatalf("after 4 handshakes seen here: %d conntrack entries, want 6", n)
+		if n, conns := countEntries(t, g.dp.objs.Conntrack), slotConns(t, g.dp); n != 2 || len(conns) != 4 {
+			t.Fatalf("after 4 handshakes seen here: %d conntrack entries and %d connections in slots, want 2 and 4", n, len(conns))
 		}
 	})
 

@@ -8,14 +8,28 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// handshakes returns the handshake table's entries by client endpoint (its occupied slots,
-// each checked to be in the slot its tuple hashes to).
+// handshakes returns the handshake table's handshakes in flight and first datagrams by client
+// endpoint (its occupied slots but those holding a connection: see slotConns), each checked to be
+// in the slot its tuple hashes to.
 func handshakes(t *testing.T, d *Datapath) map[netip.AddrPort]xlbHsEntry {
+	t.Helper()
+	return slotEntries(t, d, false)
+}
+
+// slotConns returns the connections the handshake table holds (state hsStConn) by client
+// endpoint.
+func slotConns(t *testing.T, d *Datapath) map[netip.AddrPort]xlbHsEntry {
+	t.Helper()
+	return slotEntries(t, d, true)
+}
+
+// slotEntries returns the handshake table's occupied slots that hold a connection (conns) or not.
+func slotEntries(t *testing.T, d *Datapath, conns bool) map[netip.AddrPort]xlbHsEntry {
 	t.Helper()
 	out := map[netip.AddrPort]xlbHsEntry{}
 	mask := d.objs.HsSlots.MaxEntries() - 1
 	must(t, walkHandshakes(d.objs.HsSlots, func(i uint32, e *xlbHsEntry) {
-		if e.Key.Family == 0 {
+		if e.Key.Family == 0 || (e.Key.Pad[0]&hsStConn != 0) != conns {
 			return
 		}
 		if h := tupleHash(&e.Key, uint32(d.opts.Seed)); h&mask != i {

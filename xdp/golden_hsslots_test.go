@@ -53,7 +53,7 @@ func sharedSlot(t *testing.T, c hsCase, d *Datapath, a uint16, otherBit bool) (u
 // by the current table (not sent to the other SYN's backend) and recorded as a mid-flow pickup.
 // An entry whose check word does not match its fields (two SYNs writing the slot at once, or
 // anything else than the datapath's own write) is no entry: an ACK cannot be steered by it. A
-// completed handshake empties its slot. IPv4 and IPv6.
+// completed handshake leaves its connection in the slot. IPv4 and IPv6.
 func TestGoldenHandshakeSlots(t *testing.T) {
 	const slots = 256
 	for _, c := range hsCases() {
@@ -95,7 +95,7 @@ func TestGoldenHandshakeSlots(t *testing.T) {
 			}
 
 			// A flush empties the slots; a new handshake on B's tuple writes its slot again, and
-			// the ACK that completes it takes the entry and empties the slot.
+			// the ACK that completes it leaves the connection in the slot (no conntrack entry).
 			if _, err := d.FlushFlows(nil); err != nil {
 				t.Fatal(err)
 			}
@@ -105,8 +105,11 @@ func TestGoldenHandshakeSlots(t *testing.T) {
 			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToY.bytes(t), fwd(ReasonFwdRedirect)})
 			g.expect(t, ackB.bytes(t), g.ext, want{xdpRedirect, ackBToY.bytes(t), fwdHS(ReasonFwdRedirect)})
 			must(t, d.objs.HsSlots.Lookup(slotA, &e))
-			if e.Key.Family != 0 {
-				t.Fatalf("slot %d after the completed handshake: %+v, want empty", slotA, e)
+			if e.Key.Pad[0] != hsStConn || e.BackendId != uint32(c.y) {
+				t.Fatalf("slot %d after the completed handshake: %+v, want B's connection on Y", slotA, e)
+			}
+			if n := countEntries(t, d.objs.Conntrack); n != 0 {
+				t.Fatalf("the completed handshake made %d conntrack entries, want 0", n)
 			}
 		})
 	}

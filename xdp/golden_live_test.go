@@ -20,13 +20,14 @@ func liveBit(d *Datapath, k xlbFlowKey, half uint32) bool {
 	return d.live.bits(slot)&mask != 0
 }
 
-// TestGoldenLiveFilter: the handshake's ACK that creates a conntrack entry sets the tuple's bit in
-// both halves of the live-flow filter, at the bit the loader computes (a SYN of a tuple without
-// one skips the conntrack lookup); a rebuild keeps a live entry's bit, so a forged SYN on the
-// tuple still keeps the flow's backend (ct_syn_kept) after the table changed. An entry idle past
-// its timeout loses its bit in the next rebuild: a SYN on it is balanced by the current table
-// without asking conntrack, and its ACK follows the SYN (the handshake table), replacing the old
-// entry and setting the bit again. IPv4 and IPv6.
+// TestGoldenLiveFilter: a TCP packet that creates a conntrack entry (here a mid-flow pickup: an
+// ACK whose handshake this gateway did not see) sets the tuple's bit in both halves of the
+// live-flow filter, at the bit the loader computes (a SYN of a tuple without one skips the
+// conntrack lookup); a rebuild keeps a live entry's bit, so a forged SYN on the tuple still keeps
+// the flow's backend (ct_syn_kept) after the table changed. An entry idle past its timeout loses
+// its bit in the next rebuild: a SYN on it is balanced by the current table without asking
+// conntrack, and its ACK follows the SYN (the handshake table) without asking conntrack either:
+// the new connection lives in its slot, and is the tuple's flow from then on. IPv4 and IPv6.
 func TestGoldenLiveFilter(t *testing.T) {
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
@@ -40,13 +41,8 @@ func TestGoldenLiveFilter(t *testing.T) {
 				if liveBitSet(t, d, c, port, 0) || liveBitSet(t, d, c, port, 1) {
 					t.Fatalf("port %d: bit set before any packet", port)
 				}
-				syn, synToX := c.tcp(port, "S", c.toX, c.macX)
-				g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
-				if liveBitSet(t, d, c, port, 0) || liveBitSet(t, d, c, port, 1) {
-					t.Fatalf("port %d: a SYN set the bit (it writes no conntrack entry)", port)
-				}
 				ack, ackToX := c.tcp(port, "A", c.toX, c.macX)
-				g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+				g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToX.bytes(t), fwd(ReasonFwdRedirect)})
 				if !liveBitSet(t, d, c, port, 0) || !liveBitSet(t, d, c, port, 1) {
 					t.Fatalf("port %d: the ACK that created the conntrack entry left its bit clear", port)
 				}
@@ -73,23 +69,31 @@ func TestGoldenLiveFilter(t *testing.T) {
 			g.expect(t, spoof.bytes(t), g.ext, want{xdpRedirect, spoofToX.bytes(t),
 				map[Reason]uint64{ReasonNATForward: 1, ReasonFwdRedirect: 1, ReasonCTSYNKept: 1}})
 
-			// A SYN on the idle tuple is a new connection on Y; its ACK follows it.
+			// A SYN on the idle tuple is a new connection on Y; its ACK follows it, and the
+			// connection lives in its slot (the idle entry, never asked, is not its flow).
 			syn, synToY := c.tcp(idle, "S", c.toY, c.macY)
 			syn.Seq, synToY.Seq = 500, 500
 			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToY.bytes(t), fwd(ReasonFwdRedirect)})
 			ack, ackToY := c.tcp(idle, "A", c.toY, c.macY)
 			ack.Seq, ackToY.Seq = 501, 501
-			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t),
-				map[Reason]uint64{ReasonNATForward: 1, ReasonHandshakeHit: 1, ReasonCTReselect: 1, ReasonFwdRedirect: 1}})
-			if !liveBitSet(t, d, c, idle, d.live.half) {
-				t.Fatal("the ACK that replaced the idle entry left its bit clear")
-			}
+			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t), fwdHS(ReasonFwdRedirect)})
+			must(t, d.invalidateCaches()) // the next packet reads the slot, not the flow cache
+			data, dataToY := c.tcp(idle, "A", c.toY, c.macY)
+			data.Seq, dataToY.Seq = 0x70000000, 0x70000000 // far past the SYN's: not the handshake
+			g.expect(t, data.bytes(t), g.ext, want{xdpRedirect, dataToY.bytes(t), fwd(ReasonFwdRedirect)})
 			flows, err := d.Flows()
 			must(t, err)
+			n := 0
 			for _, f := range flows {
-				if f.Src.Port() == idle && f.Backend != c.y {
-					t.Fatalf("the idle tuple's entry after the new handshake: %+v, want backend %d", f, c.y)
+				if f.Src.Port() == idle {
+					n++
+					if f.Backend != c.y || !f.InSlot {
+						t.Fatalf("the idle tuple's flow after the new handshake: %+v, want backend %d, in its slot", f, c.y)
+					}
 				}
+			}
+			if n != 1 {
+				t.Fatalf("the idle tuple has %d flows listed, want 1: %+v", n, flows)
 			}
 		})
 	}
@@ -107,10 +111,12 @@ func ageOne(t *testing.T, d *Datapath, c hsCase, cport uint16, age time.Duration
 }
 
 // TestGoldenLiveBitsInSlot: the live-flow filter's bits live in the handshake slots, which the
-// handshakes themselves keep changing: a tuple's bit must survive its own ACK emptying the slot,
-// another tuple's SYN taking the slot over, and a flush of the handshakes, or a SYN on the live
-// tuple would skip conntrack and lose its flow's backend (ct_syn_kept). The slot's SYN time,
-// kept in coarse 32-bit units, reads back as the SYN's clock. IPv4 and IPv6.
+// handshakes themselves keep changing. A completed handshake leaves its connection in the slot,
+// with no conntrack entry and so no bit; another tuple's SYN taking the slot over moves it into
+// conntrack (hs_promote) and sets its bit, which must survive that SYN's write and a flush of
+// the handshakes, or a SYN on the live tuple would skip conntrack and lose its flow's backend
+// (ct_syn_kept). The slot's SYN time, kept in coarse 32-bit units, reads back as the SYN's clock.
+// IPv4 and IPv6.
 func TestGoldenLiveBitsInSlot(t *testing.T) {
 	const slots = 256
 	for _, c := range hsCases() {
@@ -135,10 +141,12 @@ func TestGoldenLiveBitsInSlot(t *testing.T) {
 					t.Fatalf("%s: A's live-flow filter bit is gone", when)
 				}
 			}
-			check("after A's ACK emptied the slot")
+			if liveBitSet(t, d, c, a, 0) || countEntries(t, d.objs.Conntrack) != 0 {
+				t.Fatal("A's ACK made a conntrack entry (its connection belongs in its slot)")
+			}
 			synB, synBToX := c.tcp(b, "S", c.toX, c.macX)
 			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToX.bytes(t), fwd(ReasonFwdRedirect)})
-			check("after B's SYN took the slot over")
+			check("after B's SYN took the slot over (A moved into conntrack)")
 			if liveBitSet(t, d, c, b, 0) {
 				t.Fatal("B's SYN set its own bit (a SYN makes no conntrack entry)")
 			}

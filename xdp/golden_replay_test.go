@@ -25,11 +25,7 @@ import (
 
 // flowKeyOf is the flow_key of p's tuple.
 func flowKeyOf(p pk) xlbFlowKey {
-	var k xlbFlowKey
-	src, fam := toWire(p.Src.Addr())
-	dst, _ := toWire(p.Dst.Addr())
-	k.Src.W, k.Dst.W = src.W, dst.W
-	k.Sport, k.Dport, k.Proto, k.Family = htons(p.Src.Port()), htons(p.Dst.Port()), uint8(p.Proto), fam
+	k, _ := wireKey(p.Src, p.Dst, datapath.Protocol(p.Proto))
 	return k
 }
 

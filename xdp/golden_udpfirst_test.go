@@ -104,7 +104,8 @@ func TestGoldenUDPFirstDatagram(t *testing.T) {
 
 // TestGoldenUDPSlotSharing: what a datagram may do to a slot it shares. A fresh TCP handshake's
 // entry is never taken over (a datagram flood must not cost a connection its SYN's record): the
-// datagram goes into conntrack at once, and the handshake's ACK still finds its SYN's backend.
+// datagram goes into conntrack at once, and the handshake's ACK still finds its SYN's backend; nor
+// is the connection the slot then holds.
 // Another flow's first datagram is taken over; that flow's next datagram is then balanced as a
 // first one (by the table: the same backend here) and its third makes the conntrack entry. A
 // first datagram older than the UDP timeout is no first datagram: the next one starts over. IPv4
@@ -137,9 +138,24 @@ func TestGoldenUDPSlotSharing(t *testing.T) {
 			ack, ackToX := web.tcp(a, "A", web.toX, web.macX)
 			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToX.bytes(t), fwdHS(ReasonFwdRedirect)})
 
-			// The handshake done, the slot is empty: another flow's first datagram takes it, and a
-			// third flow's first datagram takes it over.
-			p1 := udpPortOn(t, c, d, s, b)
+			// The handshake done, the slot holds the connection: a datagram does not take it
+			// either (it goes into conntrack at once).
+			p0 := udpPortOn(t, c, d, s, b)
+			q0, q0ToX := c.udp(p0, c.toX, c.macX)
+			g.expect(t, q0.bytes(t), g.ext, want{xdpRedirect, q0ToX.bytes(t), fwd(ReasonFwdRedirect)})
+			if n := countEntries(t, d.objs.Conntrack); n != 2 {
+				t.Fatalf("a datagram on a connection's slot: %d conntrack entries, want 2", n)
+			}
+			if conns := slotConns(t, d); len(conns) != 1 || conns[syn.Src].BackendId != uint32(web.x) {
+				t.Fatalf("the slot after a datagram on it: %+v, want the connection", conns)
+			}
+
+			// The connection flushed, the slot is empty: another flow's first datagram takes it,
+			// and a third flow's first datagram takes it over.
+			if n, err := d.FlushFlows(func(f datapath.Flow) bool { return f.InSlot }); err != nil || n != 1 {
+				t.Fatalf("flush the connection in its slot: %d flushed, %v; want 1", n, err)
+			}
+			p1 := udpPortOn(t, c, d, s, p0)
 			p2 := udpPortOn(t, c, d, s, p1)
 			q1, q1ToX := c.udp(p1, c.toX, c.macX)
 			q2, q2ToX := c.udp(p2, c.toX, c.macX)
@@ -171,8 +187,8 @@ func TestGoldenUDPSlotSharing(t *testing.T) {
 			if n := countEntries(t, d.objs.Conntrack); n != before+1 {
 				t.Fatalf("a datagram after a stale first one made a conntrack entry (%d, want %d)", n, before+1)
 			}
-			if tr, _ := g.traffic(t, c.vip); tr.NewFlows != 6 {
-				t.Fatalf("VIP traffic %+v, want 6 new flows (b, the two sharers, the taken-over one again, the stale one twice)", tr)
+			if tr, _ := g.traffic(t, c.vip); tr.NewFlows != 7 {
+				t.Fatalf("VIP traffic %+v, want 7 new flows (b, p0, the two sharers, the taken-over one again, the stale one twice)", tr)
 			}
 		})
 	}

@@ -110,7 +110,9 @@ func tupleHash(k *xlbFlowKey, seed uint32) uint32 {
 		x = (x ^ k.Dst.W[1] ^ bits.RotateLeft32(k.Dst.W[2], 8) ^ bits.RotateLeft32(k.Dst.W[3], 16)) * 0x85ebca6b
 	}
 	x = (x ^ (uint32(k.Sport)<<16 | uint32(k.Dport)) ^ uint32(k.Proto)<<8) * 0xc2b2ae35
-	return x ^ x>>15
+	x = (x ^ x>>16) * 0x7feb352d
+	x = (x ^ x>>15) * 0x846ca68b
+	return x ^ x>>16
 }
 
 // liveSlot returns the handshake slot holding k's bit of the live-flow filter in a table of

@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -89,5 +90,52 @@ func TestSynSeen(t *testing.T) {
 	}
 	if got := synSeen(uint32(now>>hsTimeShift)+100, now); got != now {
 		t.Errorf("a SYN time 100 units after now reads back as %d ns before now, want now", now-got)
+	}
+}
+
+// TestTupleHashSpread: the handshake table's slot (tupleHash's low bits) and the live-flow
+// filter's bit (its top bits) must spread the tuples a real client population sends, or
+// connections share slots (and move into conntrack) far more often than the table's size says.
+// The sets: the 16,384 source ports of one client address (a NAT gateway's connections), 16,384
+// client addresses of a /18 with one port each, and the ports of one IPv6 client; each over the
+// default 65,536 slots, where 16,384 random tuples would fill 65,536 × (1 - e^-0.25) ≈ 14,497.
+func TestTupleHashSpread(t *testing.T) {
+	const slots = 65536
+	vip4 := netip.AddrPortFrom(netip.MustParseAddr("198.18.100.1"), 80)
+	vip6 := netip.AddrPortFrom(netip.MustParseAddr("2001:db8:100::1"), 443)
+	sets := map[string]func(i int) xlbFlowKey{
+		"ports of one IPv4 client": func(i int) xlbFlowKey {
+			k, _ := wireKey(netip.AddrPortFrom(netip.MustParseAddr("198.19.0.1"), uint16(1024+i)), vip4, datapath.TCP)
+			return k
+		},
+		"addresses of a /18": func(i int) xlbFlowKey {
+			a := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)})
+			k, _ := wireKey(netip.AddrPortFrom(a, 40000), vip4, datapath.TCP)
+			return k
+		},
+		"ports of one IPv6 client": func(i int) xlbFlowKey {
+			k, _ := wireKey(netip.AddrPortFrom(netip.MustParseAddr("2001:db8:5::7"), uint16(1024+i)), vip6, datapath.TCP)
+			return k
+		},
+	}
+	for name, key := range sets {
+		for _, seed := range []uint32{0, 0x5eed1234} {
+			used := map[uint32]bool{}
+			var top [16]int
+			for i := range 16384 {
+				k := key(i)
+				h := tupleHash(&k, seed)
+				used[h&(slots-1)] = true
+				top[h>>28]++
+			}
+			if len(used) < 13500 {
+				t.Errorf("%s, seed %#x: %d slots used, want about 14,497 (random tuples)", name, seed, len(used))
+			}
+			for b, n := range top {
+				if n < 850 || n > 1200 {
+					t.Errorf("%s, seed %#x: live-flow bit %d taken by %d tuples, want about 1,024", name, seed, b, n)
+				}
+			}
+		}
 	}
 }

@@ -57,7 +57,8 @@ var sizedByOptions = map[string]bool{xlbMapConntrack: true, xlbMapCtReverse: tru
 // read-only. It fails, naming the map, when one is missing or was made by a build whose layout
 // differs from this one's (its type, key or value size, or the size of a map that Options do
 // not size). The handshake table is the exception: a Load of another build replaces it rather
-// than refusing it, so one missing or of another layout fails only [Pinned.Handshake].
+// than refusing it, so one missing or of another layout fails only [Pinned.Handshake] (and
+// leaves the connections it holds out of [Pinned.Flow]).
 func OpenPinned(dir string) (*Pinned, error) {
 	spec, err := loadXlb()
 	if err != nil {
@@ -151,40 +152,52 @@ func (p *Pinned) BackendTraffic(id datapath.BackendID) (datapath.Traffic, error)
 // Flow returns the forward conntrack entry of the flow from client to vip (a frontend's address
 // and port as the client sends to it), and false when conntrack holds none.
 func (p *Pinned) Flow(client, vip netip.AddrPort, proto datapath.Protocol) (datapath.Flow, bool, error) {
-	src, sfam := toWire(client.Addr())
-	dst, dfam := toWire(vip.Addr())
-	if sfam != dfam {
+	k, ok := wireKey(client, vip, proto)
+	if !ok {
 		return datapath.Flow{}, false, nil
 	}
-	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(proto), Family: dfam}
-	k.Src.W, k.Dst.W = src.W, dst.W
 	var e xlbCtEntry
 	switch err := p.d.objs.Conntrack.Lookup(&k, &e); {
 	case errors.Is(err, ebpf.ErrKeyNotExist):
-		return datapath.Flow{}, false, nil
 	case err != nil:
 		return datapath.Flow{}, false, fmt.Errorf("look up the conntrack entry of %s -> %s/%s: %w", client, vip, proto, err)
+	default:
+		f := flowOf(k, e, monotonicNow())
+		return f, !f.Reverse, nil
 	}
-	f := flowOf(k, e, monotonicNow())
-	return f, !f.Reverse, nil
+	if p.hsErr != nil || proto != datapath.TCP {
+		return datapath.Flow{}, false, nil
+	}
+	// A connection its handshake slot holds (Flow.InSlot). The slot depends on the seed, which
+	// only the attached program knows: the table is read whole (an inspection).
+	now := monotonicNow()
+	var f datapath.Flow
+	found := false
+	err := walkHandshakes(p.d.objs.HsSlots, func(_ uint32, h *xlbHsEntry) {
+		if sk, sf, ok := slotConn(h, now); ok && !found && sk == k {
+			f, found = sf, true
+		}
+	})
+	if err != nil {
+		return datapath.Flow{}, false, fmt.Errorf("look up the connection of %s -> %s/%s in the handshake table: %w", client, vip, proto, err)
+	}
+	return f, found, nil
 }
 
 // Handshake returns the handshake table's entry of the flow from client to vip (a frontend's
 // address and port as the client sends to it) of protocol proto: for TCP the backend its SYN went
 // to, which its ACK and a retransmitted SYN follow while the entry is fresh; for UDP the backend
 // its first datagram went to, which its second follows. It returns false when the table holds
-// none, and an error when the table could not be opened (see [OpenPinned]).
+// none (a connection the slot holds once its handshake completed is a Flow: see [Pinned.Flow]),
+// and an error when the table could not be opened (see [OpenPinned]).
 func (p *Pinned) Handshake(client, vip netip.AddrPort, proto datapath.Protocol) (datapath.Handshake, bool, error) {
 	if p.hsErr != nil {
 		return datapath.Handshake{}, false, p.hsErr
 	}
-	src, sfam := toWire(client.Addr())
-	dst, dfam := toWire(vip.Addr())
-	if sfam != dfam {
+	k, ok := wireKey(client, vip, proto)
+	if !ok {
 		return datapath.Handshake{}, false, nil
 	}
-	k := xlbFlowKey{Sport: htons(client.Port()), Dport: htons(vip.Port()), Proto: uint8(proto), Family: dfam}
-	k.Src.W, k.Dst.W = src.W, dst.W
 	// The slot depends on the seed, which only the attached program knows: the table is read
 	// whole (an inspection, not a per-packet path).
 	var e xlbHsEntry

@@ -58,6 +58,12 @@ type xlbCtEntry struct {
 	Pad       [5]uint8
 }
 
+type xlbCtScratch struct {
+	_   structs.HostLayout
+	Key xlbFlowKey
+	Val xlbCtEntry
+}
+
 type xlbDsrMeta struct {
 	_   structs.HostLayout
 	Vip struct {
@@ -333,6 +339,7 @@ const (
 	xlbMapConntrack           = "conntrack"
 	xlbMapCpuState            = "cpu_state"
 	xlbMapCtReverse           = "ct_reverse"
+	xlbMapCtScratch           = "ct_scratch"
 	xlbMapDsrScratch          = "dsr_scratch"
 	xlbMapFlowCache           = "flow_cache"
 	xlbMapFragBudget          = "frag_budget"
@@ -432,6 +439,7 @@ type xlbMapSpecs struct {
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	CpuState     *ebpf.MapSpec `ebpf:"cpu_state"`
 	CtReverse    *ebpf.MapSpec `ebpf:"ct_reverse"`
+	CtScratch    *ebpf.MapSpec `ebpf:"ct_scratch"`
 	DsrScratch   *ebpf.MapSpec `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.MapSpec `ebpf:"flow_cache"`
 	FragBudget   *ebpf.MapSpec `ebpf:"frag_budget"`
@@ -497,6 +505,7 @@ type xlbMaps struct {
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	CpuState     *ebpf.Map `ebpf:"cpu_state"`
 	CtReverse    *ebpf.Map `ebpf:"ct_reverse"`
+	CtScratch    *ebpf.Map `ebpf:"ct_scratch"`
 	DsrScratch   *ebpf.Map `ebpf:"dsr_scratch"`
 	FlowCache    *ebpf.Map `ebpf:"flow_cache"`
 	FragBudget   *ebpf.Map `ebpf:"frag_budget"`
@@ -530,6 +539,7 @@ func (m *xlbMaps) Close() error {
 		m.Conntrack,
 		m.CpuState,
 		m.CtReverse,
+		m.CtScratch,
 		m.DsrScratch,
 		m.FlowCache,
 		m.FragBudget,

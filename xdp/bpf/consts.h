@@ -122,6 +122,22 @@
  * port, with its own random ISN) is rarely taken for this one. */
 #define HS_SEQ_WINDOW (1u << 30)
 
+/* The state of a handshake slot (its key's first padding byte: hs_state). 0: a handshake in
+ * flight (a SYN seen) or a datagram flow's first datagram. HS_ST_CONN: the handshake's ACK came
+ * and the connection lives on in the slot instead of in conntrack, with conntrack's timeouts,
+ * until a SYN for another tuple needs the slot and promotes it into conntrack (hs_promote).
+ * HS_ST_CLOSING: of such a connection, a FIN or RST seen (the closing timeout applies). */
+#define HS_ST_CONN    (1u << 0)
+#define HS_ST_CLOSING (1u << 1)
+
+/* A closing connection held in a slot is moved into conntrack when another tuple needs the slot
+ * only while its last packet is less than this old: what a closing connection still sends (the
+ * last ACK of the FIN exchange, a retransmitted FIN) comes within a few round trips. One quiet
+ * for longer is simply overwritten, so that short connections, which close long before their
+ * slot is needed at any connection rate a slot table serves, never enter conntrack; a straggler
+ * after that is balanced by Maglev (the same backend unless the table changed meanwhile). */
+#define HS_CLOSING_PROMOTE_NS (2ull * 1000000000ull)
+
 /* hs_match says how hs_backend checks a packet against a handshake's SYN. */
 enum hs_match {
 	HS_MATCH_ANY,  /* an ICMP error about the flow: no sequence number to check */

@@ -38,14 +38,58 @@ static __always_inline struct hs_entry *hs_held(const struct flow_key *fk, __u32
 	return e;
 }
 
-/* HS_PROBE_HOLDS is set in hs_probe's result when the slot holds the tuple's entry. */
+/* hs_state returns slot e's state (HS_ST_*): its key's first padding byte, which a packet's key
+ * (zeroed, then filled) always has 0, so that hs_write starts a slot at 0 and flow_key_eq, which
+ * compares no padding, ignores it. */
+#define hs_state(e) ((e)->key.pad[0])
+
+/* hs_conn_live says whether slot e holds a connection (HS_ST_CONN) not idle past conntrack's
+ * timeout for it (established, or closing after a FIN or RST) at time now. */
+static __always_inline int hs_conn_live(const struct hs_entry *e, __u64 now)
+{
+	__s32 age = (__s32)(hs_time(now) - e->syn_time);
+	__u64 timeout = (hs_state(e) & HS_ST_CLOSING) ? cfg_tcp_closing_ns : cfg_tcp_established_ns;
+
+	if (!(hs_state(e) & HS_ST_CONN) || age < -(__s32)HS_SKEW_UNITS)
+		return 0;
+	return age <= 0 || (__u64)age <= (timeout >> HS_TIME_SHIFT);
+}
+
+/* hs_conn_worth says whether the connection slot e holds must be moved into conntrack before
+ * another tuple takes the slot at time now: it is live, and if closing, its last packet was less
+ * than HS_CLOSING_PROMOTE_NS ago. */
+static __always_inline int hs_conn_worth(const struct hs_entry *e, __u64 now)
+{
+	__s32 age = (__s32)(hs_time(now) - e->syn_time);
+
+	if (!hs_conn_live(e, now))
+		return 0;
+	return !(hs_state(e) & HS_ST_CLOSING) || age <= (__s32)(HS_CLOSING_PROMOTE_NS >> HS_TIME_SHIFT);
+}
+
+/* hs_busy says whether slot e holds something a new tuple must not simply overwrite at time now:
+ * a fresh TCP handshake, or a connection worth keeping (hs_conn_worth: hs_promote moves it into
+ * conntrack first). */
+static __always_inline int hs_busy(const struct hs_entry *e, __u64 now)
+{
+	if (!e->key.family || e->key.proto != PROTO_TCP)
+		return 0;
+	return (hs_state(e) & HS_ST_CONN) ? hs_conn_worth(e, now) : hs_fresh(e->syn_time, now);
+}
+
+/* HS_PROBE_HOLDS is set in hs_probe's result when the slot holds the tuple's entry; HS_PROBE_CONN
+ * when that entry is a live connection (HS_ST_CONN) whose backend the packet keeps. */
 #define HS_PROBE_HOLDS (1ull << 32)
+#define HS_PROBE_CONN  (1ull << 33)
 
 /* hs_probe asks the slot of fk (hash its tuple_hash) for a packet of VIP vip_id at time now:
  * HS_PROBE_HOLDS when the slot holds a whole entry for fk (its tuple, and a check word that
  * matches its fields), ored with the entry's backend if the packet may use it (hs_backend: match
- * and seq are mseq's high and low 32 bits). A global function: the verifier checks it once, and
- * the paths near its limits that call it see only its result. */
+ * and seq are mseq's high and low 32 bits). Of a connection the slot holds (HS_ST_CONN), any
+ * packet may use the backend while the connection is live, of this VIP and the backend usable,
+ * except a SYN once the connection is closing (a new connection on a reused port): then
+ * HS_PROBE_CONN is set too. A global function: the verifier checks it once, and the paths near
+ * its limits that call it see only its result. */
 __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, __u64 now,
 			  __u64 mseq)
 {
@@ -56,7 +100,56 @@ __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, _
 	e = hs_held(fk, hash);
 	if (!e)
 		return 0;
+	if (hs_state(e) & HS_ST_CONN) {
+		if (!hs_conn_live(e, now) || e->vip_id != vip_id || !backend_get(e->backend_id) ||
+		    ((mseq >> 32) == HS_MATCH_SYN && (hs_state(e) & HS_ST_CLOSING)))
+			return HS_PROBE_HOLDS;
+		return HS_PROBE_HOLDS | HS_PROBE_CONN | e->backend_id;
+	}
 	return HS_PROBE_HOLDS | hs_backend(e, vip_id, now, mseq >> 32, (__u32)mseq);
+}
+
+/* HS_CONN_STALE and HS_CONN_CLOSING are flags of hs_conn's result. */
+#define HS_CONN_STALE   (1ull << 62)
+#define HS_CONN_CLOSING (1ull << 63)
+
+/* hs_conn asks the slot of fk (hash its tuple_hash) for the connection it holds (HS_ST_CONN), for
+ * a packet without SYN that missed the flow cache at time now: it returns the connection's VIP
+ * (bits 32-61) and backend (bits 0-31), with HS_CONN_CLOSING when it is closing, or 0 when the
+ * slot holds no connection of fk. A live connection is refreshed (its time, and closing, the
+ * packet's FIN or RST: CT_F_CLOSING) as conntrack's entry would be; one idle past its timeout is
+ * returned with HS_CONN_STALE, untouched, for the caller to count as conntrack's would be
+ * (ct_reselect). Whether the VIP and backend still hold is the caller's to check. A global
+ * function: the verifier checks it once. */
+__noinline __u64 hs_conn(const struct flow_key *fk, __u32 hash, __u64 now, __u32 closing)
+{
+	struct hs_entry *e;
+	__u8 st;
+
+	if (!fk)
+		return 0;
+	e = hs_held(fk, hash);
+	if (!e || !(hs_state(e) & HS_ST_CONN))
+		return 0;
+	if (!hs_conn_live(e, now))
+		return HS_CONN_STALE | (__u64)e->vip_id << 32 | e->backend_id;
+	st = hs_state(e) | (closing ? HS_ST_CLOSING : 0);
+	if (st != hs_state(e))
+		hs_state(e) = st;
+	if (e->syn_time != hs_time(now))
+		e->syn_time = hs_time(now);
+	return (__u64)e->vip_id << 32 | e->backend_id |
+	       ((st & HS_ST_CLOSING) ? HS_CONN_CLOSING : 0);
+}
+
+/* hs_establish marks slot e, which holds the handshake whose ACK (or first data) just came at
+ * time now, as holding the connection from now on (HS_ST_CONN, closing when the packet carried
+ * FIN or RST: closing is CT_F_CLOSING or 0): the connection needs no conntrack entry until its
+ * slot is needed (hs_promote), and one that ends before then never has one. */
+static __always_inline void hs_establish(struct hs_entry *e, __u64 now, __u8 closing)
+{
+	hs_state(e) |= HS_ST_CONN | (closing ? HS_ST_CLOSING : 0);
+	e->syn_time = hs_time(now);
 }
 
 /* hs_write records in slot e that the SYN of fk (hash its tuple_hash) went to backend bid of VIP
@@ -111,11 +204,12 @@ __noinline int hs_udp_record(const struct flow_key *fk, __u32 hash, __u64 now, _
 
 	if (!fk || !e)
 		return 0;
-	if (e->key.family && e->key.proto == PROTO_TCP && hs_fresh(e->syn_time, now))
+	if (hs_busy(e, now))
 		return 0;
 	hs_write(e, fk, hash, now, bid_vip >> 32, (__u32)bid_vip, 0);
 	return 1;
 }
+
 
 /* hs_retire empties slot e: its handshake completed (the conntrack entry took over). The slot's
  * live-flow filter bits stay. */

@@ -37,8 +37,12 @@ static __always_inline int flow_key_eq(const struct flow_key *a, const struct fl
 
 /* tuple_hash is a seeded multiplicative hash of every word of a forward flow key, for the live-
  * flow filter (its top bits, live.h) and the handshake table's slot (its low bits, hs.h). It only
- * spreads tuples: a collision costs a conntrack lookup or a handshake's slot, never a wrong
- * answer. Go computes the same (tupleHash in xdp/live.go). */
+ * spreads tuples: a collision costs a conntrack lookup, a handshake's slot or a connection's move
+ * from its slot into conntrack, never a wrong answer. The words are chained through multiplies,
+ * whose low bits depend only on low bits, so the last step is a full avalanche (lowbias32's
+ * finalizer): without it the ports, in the high half of their word, reached few of the slot bits
+ * (the 16,384 ports of one client address fell on 8,192 slots of 65,536). Go computes the same
+ * (tupleHash in xdp/live.go). */
 static __always_inline __u32 tuple_hash(const struct flow_key *fk)
 {
 	__u32 x = (fk->src.w[0] ^ cfg_hash_seed) * 0x9e3779b1u;
@@ -51,7 +55,9 @@ static __always_inline __u32 tuple_hash(const struct flow_key *fk)
 		    0x85ebca6bu;
 	}
 	x = (x ^ ((__u32)fk->sport << 16 | fk->dport) ^ ((__u32)fk->proto << 8)) * 0xc2b2ae35u;
-	return x ^ (x >> 15);
+	x = (x ^ (x >> 16)) * 0x7feb352du;
+	x = (x ^ (x >> 15)) * 0x846ca68bu;
+	return x ^ (x >> 16);
 }
 
 /* filter_has reports whether addr may be in the VIP (backend == 0) or backend address set. */

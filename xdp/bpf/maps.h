@@ -233,6 +233,15 @@ struct {
 	__uint(max_entries, 1);
 } frag_scratch SEC(".maps");
 
+/* ct_scratch: per-CPU, the conntrack key and value hs_promote builds (the SYN path that calls it
+ * has no stack to spare). Written and read by the datapath within one packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ct_scratch);
+	__uint(max_entries, 1);
+} ct_scratch SEC(".maps");
+
 /* side_scratch: per-CPU, the lookup keys side_verdict builds (side.h): the paths that call it
  * have no stack to spare. Written and read by the datapath within one packet. */
 struct {

@@ -69,8 +69,11 @@ struct ct_entry {
  * hashes here (where its SYN went), and the live-flow filter's bits of all the tuples that hash
  * here. 64 bytes, one cache line, which a new connection's SYN and ACK both touch anyway. */
 struct hs_entry {
-	struct flow_key key; /* the forward tuple (client -> VIP); family 0: an empty slot */
-	__u32 syn_time;   /* hs_time of the clock at the last SYN of this tuple (lb.h) */
+	struct flow_key key; /* the forward tuple (client -> VIP); family 0: an empty slot. Its
+			      * first padding byte is the slot's state (HS_ST_*, hs_state): a
+			      * connection whose handshake completed lives on in its slot */
+	__u32 syn_time;   /* hs_time of the clock at the last SYN of this tuple (lb.h); of a
+			   * connection held here (HS_ST_CONN), at its last refresh */
 	__u32 backend_id; /* the backend the SYN was sent to */
 	__u32 vip_id;     /* the VIP the SYN was for (the entry is used only for this VIP) */
 	__u32 isn;        /* the SYN's sequence number: a SYN with another one on this tuple is a
@@ -113,6 +116,12 @@ struct frag_ports {
 struct frag_scratch {
 	struct frag_key key;     /* the datagram */
 	struct frag_ports ports; /* its ports and first-fragment time */
+};
+
+/* Value of ct_scratch: a conntrack entry being written (hs_promote), off the stack. */
+struct ct_scratch {
+	struct flow_key key;
+	struct ct_entry val;
 };
 
 /* Value of frag_budget: the first-fragment budget's window, shared by all CPUs. */

@@ -56,6 +56,41 @@ static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32
 	}
 }
 
+/* hs_promote moves the connection the slot of hash (a tuple_hash) holds into conntrack (with its
+ * backend, VIP, closing state and idle time) if it is worth keeping (hs_conn_worth) and not fk's
+ * own: called by a SYN of fk about to take the slot over (paid from its handshake budget).
+ * Returns 1 when it inserted. A global function: the verifier checks it once. */
+__noinline int hs_promote(const struct flow_key *fk, __u32 hash, __u64 now)
+{
+	struct hs_entry *e = hs_slot(hash);
+	struct ct_scratch *sc;
+	__u32 zero = 0;
+	__s32 age;
+
+	if (!fk || !e || !e->key.family || !(hs_state(e) & HS_ST_CONN) || !hs_conn_worth(e, now) ||
+	    flow_key_eq(&e->key, fk))
+		return 0;
+	sc = bpf_map_lookup_elem(&ct_scratch, &zero);
+	if (!sc)
+		return 0;
+	sc->key = e->key;
+	sc->key.pad[0] = 0; /* conntrack's keys are hashed whole: padding zero, as a packet's */
+	sc->key.pad[1] = 0;
+	hash = tuple_hash(&sc->key);
+	if (e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
+		return 0; /* torn (two CPUs wrote the slot at once): no connection to trust */
+	age = (__s32)(hs_time(now) - e->syn_time);
+	__builtin_memset(&sc->val, 0, sizeof(sc->val));
+	sc->val.last_seen = age > 0 ? now - ((__u64)age << HS_TIME_SHIFT) : now;
+	sc->val.backend_id = e->backend_id;
+	sc->val.vip_id = e->vip_id;
+	sc->val.vip_port = sc->key.dport;
+	sc->val.flags = (hs_state(e) & HS_ST_CLOSING) ? CT_F_CLOSING : 0;
+	bpf_map_update_elem(&conntrack, &sc->key, &sc->val, BPF_ANY);
+	live_mark(hash);
+	return 1;
+}
+
 /* ct_vip returns the VIP of a conntrack entry if it still is the frontend this packet is for
  * (the VIP may have been deleted or its id given to another frontend since). */
 static __always_inline struct vip_ref *ct_vip(struct packet *p, __u32 vip_id)
@@ -198,6 +233,29 @@ static __always_inline int flow_replay(struct xdp_md *ctx, struct packet *p, voi
 	return send_to(ctx, p, fc->ifindex, fc->smac, fc->dmac);
 }
 
+/* fc_fill makes fc, this CPU's flow_cache slot for flow fk, name the flow's backend bid, VIP
+ * vip_id and conntrack flags (CT_F_*) as read at time now from the table that holds the flow
+ * (conntrack, or its handshake slot), for packets arriving on an interface of role, and returns
+ * it (NULL when there is no slot or no cache generation yet): forward records the packet's hop
+ * in it. */
+static __always_inline struct flow_cache_entry *fc_fill(struct flow_cache_entry *fc,
+							const struct flow_key *fk, __u64 now,
+							__u32 bid, __u32 vip_id, __u8 flags,
+							__u32 role, __u32 gen)
+{
+	if (!fc || !gen)
+		return NULL;
+	fc->key = *fk;
+	fc->refreshed = now;
+	fc->backend_id = bid;
+	fc->vip_id = vip_id;
+	fc->flags = flags;
+	fc->in_role = role;
+	fc->gen = gen;
+	fc->fast_until = 0; /* forward records anew */
+	return fc;
+}
+
 /* lb_forward handles a packet to a VIP address that flow_replay did not take, arrived on an
  * interface of role: fk is its flow, fc this CPU's flow_cache slot for it (NULL for a non-first
  * fragment). Whatever frontend it finds, the packet must pass vip_side_check (side.h). An established flow is usually found
@@ -215,7 +273,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	struct backend *be;
 	struct vip_info *vi;
 	struct vip_ref *ref;
-	__u32 bid, vip_id, th = 0;
+	__u32 bid, vip_id, th;
 	int rc, hs_hit = 0, udp_first = 0, new_flow;
 
 	/* A SYN never inserts into conntrack (it writes hs_slots): a SYN flood cannot evict
@@ -232,15 +290,31 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				goto established;
 			}
 		}
-		/* A datagram asks the live-flow filter first (live.h): its bits sit in the tuple's
-		 * handshake slot, which a flow's first datagram reads anyway, so the first datagram of
-		 * a flow skips the conntrack lookup (a miss in a big hash) behind a clear bit. */
-		if (p->proto != PROTO_TCP) {
-			th = tuple_hash(fk);
-			ct = live_maybe(th) ? bpf_map_lookup_elem(&conntrack, fk) : NULL;
-		} else {
-			ct = bpf_map_lookup_elem(&conntrack, fk);
+		/* The tuple's handshake slot next: a TCP connection whose handshake completed may live
+		 * there instead of in conntrack (HS_ST_CONN, hs_conn), as its conntrack entry would.
+		 * The slot also holds the live-flow filter's bits (live.h): a packet whose bit is
+		 * clear skips the conntrack lookup (a miss in a big hash), so a handshake's ACK and a
+		 * flow's first datagram read no conntrack line. */
+		th = tuple_hash(fk);
+		if (p->proto == PROTO_TCP) {
+			__u64 c = hs_conn(fk, th, now, closing);
+
+			if (c) {
+				vip_id = (__u32)(c >> 32) & 0x3fffffff;
+				bid = (__u32)c;
+				ref = ct_vip(p, vip_id);
+				be = ref && !(c & HS_CONN_STALE) ? backend_get(bid) : NULL;
+				if (be) {
+					rec = fc_fill(fc, fk, now, bid, vip_id,
+						      (c & HS_CONN_CLOSING) ? CT_F_CLOSING : 0, role,
+						      gen);
+					goto established;
+				}
+				if (ref)
+					count_reason(REASON_CT_RESELECT);
+			}
 		}
+		ct = live_maybe(th) ? bpf_map_lookup_elem(&conntrack, fk) : NULL;
 		if (ct && !(ct->flags & CT_F_REVERSE)) {
 			ref = ct_vip(p, ct->vip_id);
 			be = NULL;
@@ -251,22 +325,14 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				bid = ct->backend_id;
 				ct->flags |= closing;
 				ct->last_seen = now;
-				if (fc && gen) {
-					fc->key = *fk;
-					fc->refreshed = now;
-					fc->backend_id = bid;
-					fc->vip_id = vip_id;
-					fc->flags = ct->flags;
-					fc->in_role = role;
-					fc->gen = gen;
-					fc->fast_until = 0; /* forward records anew */
-					rec = fc;
-				}
+				rec = fc_fill(fc, fk, now, bid, vip_id, ct->flags, role, gen);
 				goto established;
 			}
 			if (ref)
 				count_reason(REASON_CT_RESELECT);
 		}
+	} else {
+		th = tuple_hash(fk);
 	}
 
 	vi = svc_lookup_cached(SVC_CACHE_VIPS, &p->dst, p->family, p->dport, p->proto, gen);
@@ -284,8 +350,6 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * asks the handshake table (hs.h) which backend its SYN went to: the VIP's table may have changed since, and
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
-	if (p->proto == PROTO_TCP) /* a datagram's was computed above, for the filter */
-		th = tuple_hash(fk);
 	if (syn) {
 		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
 		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
@@ -306,7 +370,17 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		if (r & HS_PROBE_HOLDS)
 			hs = hs_slot(th);
 		bid = (__u32)r;
-		if (bid) {
+		if (syn && (r & HS_PROBE_CONN)) {
+			/* A SYN on the tuple of a live connection its slot holds: ct_syn_kept, as
+			 * above, and the slot keeps the connection (nothing to record). */
+			count_reason(REASON_CT_SYN_KEPT);
+			be = backend_get(bid);
+			if (!be)
+				return verdict(REASON_DROP_NO_BACKEND, XDP_DROP);
+			if (fc)
+				fc->gen = 0;
+			return forward(ctx, p, data_end, vip_id, bid, be, 1, now, gen, NULL, 0, 1);
+		} else if (bid) {
 			count_reason(REASON_HS_HIT);
 			hs_hit = 1;
 		}
@@ -331,15 +405,18 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	new_flow = syn || (p->proto != PROTO_TCP && !ct && !hs_hit);
 	if (p->proto != PROTO_TCP && !hs_hit)
 		udp_first = hs_udp_record(fk, th, now, (__u64)bid << 32 | vip_id);
-	/* Otherwise the flow is remembered from its first non-SYN packet, paid from a budget
-	 * (budget.h): a datagram, or the TCP packet completing a handshake this gateway saw, from the
+	/* The TCP packet completing a handshake this gateway saw (a handshake_hit) marks its slot
+	 * as holding the connection (hs_establish): no conntrack insert, until a SYN of another
+	 * tuple needs the slot (hs_promote, below). Otherwise the flow is remembered from its first
+	 * non-SYN packet, paid from a budget (budget.h): a datagram flow's second datagram from the
 	 * new-flow budget; any other TCP packet (a flow ECMP moved here mid-way, or a forged ACK)
-	 * from the smaller mid-flow budget. Once the conntrack entry exists the handshake is done:
-	 * its slot is emptied (so the table holds only half-open connections and datagram flows
-	 * that sent one datagram, and a flush of the flow is not undone by it). */
+	 * from the smaller mid-flow budget. Once the conntrack entry exists the slot is emptied
+	 * (and a flush of the flow is not undone by it). */
 	if (udp_first) {
 		if ((be->flags & BACKEND_F_REVERSE_CT) && budget_take(BUDGET_NEW_FLOW, now))
 			ct_store(fk, now, bid, be, vip_id, 0, 1);
+	} else if (!syn && hs_hit && hs && p->proto == PROTO_TCP) {
+		hs_establish(hs, now, closing);
 	} else if (!syn && budget_take(p->proto == PROTO_TCP && !hs_hit ? BUDGET_MID_FLOW :
 									  BUDGET_NEW_FLOW, now)) {
 		ct_store(fk, now, bid, be, vip_id, closing, 0);
@@ -350,15 +427,19 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 		/* The SYN records its backend in its slot for its ACK (and its retransmissions):
 		 * refreshed in place when the entry already names it, else written from the
 		 * handshake budget, with the reverse entry an ambiguous backend's SYN-ACK needs. */
-		int again = hs && hs->backend_id == bid && hs->vip_id == vip_id &&
+		int again = hs && !hs_state(hs) && hs->backend_id == bid && hs->vip_id == vip_id &&
 			    hs->isn == p->tcp_seq;
 
 		if (again)
 			hs->syn_time = hs_time(now);
+		/* A SYN taking a slot that holds another tuple's connection first moves that
+		 * connection into conntrack (hs_promote), paid from this SYN's handshake budget. */
 		if (again || budget_take(BUDGET_HANDSHAKE, now)) {
 			slot = again ? NULL : hs_slot(th);
-			if (slot)
+			if (slot) {
+				hs_promote(fk, th, now);
 				hs_write(slot, fk, th, now, bid, vip_id, p->tcp_seq);
+			}
 			if (be->flags & BACKEND_F_REVERSE_CT)
 				ct_store(fk, now, bid, be, vip_id, 0, 1);
 		}

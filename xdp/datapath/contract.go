@@ -66,7 +66,8 @@ type Gateway interface {
 	BackendTraffic(id BackendID) (Traffic, error)
 	// Reasons returns the verdict and event counters by name (docs/datapath.md).
 	Reasons() (map[string]uint64, error)
-	// FlowCount returns the number of conntrack entries.
+	// FlowCount returns the number of conntrack entries (with the connections the XDP datapath
+	// holds in its handshake table: see Flow.InSlot).
 	FlowCount() (int, error)
 	// Persistent reports whether forwarding outlives the process (the XDP datapath's pins).
 	Persistent() bool

@@ -38,7 +38,9 @@ type Settings struct {
 	// (a flow's second datagram) goes to the backend its SYN (first datagram) went to even if the
 	// frontend's Maglev table changed in between; one whose entry was evicted falls back to
 	// Maglev. The XDP datapath's table is direct-mapped, this many slots rounded up to a
-	// power of two (another tuple's SYN on the same slot evicts), and each slot also carries 16
+	// power of two (another tuple's SYN on the same slot evicts); a completed handshake's
+	// connection stays in its slot until a SYN of another tuple needs it and moves it into
+	// conntrack (one that closes before then never enters conntrack); each slot also carries 16
 	// bits of the live-flow filter, which spares a SYN the conntrack lookup: about
 	// 4.6 × HandshakeSize live TCP flows set a quarter of its bits, and beyond that more and more
 	// SYNs (a SYN flood's too) ask conntrack (slower, never wrong).

@@ -144,7 +144,8 @@ type ReverseNAT struct {
 	Candidates [MaxReverseCandidates]VIPID
 }
 
-// Flow is one conntrack entry.
+// Flow is one conntrack entry, or a connection the XDP datapath holds in its handshake table
+// (InSlot).
 type Flow struct {
 	// Src, Dst are the flow's endpoints in the entry's direction: client -> VIP for forward
 	// entries, backend -> client for reverse entries.
@@ -163,6 +164,10 @@ type Flow struct {
 	// Idle is how long ago the entry was last refreshed (the XDP datapath refreshes it at most
 	// once a second).
 	Idle time.Duration
+	// InSlot says the XDP datapath holds this TCP connection in its handshake table's slot,
+	// where its handshake completed, not in conntrack: it moves into conntrack when a SYN of
+	// another tuple needs the slot (docs/datapath.md, "Conntrack and the flood policy").
+	InSlot bool
 }
 
 // Handshake is one handshake table entry: a TCP SYN seen, no conntrack entry yet; or (Proto UDP)

@@ -324,9 +324,16 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		if revCT && b.budgetTake(t, budgetNewFlow) {
 			b.ctStore(fk, t, bid, be, v.cfg.ID, false, true, revCT)
 		}
+	} else if !syn && hsHit && p.Proto == datapath.TCP {
+		// The TCP packet completing a handshake seen here: the XDP datapath keeps the
+		// connection in its handshake slot (no conntrack insert, so no budget) until a SYN of
+		// another tuple needs the slot and moves it into conntrack. This table has no slots to
+		// share: the connection goes to conntrack at once, which is the same to every packet.
+		b.ctStore(fk, t, bid, be, v.cfg.ID, closing, false, revCT)
+		delete(b.hs, fk)
 	} else if !syn {
-		// A datagram, or a TCP packet completing a handshake seen here, from the new-flow
-		// budget; any other TCP packet (an ECMP move, a forged ACK) from the mid-flow one.
+		// A datagram flow's second datagram, from the new-flow budget; any other TCP packet
+		// (an ECMP move, a forged ACK) from the mid-flow one.
 		k := budgetNewFlow
 		if p.Proto == datapath.TCP && !hsHit {
 			k = budgetMidFlow
