@@ -31,11 +31,12 @@ type Options struct {
 	// flood budgets, the next-hop cache), as for every gateway datapath. The budgets are over
 	// all CPUs (bpf/budget.h). A new ConntrackSize needs the pinned maps removed (conntrack and
 	// ct_reverse, which is sized from it); a new HandshakeSize
-	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, losing
-	// only the handshakes in flight). Conntrack (an LRU) and the handshake table (direct-mapped,
-	// HandshakeSize rounded up to a power of two) are tables of their own, so a SYN flood churns
-	// the handshakes and never conntrack; the ACK that creates a conntrack entry empties its
-	// handshake's slot, so at N new connections/s the table holds about N x RTT entries.
+	// takes effect on the next Load, also with pinned maps (the pinned table is replaced, its
+	// connections moved into conntrack, the handshakes in flight lost). Conntrack (an LRU) and
+	// the handshake table (direct-mapped, HandshakeSize rounded up to a power of two) are tables
+	// of their own, so a SYN flood churns the handshakes and never conntrack; the ACK that
+	// completes a handshake leaves the connection in its slot, and a SYN of another tuple taking
+	// the slot moves it into conntrack first.
 	datapath.Settings
 	// PinPath is the bpffs directory for maps and links. Empty means DefaultPinPath. A process
 	// that loads with the PinPath of a running one adopts its maps and links.
@@ -158,6 +159,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 
 	var collOpts ebpf.CollectionOptions
 	var oldReverse []reverseEntry
+	var rescued []ctRecord // the connections of a handshake table replaced
 	var lockf *os.File
 	if opts.NoPin {
 		for _, m := range spec.Maps {
@@ -176,7 +178,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 			}
 		}()
 		collOpts.Maps.PinPath = opts.PinPath
-		if err := replaceDisposablePins(spec, opts.PinPath, opts.Logger); err != nil {
+		if rescued, err = replaceDisposablePins(spec, opts.PinPath, opts.Settings, opts.Logger); err != nil {
 			return nil, fmt.Errorf("load datapath: %w", err)
 		}
 		if err := removeRetiredPins(opts.PinPath, opts.Logger); err != nil {
@@ -213,6 +215,16 @@ func Load(opts Options) (_ *Datapath, err error) {
 			d.objs.Close()
 			return nil, fmt.Errorf("load datapath: carry a reverse NAT entry over from the pinned map: %w", err)
 		}
+	}
+	// Before start's filter rebuild, which gives them their live-flow bits.
+	for _, r := range rescued {
+		if err := d.objs.Conntrack.Update(&r.key, &r.val, ebpf.UpdateAny); err != nil {
+			d.objs.Close()
+			return nil, fmt.Errorf("load datapath: move a connection of the replaced handshake table into conntrack: %w", err)
+		}
+	}
+	if len(rescued) > 0 {
+		d.log.Info("moved the connections of the replaced handshake table into conntrack", "connections", len(rescued))
 	}
 	if err := d.openLive(); err != nil {
 		d.objs.Close()
@@ -518,8 +530,13 @@ func removeRetiredPins(dir string, log *slog.Logger) error {
 
 // replaceDisposablePins unpins those of disposableMaps pinned under dir that the maps of spec are
 // not compatible with, so that loading creates them afresh. A program still attached keeps using
-// the old map until Attach replaces it.
-func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, log *slog.Logger) error {
+// the old map until Attach replaces it. A handshake table replaced that has this build's slot
+// layout (only its size differs) may hold connections (HS_ST_CONN): they are returned, as
+// conntrack entries, for Load to keep (idle ones, by the timeouts of s, left out). Those the old
+// program completes after this, until Attach replaces it, fall back to Maglev, as handshakes in
+// flight do.
+func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, s datapath.Settings, log *slog.Logger) ([]ctRecord, error) {
+	var rescued []ctRecord
 	for _, name := range disposableMaps {
 		path := filepath.Join(dir, name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
@@ -527,21 +544,29 @@ func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, log *slog.Logg
 			continue // not pinned (or unreadable: loading reports it)
 		}
 		incompatible := spec.Maps[name].Compatible(m)
-		m.Close()
+		sameLayout := m.ValueSize() == spec.Maps[name].ValueSize
 		if old, ok := absorbedBy[name]; ok && incompatible == nil {
 			if _, err := os.Stat(filepath.Join(dir, old)); err == nil {
 				incompatible = fmt.Errorf("pinned beside %s, so made by a build with another slot layout", old)
+				sameLayout = false
 			}
 		}
+		if incompatible != nil && name == xlbMapHsSlots && sameLayout {
+			if rescued, err = rescueSlotConns(m, s.WithDefaults()); err != nil {
+				m.Close()
+				return nil, fmt.Errorf("read the connections of pinned map %s: %w", path, err)
+			}
+		}
+		m.Close()
 		if incompatible == nil {
 			continue
 		}
 		log.Info("replacing pinned map made by another build", "map", name, "reason", incompatible)
 		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("replace pinned map %s: %w", path, err)
+			return nil, fmt.Errorf("replace pinned map %s: %w", path, err)
 		}
 	}
-	return nil
+	return rescued, nil
 }
 
 // reverseEntry is one entry of a pinned reverse map, as raw key and value bytes.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -137,5 +138,79 @@ func TestLoadReplacesOldHandshakeSlots(t *testing.T) {
 	must(t, d2.objs.HsSlots.Lookup(slot, &e))
 	if e.Live&mask == 0 {
 		t.Errorf("the pinned TCP flow has no live-flow filter bit in the new table (slot %d: %+v)", slot, e)
+	}
+}
+
+// TestLoadKeepsSlotConnections: the handshake table holds the connections whose handshakes
+// completed (HS_ST_CONN), so it is no longer wholly disposable. A restart with the same
+// HandshakeSize adopts the pinned table, connections and all; one with another size replaces
+// it, and Load first moves its live connections into conntrack (with their backend, VIP and
+// closing state), where the live-flow filter rebuild gives them their bits. A connection idle
+// past its timeout, and a handshake in flight, are not moved.
+func TestLoadKeepsSlotConnections(t *testing.T) {
+	_, opts := pinnedOptions(t, "k")
+	opts.Settings.HandshakeSize = 256
+	d1, err := Load(opts)
+	must(t, err)
+	c := hsCases()[0]
+	now := uint32(monotonicNow() >> hsTimeShift)
+	conn, closing, idle, hs := hsKey(c, 41001), hsKey(c, 41002), hsKey(c, 41003), hsKey(c, 41004)
+	conn.Pad[0], closing.Pad[0], idle.Pad[0] = hsStConn, hsStConn|hsStClosing, hsStConn
+	used := map[uint32]bool{}
+	for _, e := range []xlbHsEntry{
+		{Key: conn, SynTime: now, BackendId: 1, VipId: 1},
+		{Key: closing, SynTime: now, BackendId: 11, VipId: 1},
+		{Key: idle, SynTime: now - uint32(2*time.Hour>>hsTimeShift), BackendId: 1, VipId: 1},
+		{Key: hs, SynTime: now, BackendId: 1, VipId: 1},
+	} {
+		k := e.Key
+		k.Pad[0] = 0
+		slot, _ := liveSlot(&k, uint32(d1.opts.Seed), d1.live.slots, 0)
+		if used[slot] {
+			t.Fatalf("two of the test's tuples share slot %d: pick other ports", slot)
+		}
+		used[slot] = true
+		must(t, d1.objs.HsSlots.Put(slot, &e))
+	}
+	must(t, d1.Close())
+
+	// The same size: the table is adopted as it is.
+	d2, err := Load(opts)
+	must(t, err)
+	if conns := slotConns(t, d2); len(conns) != 3 {
+		t.Fatalf("connections in the adopted table: %+v, want the 3 written", conns)
+	}
+	if n := countEntries(t, d2.objs.Conntrack); n != 0 {
+		t.Fatalf("conntrack after adopting the table: %d entries, want 0", n)
+	}
+	must(t, d2.Close())
+
+	// Another size: the live connections move into conntrack.
+	opts.Settings.HandshakeSize = 512
+	d3, err := Load(opts)
+	must(t, err)
+	defer d3.Close()
+	if n := d3.objs.HsSlots.MaxEntries(); n != 512 {
+		t.Fatalf("handshake table of %d slots after Load, want 512", n)
+	}
+	want := map[uint16]xlbCtEntry{41001: {BackendId: 1, VipId: 1}, 41002: {BackendId: 11, VipId: 1, Flags: ctFlagClosing}}
+	for port, w := range want {
+		k := hsKey(c, port)
+		var e xlbCtEntry
+		if err := d3.objs.Conntrack.Lookup(&k, &e); err != nil {
+			t.Fatalf("port %d: no conntrack entry after the table was replaced: %v", port, err)
+		}
+		if e.BackendId != w.BackendId || e.VipId != w.VipId || e.Flags != w.Flags || e.VipPort != k.Dport {
+			t.Errorf("port %d: conntrack entry %+v, want %+v and the service port", port, e, w)
+		}
+		if now := monotonicNow(); e.LastSeen > now || now-e.LastSeen > uint64(5*time.Second) {
+			t.Errorf("port %d: conntrack entry last seen at %d ns, want its slot's time (about %d)", port, e.LastSeen, now)
+		}
+		if slot, mask := liveSlot(&k, uint32(d3.opts.Seed), d3.live.slots, d3.live.half); d3.live.bits(slot)&mask == 0 {
+			t.Errorf("port %d: the moved connection has no live-flow filter bit", port)
+		}
+	}
+	if n := countEntries(t, d3.objs.Conntrack); n != 2 {
+		t.Errorf("conntrack after the table was replaced: %d entries, want 2 (not the idle connection, not the handshake)", n)
 	}
 }
