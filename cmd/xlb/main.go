@@ -63,9 +63,10 @@ const usage = `usage:
   xlb show dsr [--pin-path DIR] [--json] [--limit N]
       Show what the XDP datapath pinned in DIR (default /sys/fs/bpf/xlb) is doing, from its
       maps alone (read-only; no daemon needed): services with their backends' Maglev shares
-      and counters, and the backends in no table (the default); conntrack entries (at most N,
-      default 1000, 0: all; the most recently used first; expired ones are listed until the
-      LRU reuses them; a TCP flow from its handshake's ACK, a UDP flow from its second
+      and counters, and the backends in no table (the default); the flows (at most N, default
+      1000, 0: all; the most recently used first; expired ones are listed until the LRU reuses
+      them; a TCP connection from its handshake's ACK, held in its handshake slot until a SYN
+      of another tuple needs the slot, then in conntrack; a UDP flow from its second
       datagram); or the verdict counters. --vip keeps one VIP's services and flows.
       Port * is all ports (the client's port kept). flow explains where one flow's packets
       go: its frontend, source ranges, the Maglev slot of a new connection (the seed read from

@@ -209,6 +209,9 @@ func (x *explainer) established(est forward.Decision) {
 	if fl.Closing {
 		closing = ", closing"
 	}
+	if fl.InSlot {
+		closing += ", held in its handshake slot"
+	}
 	idle := fmt.Sprintf("idle %v", fl.Idle.Round(time.Millisecond))
 	x.e.Conntrack = est.Conntrack.String()
 	switch est.Conntrack {

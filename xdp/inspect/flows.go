@@ -6,12 +6,14 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// Flows is `xlb show flows`: conntrack entries, the most recently used first.
+// Flows is `xlb show flows`: conntrack entries and the connections held in handshake slots, the
+// most recently used first.
 type Flows struct {
 	Flows []Flow `json:"flows"`
 	// Total counts the entries that match the VIP asked for, also those beyond the limit.
@@ -25,11 +27,14 @@ type Flow struct {
 	Dst     string `json:"dst"`
 	Reverse bool   `json:"reverse,omitempty"`
 	// Backend is the chosen backend's endpoint (forward entries), "" if it is gone.
-	Backend   string  `json:"backend,omitempty"`
-	BackendID uint32  `json:"backendID,omitempty"`
-	VIPID     uint32  `json:"vipID"`
-	Closing   bool    `json:"closing,omitempty"`
-	IdleSec   float64 `json:"idleSeconds"`
+	Backend   string `json:"backend,omitempty"`
+	BackendID uint32 `json:"backendID,omitempty"`
+	VIPID     uint32 `json:"vipID"`
+	Closing   bool   `json:"closing,omitempty"`
+	// InSlot: a TCP connection the XDP datapath holds in its handshake slot, not in conntrack
+	// (datapath.Flow.InSlot).
+	InSlot  bool    `json:"inSlot,omitempty"`
+	IdleSec float64 `json:"idleSeconds"`
 }
 
 // ReadFlows returns up to limit conntrack entries of p (0: all), those of VIP address only
@@ -70,7 +75,7 @@ func ReadFlows(p *xdp.Pinned, only netip.Addr, limit int) (Flows, error) {
 	doc.Flows = []Flow{}
 	for _, f := range flows {
 		sf := Flow{Proto: f.Proto.String(), Src: f.Src.String(), Dst: f.Dst.String(), Reverse: f.Reverse,
-			VIPID: uint32(f.VIP), Closing: f.Closing, IdleSec: f.Idle.Seconds()}
+			VIPID: uint32(f.VIP), Closing: f.Closing, InSlot: f.InSlot, IdleSec: f.Idle.Seconds()}
 		if !f.Reverse {
 			sf.BackendID = uint32(f.Backend)
 			if b, ok := backends[f.Backend]; ok {
@@ -91,10 +96,14 @@ func (doc Flows) WriteText(w io.Writer) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "PROTO\tCLIENT\tVIP\tBACKEND\tIDLE\tSTATE")
 	for _, f := range doc.Flows {
-		state := ""
+		var states []string
 		if f.Closing {
-			state = "closing"
+			states = append(states, "closing")
 		}
+		if f.InSlot {
+			states = append(states, "in handshake slot")
+		}
+		state := strings.Join(states, ", ")
 		be := f.Backend
 		if f.Reverse {
 			// A reverse entry is keyed backend -> client: show it from the client's side.
