@@ -15,6 +15,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/progrun"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // The A/B benchmark measures the committed object against a base build (testdata/ab, the object
@@ -107,6 +108,25 @@ func abCases() []abCase {
 				return [][]byte{connPacket(b, connSrc(i+abInFlight), 80, layers.IPProtocolTCP, "S", isn),
 					connPacket(b, connSrc(i), 80, layers.IPProtocolTCP, "A", isn+1)}
 			}},
+		// Connection into a handshake table whose slots nearly all hold live connections
+		// (abSlotsFull connections opened first, never closed: long-lived ones): each SYN
+		// then moves its slot's connection into conntrack, the insert a connection's ACK made
+		// before the connections moved into the slots. The worst case for the new object, as
+		// Connection (an emptier table) is the best; short connections, which close before
+		// their slot is needed, never insert at all.
+		{name: "ConnectionSlotsFull", unit: "conn", want: xdpRedirect,
+			setup: func(b *testing.B, g *gw) {
+				for i := range abSlotsFull {
+					s := connSrc(abUnits + i)
+					g.run(b, connPacket(b, s, 80, layers.IPProtocolTCP, "S", isn), g.ext)
+					g.run(b, connPacket(b, s, 80, layers.IPProtocolTCP, "A", isn+1), g.ext)
+				}
+			},
+			next: func(b *testing.B, i int) [][]byte {
+				s := connSrc(i)
+				return [][]byte{connPacket(b, s, 80, layers.IPProtocolTCP, "S", isn),
+					connPacket(b, s, 80, layers.IPProtocolTCP, "A", isn+1)}
+			}},
 		{name: "FirstSYN", unit: "pkt", want: xdpRedirect,
 			next: func(b *testing.B, i int) [][]byte {
 				return [][]byte{connPacket(b, connSrc(i), 80, layers.IPProtocolTCP, "S", isn)}
@@ -189,6 +209,9 @@ func abFlows(b *testing.B) [][]byte {
 // abInFlight handshakes between a SYN and its ACK in ConnectionInFlight.
 const (
 	abInFlight = 4096
+	// abSlotsFull is three times the default handshake table: e^-3, 5% of the slots, stay
+	// without a connection.
+	abSlotsFull = 3 * datapath.DefaultHandshakeSize
 	abUDPFlows = 65536
 	abRounds   = 15
 	abChunk    = 2000

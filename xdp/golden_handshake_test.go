@@ -71,6 +71,19 @@ func (c hsCase) tcp(cport uint16, flags string, to netip.AddrPort, mac string) (
 	return in, out
 }
 
+// handshake sends the SYN (sequence number isn) and the ACK of a connection from client port
+// cport to c's VIP through g, and checks that both go to backend to (MAC mac), the ACK as a
+// handshake hit.
+func (c hsCase) handshake(t *testing.T, g *gw, cport uint16, isn uint32, to netip.AddrPort, mac string) {
+	t.Helper()
+	syn, synOut := c.tcp(cport, "S", to, mac)
+	syn.Seq, synOut.Seq = isn, isn
+	g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synOut.bytes(t), fwd(ReasonFwdRedirect)})
+	ack, ackOut := c.tcp(cport, "A", to, mac)
+	ack.Seq, ackOut.Seq = isn+1, isn+1
+	g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackOut.bytes(t), fwdHS(ReasonFwdRedirect)})
+}
+
 // TestGoldenHandshakeSurvivesTableChange: the VIP's Maglev table changes between a SYN and its
 // ACK (a backend joins while connections are being opened) so that the tuple's slot now names Y;
 // a retransmitted SYN and the ACK still go to X, the backend the SYN went to, and the ACK creates

@@ -71,12 +71,7 @@ func TestGoldenLiveFilter(t *testing.T) {
 
 			// A SYN on the idle tuple is a new connection on Y; its ACK follows it, and the
 			// connection lives in its slot (the idle entry, never asked, is not its flow).
-			syn, synToY := c.tcp(idle, "S", c.toY, c.macY)
-			syn.Seq, synToY.Seq = 500, 500
-			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToY.bytes(t), fwd(ReasonFwdRedirect)})
-			ack, ackToY := c.tcp(idle, "A", c.toY, c.macY)
-			ack.Seq, ackToY.Seq = 501, 501
-			g.expect(t, ack.bytes(t), g.ext, want{xdpRedirect, ackToY.bytes(t), fwdHS(ReasonFwdRedirect)})
+			c.handshake(t, g, idle, 500, c.toY, c.macY)
 			must(t, d.invalidateCaches()) // the next packet reads the slot, not the flow cache
 			data, dataToY := c.tcp(idle, "A", c.toY, c.macY)
 			data.Seq, dataToY.Seq = 0x70000000, 0x70000000 // far past the SYN's: not the handshake

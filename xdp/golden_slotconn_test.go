@@ -29,12 +29,8 @@ func TestGoldenSlotConnections(t *testing.T) {
 			slotA, b := sharedSlot(t, c, d, a, false)
 
 			// A's handshake on X: the slot holds the connection, conntrack nothing.
-			synA, synAToX := c.tcp(a, "S", c.toX, c.macX)
-			synA.Seq, synAToX.Seq = 1000, 1000
-			g.expect(t, synA.bytes(t), g.ext, want{xdpRedirect, synAToX.bytes(t), fwd(ReasonFwdRedirect)})
-			ackA, ackAToX := c.tcp(a, "A", c.toX, c.macX)
-			ackA.Seq, ackAToX.Seq = 1001, 1001
-			g.expect(t, ackA.bytes(t), g.ext, want{xdpRedirect, ackAToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+			c.handshake(t, g, a, 1000, c.toX, c.macX)
+			synA, _ := c.tcp(a, "S", c.toX, c.macX)
 			if n := countEntries(t, d.objs.Conntrack); n != 0 {
 				t.Fatalf("the completed handshake made %d conntrack entries, want 0", n)
 			}
@@ -128,10 +124,7 @@ func TestGoldenSlotConnections(t *testing.T) {
 			// conntrack: the next SYN on its slot overwrites it.
 			_, p := sharedSlot(t, c, d, b, false)
 			_, q := sharedSlot(t, c, d, p, false)
-			synP, synPToX := c.tcp(p, "S", c.toX, c.macX)
-			g.expect(t, synP.bytes(t), g.ext, want{xdpRedirect, synPToX.bytes(t), fwd(ReasonFwdRedirect)})
-			ackP, ackPToX := c.tcp(p, "A", c.toX, c.macX)
-			g.expect(t, ackP.bytes(t), g.ext, want{xdpRedirect, ackPToX.bytes(t), fwdHS(ReasonFwdRedirect)})
+			c.handshake(t, g, p, 0, c.toX, c.macX)
 			finP, finPToX := c.tcp(p, "FA", c.toX, c.macX)
 			g.expect(t, finP.bytes(t), g.ext, want{xdpRedirect, finPToX.bytes(t), fwd(ReasonFwdRedirect)})
 			must(t, d.objs.HsSlots.Lookup(slotA, &e))
