@@ -200,8 +200,10 @@ type Datapath struct {
 	//     no conntrack entry yet) the datapath remembers, so that a handshake's ACK goes to its
 	//     SYN's backend even when the Maglev table changed in between; 0 to 4294967295, 0 means
 	//     the default (65536). It also holds the first datagram of each UDP flow, whose second
-	//     datagram goes there and enters conntrack. A SYN flood churns this table, never
-	//     conntrack; so does a flood of one-datagram UDP flows. Its slots also
+	//     datagram goes there and enters conntrack, and the connection a completed handshake
+	//     became, until a SYN of another tuple needs its slot and moves it into conntrack (a
+	//     short connection that closes first never enters conntrack). A SYN flood churns this
+	//     table, never conntrack; so does a flood of one-datagram UDP flows. Its slots also
 	//     hold the filter that spares a SYN the conntrack lookup, a quarter full at about
 	//     4.6 × handshakeSize live TCP flows: raise it on a gateway that holds more.
 	//   - Seed (key seed) seeds the flow hash, 0 to 4294967295. Every gateway of a site must use
