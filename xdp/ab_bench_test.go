@@ -212,10 +212,10 @@ const (
 	// abSlotsFull is three times the default handshake table: e^-3, 5% of the slots, stay
 	// without a connection.
 	abSlotsFull = 3 * datapath.DefaultHandshakeSize
-	abUDPFlows = 65536
-	abRounds   = 15
-	abChunk    = 2000
-	abUnits    = abRounds * abChunk
+	abUDPFlows  = 65536
+	abRounds    = 15
+	abChunk     = 2000
+	abUnits     = abRounds * abChunk
 )
 
 // abMeasure runs units [from, from+n) of c on g and returns the mean net ns per unit.
