@@ -107,10 +107,10 @@ func ageOne(t *testing.T, d *Datapath, c hsCase, cport uint16, age time.Duration
 
 // TestGoldenLiveBitsInSlot: the live-flow filter's bits live in the handshake slots, which the
 // handshakes themselves keep changing. A completed handshake leaves its connection in the slot,
-// with no conntrack entry and so no bit; another tuple's SYN taking the slot over moves it into
-// conntrack (hs_promote) and sets its bit, which must survive that SYN's write and a flush of
-// the handshakes, or a SYN on the live tuple would skip conntrack and lose its flow's backend
-// (ct_syn_kept). The slot's SYN time, kept in coarse 32-bit units, reads back as the SYN's clock.
+// with no conntrack entry and so no bit; another tuple's SYN taking the slot over (both slots of
+// its pair holding connections) moves it into conntrack (hs_promote) and sets its bit, which must
+// survive that SYN's write and a flush of the handshakes, or a SYN on the live tuple would skip
+// conntrack and lose its flow's backend (ct_syn_kept). The slot's SYN time, kept in coarse 32-bit units, reads back as the SYN's clock.
 // IPv4 and IPv6.
 func TestGoldenLiveBitsInSlot(t *testing.T) {
 	const slots = 256
@@ -138,6 +138,12 @@ func TestGoldenLiveBitsInSlot(t *testing.T) {
 			}
 			if liveBitSet(t, d, c, a, 0) || countEntries(t, d.objs.Conntrack) != 0 {
 				t.Fatal("A's ACK made a conntrack entry (its connection belongs in its slot)")
+			}
+			// A third tuple of the same home slot: its connection takes the pair's other slot.
+			_, b2 := sharedSlot(t, c, d, b, false)
+			c.handshake(t, g, b2, 0, c.toX, c.macX)
+			if conns := slotConns(t, d); len(conns) != 2 || countEntries(t, d.objs.Conntrack) != 0 {
+				t.Fatalf("connections in slots: %+v, want A's and the third tuple's, no conntrack entry", conns)
 			}
 			synB, synBToX := c.tcp(b, "S", c.toX, c.macX)
 			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToX.bytes(t), fwd(ReasonFwdRedirect)})

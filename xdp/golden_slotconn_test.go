@@ -1,6 +1,8 @@
 package xdp
 
 import (
+	"cmp"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,9 +14,10 @@ import (
 // the slot must then be everything conntrack was to it: its later packets — past the handshake's
 // sequence window, after a table change, missing the flow cache — keep its backend; a forged SYN
 // on its tuple keeps it too (ct_syn_kept) and leaves the slot alone; a FIN makes it closing; the
-// flow listing shows it. A SYN of another tuple taking the slot over first moves it into conntrack
-// with its backend, VIP and closing state, and its packets keep their backend from there; a
-// closing one quiet for a while is overwritten instead. A connection idle past its timeout is no
+// flow listing shows it. A SYN of another tuple taking the slot over (both slots of the pair
+// holding connections) first moves it into conntrack with its backend, VIP and closing state,
+// and its packets keep their backend from there; a closing one quiet for a while is overwritten
+// instead. A connection idle past its timeout is no
 // connection: its next packet is balanced anew (ct_reselect) and recorded as a mid-flow pickup.
 // IPv4 and IPv6.
 func TestGoldenSlotConnections(t *testing.T) {
@@ -71,7 +74,11 @@ func TestGoldenSlotConnections(t *testing.T) {
 				t.Fatalf("flows after A's FIN: %+v, want A closing, in its slot", flows)
 			}
 
-			// B's SYN (to Y) takes the slot: A moves into conntrack, closing, on X.
+			// Z, of the same home slot, completes its handshake (on Y) in the pair's other slot.
+			// Then B's SYN (to Y), both slots holding connections, takes the home slot: A moves
+			// into conntrack, closing, on X.
+			_, z := sharedSlot(t, c, d, b, false)
+			c.handshake(t, g, z, 0, c.toY, c.macY)
 			synB, synBToY := c.tcp(b, "S", c.toY, c.macY)
 			g.expect(t, synB.bytes(t), g.ext, want{xdpRedirect, synBToY.bytes(t), fwd(ReasonFwdRedirect)})
 			var ce xlbCtEntry
@@ -88,8 +95,10 @@ func TestGoldenSlotConnections(t *testing.T) {
 			}
 			flows, err = d.Flows()
 			must(t, err)
-			if len(flows) != 1 || flows[0].Src != synA.Src || flows[0].InSlot || !flows[0].Closing {
-				t.Fatalf("flows after B's SYN: %+v, want A in conntrack, closing", flows)
+			slices.SortFunc(flows, func(x, y datapath.Flow) int { return cmp.Compare(x.Src.Port(), y.Src.Port()) })
+			if len(flows) != 2 || flows[0].Src != synA.Src || flows[0].InSlot || !flows[0].Closing ||
+				flows[1].Src.Port() != z || !flows[1].InSlot || flows[1].Closing {
+				t.Fatalf("flows after B's SYN: %+v, want A in conntrack, closing, and Z in its slot", flows)
 			}
 			must(t, d.invalidateCaches())
 			lastA, lastAToX := c.tcp(a, "A", c.toX, c.macX)
@@ -116,13 +125,14 @@ func TestGoldenSlotConnections(t *testing.T) {
 			if ce.BackendId != uint32(c.x) {
 				t.Fatalf("B's conntrack entry after its idle slot: %+v, want backend %d", ce, c.x)
 			}
-			if conns := slotConns(t, d); len(conns) != 0 {
-				t.Fatalf("the idle connection's slot after the pickup: %+v, want empty", conns)
+			if conns := slotConns(t, d); len(conns) != 1 {
+				t.Fatalf("connections in slots after the pickup: %+v, want Z's alone", conns)
 			}
 
 			// A closing connection quiet for longer than HS_CLOSING_PROMOTE_NS is not worth
-			// conntrack: the next SYN on its slot overwrites it.
-			_, p := sharedSlot(t, c, d, b, false)
+			// conntrack: the next SYN on its pair takes its slot rather than Z's, and does not
+			// move it into conntrack.
+			_, p := sharedSlot(t, c, d, z, false)
 			_, q := sharedSlot(t, c, d, p, false)
 			c.handshake(t, g, p, 0, c.toX, c.macX)
 			finP, finPToX := c.tcp(p, "FA", c.toX, c.macX)
@@ -138,6 +148,9 @@ func TestGoldenSlotConnections(t *testing.T) {
 			}
 			if hs := handshakes(t, d); len(hs) != 1 || hs[synQ.Src].BackendId != uint32(c.x) {
 				t.Fatalf("the slot after Q's SYN: %+v, want Q's handshake", hs)
+			}
+			if conns := slotConns(t, d); len(conns) != 1 {
+				t.Fatalf("connections in slots after Q's SYN: %+v, want Z's alone", conns)
 			}
 		})
 	}

@@ -138,6 +138,15 @@
  * after that is balanced by Maglev (the same backend unless the table changed meanwhile). */
 #define HS_CLOSING_PROMOTE_NS (2ull * 1000000000ull)
 
+/* A datagram flow's first datagram holds its handshake slot against other datagrams for this
+ * long (a SYN may still take it): a flow that sends its second datagram within it always finds
+ * its first, even when another flow shares its slot (the other finds the slot held and goes into
+ * conntrack at once, rather than the two taking each other's entry in turn, so that neither ever
+ * reaches its second datagram). A slot absorbs one first datagram per this time without
+ * conntrack: at 65,536 slots, 3.3 million one-datagram flows a second, beyond what a gateway's
+ * CPUs forward; only a flood faster than that goes into conntrack, within the new-flow budget. */
+#define HS_DATAGRAM_HOLD_NS (20ull * 1000000ull)
+
 /* hs_match says how hs_backend checks a packet against a handshake's SYN. */
 enum hs_match {
 	HS_MATCH_ANY,  /* an ICMP error about the flow: no sequence number to check */

@@ -18,7 +18,15 @@ static __always_inline __u32 hs_check(__u32 hash, __u32 backend_id, __u32 vip_id
 	return ((hash ^ backend_id) * HS_CHECK_MUL ^ vip_id) * HS_CHECK_MUL ^ isn;
 }
 
-/* hs_slot returns the slot of the tuple of hash (tuple_hash) in hs_slots. */
+/* A tuple's entry may sit in either slot of a pair: its home slot (tuple_hash & cfg_hs_mask),
+ * which also keeps its live-flow filter bit, or the other slot of the same 128-byte pair (home ^
+ * 1, the adjacent cache line, which CPUs tend to fetch with the first). Two choices make a
+ * slot's collisions rare where one made them common: a SYN takes the slot of the pair whose
+ * entry is cheaper to lose (hs_syn_slot), so it moves a connection into conntrack only when both
+ * hold one. A tuple is in at most one slot of its pair: whoever writes it writes the slot already
+ * holding it, if one does. */
+
+/* hs_slot returns the home slot of the tuple of hash (tuple_hash) in hs_slots. */
 static __always_inline struct hs_entry *hs_slot(__u32 hash)
 {
 	__u32 i = hash & cfg_hs_mask;
@@ -26,16 +34,33 @@ static __always_inline struct hs_entry *hs_slot(__u32 hash)
 	return bpf_map_lookup_elem(&hs_slots, &i);
 }
 
-/* hs_held returns the slot of fk (hash its tuple_hash) if it holds a whole entry for fk: its
- * tuple, and a check word that matches its fields. Else NULL. */
+/* hs_alt returns the other slot of the home slot's pair. */
+static __always_inline struct hs_entry *hs_alt(__u32 hash)
+{
+	__u32 i = (hash & cfg_hs_mask) ^ 1;
+
+	return bpf_map_lookup_elem(&hs_slots, &i);
+}
+
+/* hs_whole says whether slot e holds a whole entry for fk (hash its tuple_hash): its tuple, and a
+ * check word that matches its fields. */
+static __always_inline int hs_whole(const struct hs_entry *e, const struct flow_key *fk,
+				    __u32 hash)
+{
+	return e && flow_key_eq(&e->key, fk) &&
+	       e->check == hs_check(hash, e->backend_id, e->vip_id, e->isn);
+}
+
+/* hs_held returns the slot of fk's pair (hash its tuple_hash) that holds a whole entry for fk
+ * (hs_whole), the home slot first. Else NULL. */
 static __always_inline struct hs_entry *hs_held(const struct flow_key *fk, __u32 hash)
 {
 	struct hs_entry *e = hs_slot(hash);
 
-	if (!e || !flow_key_eq(&e->key, fk) ||
-	    e->check != hs_check(hash, e->backend_id, e->vip_id, e->isn))
-		return NULL;
-	return e;
+	if (hs_whole(e, fk, hash))
+		return e;
+	e = hs_alt(hash);
+	return hs_whole(e, fk, hash) ? e : NULL;
 }
 
 /* hs_state returns slot e's state (HS_ST_*): its key's first padding byte, which a packet's key
@@ -67,20 +92,73 @@ static __always_inline int hs_conn_worth(const struct hs_entry *e, __u64 now)
 	return !(hs_state(e) & HS_ST_CLOSING) || age <= (__s32)(HS_CLOSING_PROMOTE_NS >> HS_TIME_SHIFT);
 }
 
-/* hs_busy says whether slot e holds something a new tuple must not simply overwrite at time now:
- * a fresh TCP handshake, or a connection worth keeping (hs_conn_worth: hs_promote moves it into
- * conntrack first). */
-static __always_inline int hs_busy(const struct hs_entry *e, __u64 now)
+/* What a slot's entry costs whoever takes the slot over (hs_rank), least first: nothing (empty,
+ * a stale handshake or first datagram, a connection not worth keeping); another datagram flow's
+ * first datagram, older than HS_DATAGRAM_HOLD_NS, then a recent one (its second datagram would be
+ * balanced as a first again); a fresh TCP handshake's record (its ACK falls back to Maglev); a
+ * connection worth keeping (hs_conn_worth), which hs_promote must move into conntrack first. */
+enum hs_rank {
+	HS_RANK_FREE,
+	HS_RANK_DATAGRAM_OLD,
+	HS_RANK_DATAGRAM,
+	HS_RANK_HANDSHAKE,
+	HS_RANK_CONN,
+};
+
+/* hs_rank returns what slot e's entry costs whoever takes the slot over at time now. */
+static __always_inline enum hs_rank hs_rank(const struct hs_entry *e, __u64 now)
 {
-	if (!e->key.family || e->key.proto != PROTO_TCP)
-		return 0;
-	return (hs_state(e) & HS_ST_CONN) ? hs_conn_worth(e, now) : hs_fresh(e->syn_time, now);
+	__s32 age = (__s32)(hs_time(now) - e->syn_time);
+
+	if (!e->key.family)
+		return HS_RANK_FREE;
+	if (e->key.proto != PROTO_TCP) {
+		if (!hs_fresh(e->syn_time, now) || (age > 0 && (__u64)age > (cfg_udp_ns >> HS_TIME_SHIFT)))
+			return HS_RANK_FREE;
+		return age <= (__s32)(HS_DATAGRAM_HOLD_NS >> HS_TIME_SHIFT) ? HS_RANK_DATAGRAM :
+									      HS_RANK_DATAGRAM_OLD;
+	}
+	if (hs_state(e) & HS_ST_CONN)
+		return hs_conn_worth(e, now) ? HS_RANK_CONN : HS_RANK_FREE;
+	return hs_fresh(e->syn_time, now) ? HS_RANK_HANDSHAKE : HS_RANK_FREE;
+}
+
+/* HS_NO_SLOT is hs_pick's answer when neither slot of the pair may be taken. */
+#define HS_NO_SLOT 0xffffffffu
+
+/* hs_pick returns the index of the slot of fk's pair (hash its tuple_hash) that fk's entry is to
+ * be written to at time now: the one already holding fk, if one does (whatever it holds: a new
+ * SYN or datagram of the tuple replaces its old entry); else the one whose entry costs less to
+ * lose (hs_rank), the home slot on a tie, if that cost is at most max; else HS_NO_SLOT. A global
+ * function: the verifier checks it once. */
+__noinline __u32 hs_pick(const struct flow_key *fk, __u32 hash, __u64 now, __u32 max)
+{
+	__u32 home = hash & cfg_hs_mask, alt = home ^ 1;
+	struct hs_entry *a = bpf_map_lookup_elem(&hs_slots, &home);
+	struct hs_entry *b = bpf_map_lookup_elem(&hs_slots, &alt);
+	__u32 ra, rb;
+
+	if (!fk || !a || !b)
+		return HS_NO_SLOT;
+	if (a->key.family && flow_key_eq(&a->key, fk))
+		return home;
+	if (b->key.family && flow_key_eq(&b->key, fk))
+		return alt;
+	ra = hs_rank(a, now);
+	rb = hs_rank(b, now);
+	if (rb < ra) {
+		ra = rb;
+		home = alt;
+	}
+	return ra <= max ? home : HS_NO_SLOT;
 }
 
 /* HS_PROBE_HOLDS is set in hs_probe's result when the slot holds the tuple's entry; HS_PROBE_CONN
- * when that entry is a live connection (HS_ST_CONN) whose backend the packet keeps. */
+ * when that entry is a live connection (HS_ST_CONN) whose backend the packet keeps; HS_PROBE_ALT
+ * when the entry is in the pair's other slot (hs_alt), not the home slot. */
 #define HS_PROBE_HOLDS (1ull << 32)
 #define HS_PROBE_CONN  (1ull << 33)
+#define HS_PROBE_ALT   (1ull << 34)
 
 /* hs_probe asks the slot of fk (hash its tuple_hash) for a packet of VIP vip_id at time now:
  * HS_PROBE_HOLDS when the slot holds a whole entry for fk (its tuple, and a check word that
@@ -94,19 +172,24 @@ __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, _
 			  __u64 mseq)
 {
 	struct hs_entry *e;
+	__u64 holds = HS_PROBE_HOLDS;
 
 	if (!fk)
 		return 0;
-	e = hs_held(fk, hash);
-	if (!e)
+	e = hs_slot(hash);
+	if (!hs_whole(e, fk, hash)) {
+		e = hs_alt(hash);
+		holds |= HS_PROBE_ALT;
+	}
+	if (!e || !hs_whole(e, fk, hash))
 		return 0;
 	if (hs_state(e) & HS_ST_CONN) {
 		if (!hs_conn_live(e, now) || e->vip_id != vip_id || !backend_get(e->backend_id) ||
 		    ((mseq >> 32) == HS_MATCH_SYN && (hs_state(e) & HS_ST_CLOSING)))
-			return HS_PROBE_HOLDS;
-		return HS_PROBE_HOLDS | HS_PROBE_CONN | e->backend_id;
+			return holds;
+		return holds | HS_PROBE_CONN | e->backend_id;
 	}
-	return HS_PROBE_HOLDS | hs_backend(e, vip_id, now, mseq >> 32, (__u32)mseq);
+	return holds | hs_backend(e, vip_id, now, mseq >> 32, (__u32)mseq);
 }
 
 /* HS_CONN_STALE and HS_CONN_CLOSING are flags of hs_conn's result. */
@@ -166,9 +249,13 @@ static __always_inline void hs_write(struct hs_entry *e, const struct flow_key *
 }
 
 /* hs_udp_take returns the backend the first datagram of flow fk (hash its tuple_hash, no
- * conntrack entry) went to, if its slot holds that (hs_udp_record) and a datagram of VIP vip_id
- * may still use it at time now (hs_backend, and within the datagram timeout, cfg_udp_ns), and
- * empties the slot: conntrack takes the flow over. Else 0. A global function: the verifier checks it once. */
+ * conntrack entry) went to, if its home slot holds that (hs_udp_record) and a datagram of VIP
+ * vip_id may still use it at time now (hs_backend, and within the datagram timeout, cfg_udp_ns),
+ * and empties the slot: conntrack takes the flow over. Else 0. A datagram flow's first datagram
+ * only ever takes its home slot, not the other of its pair: reading a second line for every new
+ * datagram measured ~130 ns of a first datagram's ~400 (a SYN pays it, for the connections it
+ * keeps out of conntrack; a datagram would not). A global function: the verifier checks it
+ * once. */
 __noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id, __u64 now)
 {
 	struct hs_entry *e;
@@ -177,8 +264,8 @@ __noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id
 
 	if (!fk)
 		return 0;
-	e = hs_held(fk, hash);
-	if (!e)
+	e = hs_slot(hash);
+	if (!hs_whole(e, fk, hash))
 		return 0;
 	bid = hs_backend(e, vip_id, now, HS_MATCH_ANY, 0);
 	/* A datagram flow idle past the datagram timeout is a new flow, as its conntrack entry
@@ -190,26 +277,29 @@ __noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id
 	return bid;
 }
 
-/* hs_udp_record records in the slot of fk (hash its tuple_hash) that the first datagram of a
- * flow without a conntrack entry went to backend bid of VIP vip_id (bid_vip's high and low 32
- * bits) at time now, and returns 1, if the slot may take it: when it is empty, holds a datagram
- * flow's first (the tuple's own unusable one, or another flow's: that flow, if it sends again, is
- * balanced as new, by Maglev, the same backend unless the table changed meanwhile), or a
- * handshake no longer fresh. A fresh handshake is never taken over by a datagram, so a flood of
- * datagrams cannot cost a connection its SYN's record: then it returns 0 and the datagram goes
- * into conntrack at once. A global function: the verifier checks it once. */
+/* hs_udp_record records in fk's home slot (hash its tuple_hash) that the first datagram of a flow
+ * without a conntrack entry went to backend bid of VIP vip_id (bid_vip's high and low 32 bits) at
+ * time now, and returns 1, if the slot may take it: when it holds the tuple's own unusable entry,
+ * or costs at most HS_RANK_DATAGRAM_OLD to take (hs_rank: empty, a stale entry, a connection not
+ * worth keeping, another datagram flow's first datagram older than HS_DATAGRAM_HOLD_NS — that
+ * flow, if it sends again, is balanced as new, by Maglev, the same backend unless the table
+ * changed meanwhile). A fresh handshake, a live connection or another flow's recent first
+ * datagram is never taken over by a datagram: a flood of datagrams cannot cost a connection its
+ * SYN's record nor move connections into conntrack, and two datagram flows sharing a slot do not
+ * take each other's entry in turn (the second, within the hold, goes to conntrack). Otherwise it
+ * returns 0 and the datagram goes into conntrack at once. A global function: the verifier checks
+ * it once. */
 __noinline int hs_udp_record(const struct flow_key *fk, __u32 hash, __u64 now, __u64 bid_vip)
 {
 	struct hs_entry *e = hs_slot(hash);
 
 	if (!fk || !e)
 		return 0;
-	if (hs_busy(e, now))
+	if (!(e->key.family && flow_key_eq(&e->key, fk)) && hs_rank(e, now) > HS_RANK_DATAGRAM_OLD)
 		return 0;
 	hs_write(e, fk, hash, now, bid_vip >> 32, (__u32)bid_vip, 0);
 	return 1;
 }
-
 
 /* hs_retire empties slot e: its handshake completed (the conntrack entry took over). The slot's
  * live-flow filter bits stay. */

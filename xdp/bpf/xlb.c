@@ -56,15 +56,15 @@ static __always_inline void ct_store(const struct flow_key *fk, __u64 now, __u32
 	}
 }
 
-/* hs_promote moves the connection the slot of hash (a tuple_hash) holds into conntrack (with its
- * backend, VIP, closing state and idle time) if it is worth keeping (hs_conn_worth) and not fk's
- * own: called by a SYN of fk about to take the slot over (paid from its handshake budget).
- * Returns 1 when it inserted. A global function: the verifier checks it once. */
-__noinline int hs_promote(const struct flow_key *fk, __u32 hash, __u64 now)
+/* hs_promote moves the connection slot i holds into conntrack (with its backend, VIP, closing
+ * state and idle time) if it is worth keeping (hs_conn_worth) and not fk's own: called by a SYN
+ * of fk about to take the slot over (paid from its handshake budget). Returns 1 when it
+ * inserted. A global function: the verifier checks it once. */
+__noinline int hs_promote(const struct flow_key *fk, __u32 i, __u64 now)
 {
-	struct hs_entry *e = hs_slot(hash);
+	struct hs_entry *e = bpf_map_lookup_elem(&hs_slots, &i);
 	struct ct_scratch *sc;
-	__u32 zero = 0;
+	__u32 zero = 0, hash;
 	__s32 age;
 
 	if (!fk || !e || !e->key.family || !(hs_state(e) & HS_ST_CONN) || !hs_conn_worth(e, now) ||
@@ -151,8 +151,13 @@ static __always_inline void record_hop(struct flow_cache_entry *rec, struct pack
 /* forward DNATs a packet of VIP vip_id to backend bid and sends it on its way. rec, when not
  * NULL, is the flow's flow_cache entry (an established flow): when XDP sends the packet, what
  * was done to it is recorded there for the flow's next packets (flow_replay). carry says the
- * packet opens the flow here (no conntrack entry): to a backend of direct server return it
- * carries its frontend (xlb_dsr, by tail call). */
+ * packet has no conntrack entry: to a backend of direct server return it carries its frontend
+ * (xlb_dsr, by tail call) if it opens the flow here — a TCP packet (a SYN, its ACK, a flow ECMP
+ * moved here), a datagram that is a new flow (new_flow); not a datagram flow's second datagram,
+ * which the node has seen the first of (as before first datagrams went to the handshake slots;
+ * and the same whatever the slot held: the AF_XDP engine, which has no slots, decides alike).
+ * Tested on new_flow, which forward has anyway: one more flag carried in cost the verifier
+ * ~93,000 instructions, a second call site for the second datagram more. */
 static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *data_end,
 				   __u32 vip_id, __u32 bid, struct backend *be, int new_flow,
 				   __u64 now, __u32 gen, struct flow_cache_entry *rec,
@@ -168,7 +173,7 @@ static __always_inline int forward(struct xdp_md *ctx, struct packet *p, void *d
 	count_traffic(&backend_stats, bid, p->pkt_len, new_flow);
 	count_reason(REASON_NAT_FORWARD);
 	rewrite_endpoint(p, data_end, 0, &be->addr, be->port);
-	if (carry && (be->flags & BACKEND_F_DSR)) {
+	if (carry && (be->flags & BACKEND_F_DSR) && (new_flow || p->proto == PROTO_TCP)) {
 		struct dsr_meta *m = dsr_meta_get();
 
 		if (m) {
@@ -368,7 +373,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 				   (__u64)(syn ? HS_MATCH_SYN : HS_MATCH_DATA) << 32 | p->tcp_seq);
 
 		if (r & HS_PROBE_HOLDS)
-			hs = hs_slot(th);
+			hs = (r & HS_PROBE_ALT) ? hs_alt(th) : hs_slot(th);
 		bid = (__u32)r;
 		if (syn && (r & HS_PROBE_CONN)) {
 			/* A SYN on the tuple of a live connection its slot holds: ct_syn_kept, as
@@ -402,7 +407,7 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 	 * slot may take it (hs_udp_record): one-shot datagrams and floods of random tuples never
 	 * insert into conntrack. An ambiguous backend's reply still needs the reverse entry, from
 	 * the new-flow budget. */
-	new_flow = syn || (p->proto != PROTO_TCP && !ct && !hs_hit);
+	new_flow = syn || (p->proto != PROTO_TCP && !hs_hit);
 	if (p->proto != PROTO_TCP && !hs_hit)
 		udp_first = hs_udp_record(fk, th, now, (__u64)bid << 32 | vip_id);
 	/* The TCP packet completing a handshake this gateway saw (a handshake_hit) marks its slot
@@ -432,12 +437,15 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 
 		if (again)
 			hs->syn_time = hs_time(now);
-		/* A SYN taking a slot that holds another tuple's connection first moves that
-		 * connection into conntrack (hs_promote), paid from this SYN's handshake budget. */
+		/* A SYN takes the slot of its pair whose entry costs least to lose (hs_pick); one
+		 * that holds another tuple's connection, it moves into conntrack first (hs_promote),
+		 * paid from this SYN's handshake budget. */
 		if (again || budget_take(BUDGET_HANDSHAKE, now)) {
-			slot = again ? NULL : hs_slot(th);
+			__u32 i = again ? HS_NO_SLOT : hs_pick(fk, th, now, HS_RANK_CONN);
+
+			slot = bpf_map_lookup_elem(&hs_slots, &i);
 			if (slot) {
-				hs_promote(fk, th, now);
+				hs_promote(fk, i, now);
 				hs_write(slot, fk, th, now, bid, vip_id, p->tcp_seq);
 			}
 			if (be->flags & BACKEND_F_REVERSE_CT)
@@ -460,6 +468,10 @@ static __always_inline int lb_forward(struct xdp_md *ctx, struct packet *p, void
 			fc->gen = 0;
 		ct = NULL;
 	}
+	/* A flow's opening packets carry the frontend to a DSR backend's node: a SYN, its ACK (the
+	 * node's half-open entry becomes a flow), a first datagram; not a datagram flow's second,
+	 * which the node has seen the first of (as it was before first datagrams went to the slots,
+	 * and whatever the slot held, so the AF_XDP engine, which has no slots, decides the same). */
 	return forward(ctx, p, data_end, vip_id, bid, be, new_flow, now, gen, NULL, 0, 1);
 
 established:

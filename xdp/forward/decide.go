@@ -315,7 +315,7 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		return drop(d, ReasonDropNoBackend)
 	}
 	revCT := b.needsReverseCT(be, p)
-	newFlow := syn || (p.Proto != datapath.TCP && !ctFound && !hsHit)
+	newFlow := syn || (p.Proto != datapath.TCP && !hsHit)
 	if p.Proto != datapath.TCP && !hsHit {
 		// The flow's first datagram here: recorded in the handshake table, not in conntrack
 		// (hs_udp_record; the table here has no slots to share, so it always takes it), with
@@ -372,7 +372,10 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 			b.ct[fk] = ct
 		}
 	}
-	d.Carry, d.CarryPort = be.DSR, p.DstPort
+	// The packets that open a flow here carry the frontend to a DSR backend's node (carry in
+	// forward, bpf/xlb.c): a TCP packet without conntrack entry, a datagram without one; not a
+	// datagram flow's second, which the node has seen the first of.
+	d.Carry, d.CarryPort = be.DSR && (newFlow || p.Proto == datapath.TCP), p.DstPort
 	return b.established(p, v, bid, be, newFlow, d)
 }
 
