@@ -91,10 +91,8 @@ func (c hsCase) handshake(t *testing.T, g *gw, cport uint16, isn uint32, to neti
 func TestGoldenHandshakeSurvivesTableChange(t *testing.T) {
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := newGW(t, Options{})
-			services(t, g)
+			g := caseGW(t, c, datapath.Settings{})
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
 
 			syn, synToX := c.tcp(47000, "S", c.toX, c.macX)
 			g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
@@ -139,10 +137,8 @@ func TestGoldenHandshakeSurvivesTableChange(t *testing.T) {
 // re-records the handshake on the new backend.
 func TestGoldenHandshakeBackendDown(t *testing.T) {
 	c := hsCases()[0]
-	g := newGW(t, Options{})
-	services(t, g)
+	g := caseGW(t, c, datapath.Settings{})
 	d := g.dp
-	must(t, d.UpsertBackend(c.y, c.setupBackend))
 
 	syn, synToX := c.tcp(48000, "S", c.toX, c.macX)
 	g.expect(t, syn.bytes(t), g.ext, want{xdpRedirect, synToX.bytes(t), fwd(ReasonFwdRedirect)})
@@ -252,10 +248,8 @@ func TestGoldenHandshakeSYNFlood(t *testing.T) {
 func TestGoldenHandshakePortReuse(t *testing.T) {
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := newGW(t, Options{})
-			services(t, g)
+			g := caseGW(t, c, datapath.Settings{})
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
 
 			syn, synToX := c.tcp(49000, "S", c.toX, c.macX)
 			syn.Seq, synToX.Seq = 100, 100

@@ -21,12 +21,17 @@ func hsKey(c hsCase, cport uint16) xlbFlowKey {
 	return forwardKey(c.client, cport, c.vipAddr, datapath.TCP)
 }
 
-// hsGW is a gateway with c's services, its backend Y, and a handshake table of slots slots.
-func hsGW(t *testing.T, c hsCase, slots uint32) *gw {
-	g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots}})
+// caseGW is a gateway with settings s, the services, and c's backend Y.
+func caseGW(t *testing.T, c hsCase, s datapath.Settings) *gw {
+	g := newGW(t, Options{Settings: s})
 	services(t, g)
 	must(t, g.dp.UpsertBackend(c.y, c.setupBackend))
 	return g
+}
+
+// hsGW is caseGW with a handshake table of slots slots.
+func hsGW(t *testing.T, c hsCase, slots uint32) *gw {
+	return caseGW(t, c, datapath.Settings{HandshakeSize: slots})
 }
 
 // sharedSlot returns the handshake slot of client port a's tuple to c's VIP and another client

@@ -32,10 +32,8 @@ func TestGoldenLiveFilter(t *testing.T) {
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
 			// A short established timeout: the machine may have been up for less than the default.
-			g := newGW(t, Options{Settings: datapath.Settings{TCPEstablishedTimeout: 30 * time.Second}})
-			services(t, g)
+			g := caseGW(t, c, datapath.Settings{TCPEstablishedTimeout: 30 * time.Second})
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
 			const live, idle = 46000, 46001
 			for _, port := range []uint16{live, idle} {
 				if liveBitSet(t, d, c, port, 0) || liveBitSet(t, d, c, port, 1) {

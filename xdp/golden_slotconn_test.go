@@ -24,10 +24,8 @@ func TestGoldenSlotConnections(t *testing.T) {
 	const slots = 256
 	for _, c := range hsCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := newGW(t, Options{Settings: datapath.Settings{HandshakeSize: slots, TCPEstablishedTimeout: 30 * time.Second}})
-			services(t, g)
+			g := caseGW(t, c, datapath.Settings{HandshakeSize: slots, TCPEstablishedTimeout: 30 * time.Second})
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
 			const a = 52000
 			slotA, b := sharedSlot(t, c, d, a, false)
 

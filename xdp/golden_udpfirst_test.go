@@ -58,10 +58,8 @@ func TestGoldenUDPFirstDatagram(t *testing.T) {
 	for _, c := range udpCases() {
 		t.Run(c.name, func(t *testing.T) {
 			// The default table: 300 one-shot flows over 65,536 slots.
-			g := newGW(t, Options{})
-			services(t, g)
+			g := caseGW(t, c, datapath.Settings{})
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
 
 			q, qToX := c.udp(7000, c.toX, c.macX)
 			g.expect(t, q.bytes(t), g.ext, want{xdpRedirect, qToX.bytes(t), fwd(ReasonFwdRedirect)})
@@ -246,10 +244,8 @@ func TestGoldenUDPSlotSharing(t *testing.T) {
 func TestGoldenUDPLiveFilter(t *testing.T) {
 	for _, c := range udpCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := newGW(t, Options{Settings: datapath.Settings{UDPTimeout: 30 * time.Second}})
-			services(t, g)
+			g := caseGW(t, c, datapath.Settings{UDPTimeout: 30 * time.Second})
 			d := g.dp
-			must(t, d.UpsertBackend(c.y, c.setupBackend))
 			bit := func(cport uint16) bool {
 				return liveBit(d, forwardKey(c.client, cport, c.vipAddr, datapath.UDP), d.live.half)
 			}
