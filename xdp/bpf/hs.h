@@ -105,6 +105,16 @@ enum hs_rank {
 	HS_RANK_CONN,
 };
 
+/* hs_datagram_live says whether slot e's first-datagram entry may still be its flow's at time
+ * now: fresh (hs_fresh) and younger than the datagram timeout (cfg_udp_ns) — a datagram flow idle
+ * past it is a new flow, as its conntrack entry would be expired. */
+static __always_inline int hs_datagram_live(const struct hs_entry *e, __u64 now)
+{
+	__s32 age = (__s32)(hs_time(now) - e->syn_time);
+
+	return hs_fresh(e->syn_time, now) && (age <= 0 || (__u64)age <= (cfg_udp_ns >> HS_TIME_SHIFT));
+}
+
 /* hs_rank returns what slot e's entry costs whoever takes the slot over at time now. */
 static __always_inline enum hs_rank hs_rank(const struct hs_entry *e, __u64 now)
 {
@@ -113,7 +123,7 @@ static __always_inline enum hs_rank hs_rank(const struct hs_entry *e, __u64 now)
 	if (!e->key.family)
 		return HS_RANK_FREE;
 	if (e->key.proto != PROTO_TCP) {
-		if (!hs_fresh(e->syn_time, now) || (age > 0 && (__u64)age > (cfg_udp_ns >> HS_TIME_SHIFT)))
+		if (!hs_datagram_live(e, now))
 			return HS_RANK_FREE;
 		return age <= (__s32)(HS_DATAGRAM_HOLD_NS >> HS_TIME_SHIFT) ? HS_RANK_DATAGRAM :
 									      HS_RANK_DATAGRAM_OLD;
@@ -260,7 +270,6 @@ __noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id
 {
 	struct hs_entry *e;
 	__u32 bid;
-	__s32 age;
 
 	if (!fk)
 		return 0;
@@ -268,10 +277,7 @@ __noinline __u32 hs_udp_take(const struct flow_key *fk, __u32 hash, __u32 vip_id
 	if (!hs_whole(e, fk, hash))
 		return 0;
 	bid = hs_backend(e, vip_id, now, HS_MATCH_ANY, 0);
-	/* A datagram flow idle past the datagram timeout is a new flow, as its conntrack entry
-	 * would be expired. */
-	age = (__s32)(hs_time(now) - e->syn_time);
-	if (!bid || (age > 0 && (__u64)age > (cfg_udp_ns >> HS_TIME_SHIFT)))
+	if (!bid || !hs_datagram_live(e, now))
 		return 0;
 	e->key.family = 0; /* hs_retire */
 	return bid;
