@@ -54,7 +54,7 @@ vet:
 ## check-generated: fail if the committed bpf2go and controller-gen output differs from a fresh
 ## `make generate`.
 check-generated: generate
-	@git diff --exit-code --stat -- xdp/xlb_bpfel.go xdp/xlb_bpfel.o \
+	@git diff --exit-code --stat -- xdp/gateway/xlb_bpfel.go xdp/gateway/xlb_bpfel.o \
 		bench/gen/gen_bpfel.go bench/gen/gen_bpfel.o bench/sink/sink_bpfel.go bench/sink/sink_bpfel.o \
 		bench/redirect/redirect_bpfel.go bench/redirect/redirect_bpfel.o \
 		xdp/afxdp/steer_bpfel.go xdp/afxdp/steer_bpfel.o \
@@ -97,7 +97,7 @@ test: check-generated vet kube-bins helm-bin
 ## e2e: a real appliance in three namespaces (client, gateway with the XDP datapath, backend)
 ## forwarding real TCP and UDP through a VIP, then surviving a loader restart.
 e2e:
-	$(GO) test -count=1 -v -run 'TestE2E' ./xdp/
+	$(GO) test -count=1 -v -run 'TestE2E' ./xdp/gateway/
 	$(GO) test -count=1 -v -run 'TestDaemonE2E' ./cmd/xlb/
 
 ## bench: throughput of xlb's XDP datapath next to a plain XDP redirect and nftables DNAT, in
@@ -107,7 +107,7 @@ e2e:
 bench:
 	$(GO) build -o bin/xlb-bench ./cmd/xlb-bench
 	./bin/xlb-bench --out bench/results $(BENCH_FLAGS)
-	$(GO) test -run '^$$' -bench . -benchtime 200000x -count 3 ./xdp/
+	$(GO) test -run '^$$' -bench . -benchtime 200000x -count 3 ./xdp/gateway/
 
 ## lab: a whole edge site in network namespaces (docs/lab.md): a client behind a router with
 ## ECMP to 2 gateways running xlb, a cluster L2 with 2 nodes and 5 pods, and (Kubernetes mode,

@@ -16,8 +16,8 @@ import (
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/gateway"
 	"github.com/xlb-dev/xlb/lb/maglev"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	xdpgw "github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // Run runs every control-plane benchmark and returns its metrics. A benchmark that fails
@@ -90,7 +90,7 @@ func reconcile10k() []report.Metric {
 
 // loadDatapath loads an unpinned XDP datapath, attached nowhere, for the control plane to write.
 func loadDatapath() (*benchDatapath, error) {
-	d, err := xdp.Load(xdp.Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096}})
+	d, err := xdpgw.Load(xdpgw.Options{NoPin: true, Settings: datapath.Settings{ConntrackSize: 4096}})
 	if err != nil {
 		return nil, err
 	}

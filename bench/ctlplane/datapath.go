@@ -5,15 +5,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // benchDatapath is the XDP datapath's maps, attached to no interface (the control-plane
 // benchmarks measure the writes, not forwarding), with every write counted and each Maglev
 // table's write time recorded.
 type benchDatapath struct {
-	*xdp.Datapath
+	*gateway.Datapath
 	writes atomic.Int64
 
 	mu sync.Mutex

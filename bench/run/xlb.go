@@ -10,8 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlb-dev/xlb/bench/topo"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // xlbMaglevM is the VIP's Maglev table size (the datapath's default for a service).
@@ -33,7 +33,7 @@ type XLB struct {
 	// Log receives the datapath's warnings.
 	Log *slog.Logger
 
-	d *xdp.Datapath
+	d *gateway.Datapath
 }
 
 // Name implements Datapath.
@@ -48,7 +48,7 @@ func (x *XLB) Name() string {
 // this process holds them, so a killed benchmark leaves no XDP program behind. The new-flow rate
 // guard is off, so that the established mixes can fill conntrack at full speed.
 func (x *XLB) Start(_ context.Context, t *topo.Topology) error {
-	d, err := xdp.Load(xdp.Options{NoPin: true, Logger: x.Log, Settings: datapath.Settings{ConntrackSize: x.ConntrackSize, NewFlowRate: -1}})
+	d, err := gateway.Load(gateway.Options{NoPin: true, Logger: x.Log, Settings: datapath.Settings{ConntrackSize: x.ConntrackSize, NewFlowRate: -1}})
 	if err != nil {
 		return fmt.Errorf("start xlb: %w", err)
 	}

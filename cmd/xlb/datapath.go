@@ -7,9 +7,9 @@ import (
 	"os"
 
 	"github.com/xlb-dev/xlb/lb/config"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/afxdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // gatewayDatapath is what the daemon needs of a datapath.
@@ -21,7 +21,7 @@ func loadDatapath(cfg *config.Config, log *slog.Logger) (datapath.Gateway, error
 	if c.Kind == config.DatapathAFXDP {
 		// An XDP datapath left pinned (a plain SIGTERM) is still attached and forwarding: the
 		// steer program could not attach next to it, and two datapaths must not share a gateway.
-		pins := cmp.Or(c.PinPath, xdp.DefaultPinPath)
+		pins := cmp.Or(c.PinPath, gateway.DefaultPinPath)
 		if _, err := os.Stat(pins); err == nil {
 			return nil, fmt.Errorf("datapath kind afxdp: the XDP datapath's pins are in %s (it may still be "+
 				"attached and forwarding); run `xlb cleanup --pin-path %s` first", pins, pins)
@@ -35,7 +35,7 @@ func loadDatapath(cfg *config.Config, log *slog.Logger) (datapath.Gateway, error
 		}
 		return d, nil
 	}
-	d, err := xdp.Load(xdp.Options{Settings: c.Settings, PinPath: c.PinPath, MaglevSlots: c.MaglevSlots, Logger: log})
+	d, err := gateway.Load(gateway.Options{Settings: c.Settings, PinPath: c.PinPath, MaglevSlots: c.MaglevSlots, Logger: log})
 	if err != nil {
 		return nil, err
 	}

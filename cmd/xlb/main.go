@@ -30,8 +30,8 @@ import (
 	"syscall"
 
 	"github.com/xlb-dev/xlb/lb/gateway"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/dsr"
+	xdpgw "github.com/xlb-dev/xlb/xdp/gateway"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
 
@@ -151,7 +151,7 @@ func cli(args []string, stderr io.Writer) int {
 	case "cleanup":
 		fs := flag.NewFlagSet("xlb cleanup", flag.ContinueOnError)
 		fs.SetOutput(stderr)
-		pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` xlb pinned into")
+		pin := fs.String("pin-path", xdpgw.DefaultPinPath, "the bpffs `directory` xlb pinned into")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
@@ -225,7 +225,7 @@ func cleanupPins(dir string) error {
 		return socklb.RemovePinned(dir)
 	}
 	// Any conntrack size and Maglev capacity: adopt whatever is pinned.
-	d, err := xdp.LoadPinned(dir)
+	d, err := xdpgw.LoadPinned(dir)
 	if err != nil {
 		return err
 	}

@@ -15,9 +15,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/dsr"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 	"github.com/xlb-dev/xlb/xdp/inspect"
 	"github.com/xlb-dev/xlb/xdp/socklb"
 )
@@ -33,7 +33,7 @@ var showParts = map[string][]string{"services": {"vip"}, "flows": {"vip", "limit
 func showCLI(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("xlb show", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	pin := fs.String("pin-path", xdp.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+"; dsr: default "+dsr.DefaultPinPath+")")
+	pin := fs.String("pin-path", gateway.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+"; dsr: default "+dsr.DefaultPinPath+")")
 	asJSON := fs.Bool("json", false, "print JSON")
 	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries, or dsr flows (0: all)")
 	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
@@ -114,7 +114,7 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		}
 		doc, err = inspect.ReadDSR(dir, *limit)
 	default:
-		p, perr := xdp.OpenPinned(*pin)
+		p, perr := gateway.OpenPinned(*pin)
 		if perr != nil {
 			fmt.Fprintf(stderr, "xlb show: %v\n", perr)
 			return 1

@@ -13,9 +13,9 @@ import (
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/internal/progrun"
 	"github.com/xlb-dev/xlb/lb/reconcile"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/afxdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 func requireRoot(t *testing.T) {
@@ -28,9 +28,9 @@ func requireRoot(t *testing.T) {
 func xdpGateway(t *testing.T) Gateway {
 	requireRoot(t)
 	dir := "/sys/fs/bpf/" + netlab.Prefix()
-	opts := xdp.Options{PinPath: dir, MaglevSlots: 1 << 20, Settings: datapath.Settings{ConntrackSize: 4096, Seed: 7}}
-	load := func(t *testing.T) *xdp.Datapath {
-		d, err := xdp.Load(opts)
+	opts := gateway.Options{PinPath: dir, MaglevSlots: 1 << 20, Settings: datapath.Settings{ConntrackSize: 4096, Seed: 7}}
+	load := func(t *testing.T) *gateway.Datapath {
+		d, err := gateway.Load(opts)
 		must(t, err)
 		return d
 	}
@@ -38,7 +38,7 @@ func xdpGateway(t *testing.T) Gateway {
 		New: func(t *testing.T) datapath.Services {
 			d := load(t)
 			t.Cleanup(func() {
-				if d, err := xdp.Load(opts); err == nil {
+				if d, err := gateway.Load(opts); err == nil {
 					d.Remove()
 				}
 				os.RemoveAll(dir)
@@ -47,7 +47,7 @@ func xdpGateway(t *testing.T) Gateway {
 			return d
 		},
 		Reopen: func(t *testing.T, dp datapath.Services) datapath.Services {
-			must(t, dp.(*xdp.Datapath).Close())
+			must(t, dp.(*gateway.Datapath).Close())
 			d := load(t)
 			t.Cleanup(func() { d.Close() })
 			return d
@@ -98,7 +98,7 @@ func TestXDPPlannedTrafficFlows(t *testing.T) {
 		ns.MustIP(t, fmt.Sprintf("neigh replace %s lladdr 02:00:00:00:0b:1%d dev int0 nud permanent", b, i))
 	}
 	ns.Forwarding(t)
-	dp, err := xdp.Load(xdp.Options{NoPin: true, MaglevSlots: 1 << 20, Settings: datapath.Settings{ConntrackSize: 4096, Seed: 7}})
+	dp, err := gateway.Load(gateway.Options{NoPin: true, MaglevSlots: 1 << 20, Settings: datapath.Settings{ConntrackSize: 4096, Seed: 7}})
 	must(t, err)
 	t.Cleanup(func() { dp.Close() })
 	var ext int

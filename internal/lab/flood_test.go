@@ -37,7 +37,7 @@ const (
 	// fragRate paces the first-fragment flood: twice the budget, and below what a veth takes
 	// (unpaced, the generator reached 139,000/s and the veths dropped half before XDP saw them).
 	fragRate   = 2 * fragBudget
-	fragBudget = 16384 // FRAG_BUDGET (xdp/bpf/consts.h): first fragments remembered per second, per gateway
+	fragBudget = 16384 // FRAG_BUDGET (xdp/gateway/bpf/consts.h): first fragments remembered per second, per gateway
 )
 
 // The forged sources: 198.19.0.0/16, which no namespace of the site has; the router routes it to

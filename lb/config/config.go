@@ -262,7 +262,7 @@ type DatapathKind string
 
 // The datapaths.
 const (
-	// DatapathXDP ("xdp") is the XDP program (package xdp): pinned, so forwarding survives a
+	// DatapathXDP ("xdp") is the XDP program (package xdp/gateway): pinned, so forwarding survives a
 	// restart of the daemon.
 	DatapathXDP DatapathKind = "xdp"
 	// DatapathAFXDP ("afxdp") is the AF_XDP datapath (package xdp/afxdp): the same balancing in

@@ -8,7 +8,7 @@ import (
 	"github.com/xlb-dev/xlb/xdp/forward"
 )
 
-// Direct server return's carrier, as xdp/bpf/dsr.h puts it on a packet: the frontend of a
+// Direct server return's carrier, as xdp/gateway/bpf/dsr.h puts it on a packet: the frontend of a
 // packet that opens its flow here, to a backend of direct server return, in an IPv4 option or
 // an IPv6 Destination Options header after the IP header (datapath.Carrier*), when it fits the
 // next hop's MTU; else a UDP datagram that cannot be fragmented is answered with an ICMP "too

@@ -8,7 +8,7 @@ import (
 	"github.com/xlb-dev/xlb/xdp/forward"
 )
 
-// ICMP for VIPs, as xdp/bpf/icmp.h does it (the decision is forward.Balancer's Echo and Relay):
+// ICMP for VIPs, as xdp/gateway/bpf/icmp.h does it (the decision is forward.Balancer's Echo and Relay):
 // an echo request to a VIP address is answered in place; an error about a VIP flow this gateway
 // knows is relayed, its outer and quoted headers rewritten and all four checksums fixed
 // byte-for-byte as the BPF program fixes them; every other ICMP steer.c hands the engine is

@@ -154,7 +154,7 @@ func parse(frame []byte, p *packet) parseResult {
 }
 
 // parseQuote reads the packet quoted in the ICMP error in frame (p from parse: parsedICMP) into
-// in, as xdp/bpf/icmp.h's parse_inner does: an IPv4 header (not a non-first fragment) or an
+// in, as xdp/gateway/bpf/icmp.h's parse_inner does: an IPv4 header (not a non-first fragment) or an
 // IPv6 fixed header, then the first icmpL4Quote bytes of TCP or UDP, all within the frame and
 // the error's IP datagram. It returns the quoted L3 and L4 offsets, ok false when the quote
 // names no flow.
@@ -219,7 +219,7 @@ func keyAddr(a netip.Addr) (b [16]byte) {
 	return a.As16()
 }
 
-// The incremental checksum arithmetic of RFC 1624, exactly as xdp/bpf/csum.h does it: a diff
+// The incremental checksum arithmetic of RFC 1624, exactly as xdp/gateway/bpf/csum.h does it: a diff
 // accumulates ~old + new of every changed word, loaded in memory order (native byte order, as
 // the BPF program loads them), and is folded into the field at the end. Byte-for-byte the same
 // result as the XDP datapath, including which of 0x0000/0xffff a sum ends as.

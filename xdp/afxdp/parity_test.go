@@ -22,9 +22,9 @@ import (
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 	"github.com/xlb-dev/xlb/internal/progrun"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/forward"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // XDP verdicts.
@@ -43,7 +43,7 @@ const (
 // parity is a gateway namespace with both datapaths configured alike.
 type parity struct {
 	ns       *netlab.NS
-	dp       *xdp.Datapath
+	dp       *gateway.Datapath
 	eng      *Engine
 	ext, int int
 	now      time.Duration
@@ -101,7 +101,7 @@ func newParity(t testing.TB) *parity {
 	}
 	ns.Forwarding(t)
 	px := &parity{ns: ns}
-	dp, err := xdp.Load(xdp.Options{NoPin: true, Settings: datapath.Settings{Seed: 7, NewFlowRate: -1}})
+	dp, err := gateway.Load(gateway.Options{NoPin: true, Settings: datapath.Settings{Seed: 7, NewFlowRate: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

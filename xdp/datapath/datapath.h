@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* datapath.h: what every xlb BPF program shares (the XDP datapath xdp/bpf/xlb.c, the AF_XDP
+/* datapath.h: what every xlb BPF program shares (the XDP datapath xdp/gateway/bpf/xlb.c, the AF_XDP
  * steer program xdp/afxdp/bpf/steer.c, the node agent's socket load balancer
  * xdp/socklb/bpf/socklb.c and reap.c): address families and protocols as keys store them, an
  * address, a service key, the id limits and the ICMP numbers the echo replies use. The Go half

@@ -10,7 +10,7 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// Timing constants of the flow state: the XDP datapath's (xdp/bpf/consts.h).
+// Timing constants of the flow state: the XDP datapath's (xdp/gateway/bpf/consts.h).
 const (
 	// HandshakeTimeout is how long a SYN's handshake entry is honoured (HS_TIMEOUT_NS).
 	HandshakeTimeout = 60 * time.Second

@@ -2,7 +2,7 @@
 // frontends, backends, Maglev tables, reverse NAT entries) and flow state (conntrack, the
 // handshake table, the new-flow rate guard) held in memory, and the function that decides, from
 // a packet's headers, where it goes and why — the rules of lb_forward and lb_reverse in
-// xdp/bpf/xlb.c, once more in Go.
+// xdp/gateway/bpf/xlb.c, once more in Go.
 //
 // Three things run it: the AF_XDP engine (xdp/afxdp) on every frame it balances; `xlb show
 // flow` (xdp/inspect) over a snapshot of the XDP datapath's pinned maps, to say where one flow's

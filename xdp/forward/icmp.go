@@ -6,7 +6,7 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// ICMP for VIPs, the rules of xdp/bpf/icmp.h: echo requests to a VIP address are answered unless
+// ICMP for VIPs, the rules of xdp/gateway/bpf/icmp.h: echo requests to a VIP address are answered unless
 // the address's source ranges refuse the client; errors about a VIP flow this gateway knows are
 // relayed (toward the flow's backend from the client side, toward the client from the cluster
 // side); every other error to a VIP address is dropped.

@@ -63,7 +63,7 @@ func sitePrefix(p netip.Prefix) (netip.Prefix, bool) {
 }
 
 // sideCheck decides whether p, addressed to a VIP, may be balanced from where it arrived
-// (vip_side_check in xdp/bpf/side.h).
+// (vip_side_check in xdp/gateway/bpf/side.h).
 func (b *Balancer) sideCheck(p *Packet) (Reason, bool) {
 	if p.Role == datapath.RoleNone {
 		return ReasonDropNoRole, false
@@ -85,7 +85,7 @@ func (b *Balancer) sideCheck(p *Packet) (Reason, bool) {
 }
 
 // replySideCheck decides whether a backend's reply p may be reverse-NATed from where it arrived
-// (reply_side_check in xdp/bpf/side.h).
+// (reply_side_check in xdp/gateway/bpf/side.h).
 func (b *Balancer) replySideCheck(p *Packet) (Reason, bool) {
 	switch p.Role {
 	case datapath.RoleCluster:
@@ -148,7 +148,7 @@ func (b *Balancer) DeleteSiteSource(p netip.Prefix) error {
 }
 
 // bogusSource reports whether a is an address no client can send from (bogus_source in
-// xdp/bpf/side.h): IPv4 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 and 240.0.0.0/4;
+// xdp/gateway/bpf/side.h): IPv4 0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 224.0.0.0/4 and 240.0.0.0/4;
 // IPv6 ::, ::1, ::ffff:0:0/96, fe80::/10 and ff00::/8.
 func bogusSource(a netip.Addr) bool {
 	if a.Is4() {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/forward"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // ctUnchecked is Explanation.Conntrack of an entry that is followed unless it expired: the
@@ -70,7 +70,7 @@ type Step struct {
 // Without q.Seed, an error wrapping ErrSeedUnknown says the attached program's seed could not
 // be read; with it, the timeouts may be unknown too, and a conntrack entry is then reported as
 // followed, "unchecked", whatever its age.
-func ExplainFlow(p *xdp.Pinned, q FlowQuery) (Explanation, error) {
+func ExplainFlow(p *gateway.Pinned, q FlowQuery) (Explanation, error) {
 	q, err := q.normalize()
 	if err != nil {
 		return Explanation{}, err

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // explain runs ExplainFlow for client -> to (TCP unless proto says otherwise) with seed (nil:
@@ -47,7 +47,7 @@ func TestExplainFlow(t *testing.T) {
 	// Nothing attached: the seed must be given, and the entries' expiry cannot be checked.
 	_, err := ExplainFlow(l.p, FlowQuery{Client: netip.MustParseAddrPort("198.18.0.30:5000"), To: netip.MustParseAddrPort("198.18.100.3:80"),
 		Proto: datapath.TCP})
-	if !errors.Is(err, ErrSeedUnknown) || !errors.Is(err, xdp.ErrNotAttached) {
+	if !errors.Is(err, ErrSeedUnknown) || !errors.Is(err, gateway.ErrNotAttached) {
 		t.Errorf("explain with nothing attached and no seed: %v", err)
 	}
 	if e := l.explain(t, "198.18.0.30:5000", "198.18.100.3:80", 0, ptr[uint32](labSeed)); e.Conntrack != ctUnchecked ||
@@ -255,7 +255,7 @@ func TestExplainHandshake(t *testing.T) {
 	hits := func() uint64 {
 		rs, err := l.p.ReasonCounts()
 		l.must(t, err)
-		return rs[xdp.ReasonHandshakeHit]
+		return rs[gateway.ReasonHandshakeHit]
 	}
 	before := hits()
 	for _, c := range []struct {

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // Flows is `xlb show flows`: conntrack entries and the connections held in handshake slots, the
@@ -39,7 +39,7 @@ type Flow struct {
 
 // ReadFlows returns up to limit conntrack entries of p (0: all), those of VIP address only
 // when it is valid, the most recently used first.
-func ReadFlows(p *xdp.Pinned, only netip.Addr, limit int) (Flows, error) {
+func ReadFlows(p *gateway.Pinned, only netip.Addr, limit int) (Flows, error) {
 	var doc Flows
 	if limit < 0 {
 		return doc, fmt.Errorf("read flows: limit %d: want 0 (all) or more", limit)

@@ -14,8 +14,8 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // labSeed is the flow-hash seed of the lab's datapath.
@@ -32,10 +32,10 @@ var (
 // lab is a datapath pinned in a directory of its own whose program remembered flows, and the
 // read-only view of its pins.
 type lab struct {
-	d    *xdp.Datapath
-	p    *xdp.Pinned
+	d    *gateway.Datapath
+	p    *gateway.Pinned
 	dir  string
-	opts xdp.Options
+	opts gateway.Options
 }
 
 // newLab loads a pinned datapath (removed, with its directory, when t ends), configures it and
@@ -56,10 +56,10 @@ func newLab(t *testing.T) *lab {
 		t.Fatal("needs root (BPF)")
 	}
 	l := &lab{dir: filepath.Join("/sys/fs/bpf", netlab.Prefix())}
-	l.opts = xdp.Options{PinPath: l.dir, MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096, Seed: labSeed,
+	l.opts = gateway.Options{PinPath: l.dir, MaglevSlots: 1 << 16, Settings: datapath.Settings{ConntrackSize: 4096, Seed: labSeed,
 		TCPEstablishedTimeout: 2 * time.Hour, UDPTimeout: time.Second}}
 	var err error
-	if l.d, err = xdp.Load(l.opts); err != nil {
+	if l.d, err = gateway.Load(l.opts); err != nil {
 		t.Fatal(err)
 	}
 	// The lab's packets are run with BPF_PROG_TEST_RUN: they arrive on lo, a client's side.
@@ -115,7 +115,7 @@ func newLab(t *testing.T) *lab {
 	time.Sleep(100 * time.Millisecond) // the datapath's clock moves in 10 ms ticks
 	l.send(t, tcpFrame(t, netip.AddrPortFrom(client, 3000), netip.AddrPortFrom(v4b, 443), false, 1))
 
-	if l.p, err = xdp.OpenPinned(l.dir); err != nil {
+	if l.p, err = gateway.OpenPinned(l.dir); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.p.Close() })

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // TestReadParts: services, flows and reasons of a pinned datapath whose program remembered
@@ -81,7 +81,7 @@ func TestReadParts(t *testing.T) {
 
 	reasons, err := ReadReasons(l.p)
 	l.must(t, err)
-	if reasons.Reasons[xdp.ReasonNATForward.String()] != 26 || !regexp.MustCompile(`(?m)^nat_forward +26$`).MatchString(text(t, reasons)) {
+	if reasons.Reasons[gateway.ReasonNATForward.String()] != 26 || !regexp.MustCompile(`(?m)^nat_forward +26$`).MatchString(text(t, reasons)) {
 		t.Errorf("reasons: %v\n%s", reasons.Reasons, text(t, reasons))
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/xlb-dev/xlb/xdp"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // Reasons is `xlb show reasons`: the verdict counters that are not zero, by name.
@@ -15,7 +15,7 @@ type Reasons struct {
 }
 
 // ReadReasons returns p's verdict counters that are not zero, summed over CPUs.
-func ReadReasons(p *xdp.Pinned) (Reasons, error) {
+func ReadReasons(p *gateway.Pinned) (Reasons, error) {
 	var doc Reasons
 	rs, err := p.ReasonCounts()
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // Services is `xlb show services`: every frontend with its table's backends, and the backends
@@ -51,7 +51,7 @@ type Backend struct {
 
 // ReadServices returns every frontend of p (those of VIP address only, when valid) with its
 // table's backends by share, and the backends no table holds (not with only).
-func ReadServices(p *xdp.Pinned, only netip.Addr) (Services, error) {
+func ReadServices(p *gateway.Pinned, only netip.Addr) (Services, error) {
 	var doc Services
 	vips, err := p.VIPs()
 	if err != nil {

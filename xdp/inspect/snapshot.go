@@ -5,9 +5,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/xlb-dev/xlb/xdp"
 	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/forward"
+	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
 // snapshotNow is the clock of a snapshot's Balancer: entries are placed their age before it,
@@ -37,7 +37,7 @@ type snapshot struct {
 }
 
 // readSnapshot reads what q's flow can touch from p. q is normalized.
-func readSnapshot(p *xdp.Pinned, q FlowQuery) (*snapshot, error) {
+func readSnapshot(p *gateway.Pinned, q FlowQuery) (*snapshot, error) {
 	s := &snapshot{vips: map[datapath.Frontend]datapath.VIPConfig{}, tables: map[datapath.VIPID][]datapath.BackendID{}}
 	var err error
 	// The timeouts, and the seed unless given, are the attached program's.

@@ -7,7 +7,7 @@
  * the VIP and service port (the quoted IPv4 header checksum and the quoted TCP or UDP checksum,
  * when the quote holds it, updated), and the outer source becomes the VIP. The ICMP checksum
  * takes every change inside the message, and for ICMPv6 the pseudo-header's new source too. As
- * the gateway's ICMP relay does for the return path (xdp/bpf/icmp.h), without the relay: the
+ * the gateway's ICMP relay does for the return path (xdp/gateway/bpf/icmp.h), without the relay: the
  * error leaves by the node's routing. Quotes with IPv6 extension headers or IPv4 non-first
  * fragments are left alone, as is every other ICMP message. */
 #ifndef XLB_DSR_ICMP_H
