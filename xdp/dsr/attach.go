@@ -122,7 +122,9 @@ func (d *Datapath) Attach(ifname string, dir Direction) error {
 		}
 		d.links[a] = l
 	}
-	return nil
+	// The node's addresses, as seen where its interfaces are: ICMP errors from them about a
+	// local Pod's flow are rewritten (icmp_foreign otherwise).
+	return d.refreshNodeAddresses()
 }
 
 // Detach detaches the programs of each direction in dir from interface ifname, and removes
