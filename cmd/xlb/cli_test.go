@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -76,5 +79,39 @@ func TestCLIHelp(t *testing.T) {
 	// A failure of a command that started is exit 1, without the usage hint.
 	if rc, _, errb := run("bgp", "--listen", "127.0.0.1:1"); rc != 1 || strings.Contains(errb, "for usage") {
 		t.Errorf("xlb bgp against nothing: exit %d, %q; want exit 1", rc, errb)
+	}
+}
+
+// TestManPages: xlb man writes a page per command from the definitions of --help, the same on
+// every run (the .deb is reproducible).
+func TestManPages(t *testing.T) {
+	read := func() map[string]string {
+		dir := t.TempDir()
+		var out, errb bytes.Buffer
+		if rc := execute([]string{"man", "--dir", dir}, &out, &errb); rc != 0 {
+			t.Fatalf("xlb man: exit %d: %s", rc, errb.String())
+		}
+		pages := map[string]string{}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages[e.Name()] = string(b)
+		}
+		return pages
+	}
+	a := read()
+	for page, want := range map[string]string{"xlb.8": "xlb-show(8)", "xlb-show.8": `\fB--limit\fP`, "xlb-agent.8": `\fB--dsr-interface\fP`, "xlb-run.8": "SIGHUP"} {
+		if !strings.Contains(a[page], want) {
+			t.Errorf("%s: no %q in:\n%s", page, want, a[page])
+		}
+	}
+	if b := read(); !maps.Equal(a, b) {
+		t.Error("two runs of xlb man wrote different pages")
 	}
 }

@@ -55,6 +55,7 @@ the node side of direct server return).`,
 		newBGPCmd(),
 		newConvertCmd(),
 		newVersionCmd(),
+		newManCmd(),
 	)
 	return root
 }
