@@ -22,6 +22,17 @@ size=8G
 
 log() { echo "build-box: $*" >&2; }
 
+# What the build runs, from apt when missing (as check.sh does): vagrant for its insecure key,
+# mmdebstrap for the root, e2fsprogs, extlinux and qemu-img for the disk.
+deps="vagrant mmdebstrap e2fsprogs extlinux syslinux-common qemu-utils"
+# shellcheck disable=SC2086 # deps is a list of words
+if ! dpkg -s $deps >/dev/null 2>&1; then
+	log "installing $deps from apt"
+	apt-get update -q
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $deps
+fi
+
 key=""
 for k in /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub \
 	/opt/vagrant/embedded/gems/gems/vagrant-*/keys/vagrant.pub; do
