@@ -14,6 +14,9 @@ DEB_PKGS += prometheus shellcheck
 # curl: the lab's pods reach cluster IPs with it (through the node agents); curl and ping are
 # also what a person uses to poke at the lab.
 LAB_PKGS = curl iputils-ping
+# qemu-system-x86 and busybox-static: make kernel-matrix boots Debian's kernels under QEMU (TCG)
+# with a busybox initramfs (internal/vmtest).
+VM_PKGS = qemu-system-x86 busybox-static
 
 export GOTOOLCHAIN ?= local
 
@@ -24,7 +27,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 # machines that do not turn it off).
 XLB_BUILD = $(GO) build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
 
-.PHONY: all help check spdx staticcheck-bin deps generate generate-api build vet check-generated kube-bins helm-bin manifests chart test e2e bench lab lab-down image deb clean vagrant-box vagrant-prebuilt vagrant-check
+.PHONY: all help check spdx staticcheck-bin deps generate generate-api build vet check-generated kube-bins helm-bin manifests chart test e2e bench lab lab-down kernel-matrix image deb clean vagrant-box vagrant-prebuilt vagrant-check
 
 all: build
 
@@ -59,6 +62,7 @@ staticcheck-bin:
 deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS) $(LAB_PKGS)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VM_PKGS)
 
 ## generate: compile the BPF C with clang-16 and regenerate the bpf2go bindings.
 generate:
@@ -184,6 +188,12 @@ vagrant-prebuilt: kube-bins
 ## one), then everything torn down (root; without KVM ~7 min, +2-8 min to build the box; not in CI).
 vagrant-check:
 	./deploy/vagrant/check.sh
+
+## kernel-matrix: boot Debian's kernels (5.10, 6.1, 6.12, newest 7.x) under QEMU/TCG, load every
+## BPF program and run the datapaths' tests in each guest (internal/vmtest); the table goes to
+## stdout and bench/results/kernel-matrix.md. MATRIX_FLAGS passes flags (e.g. --kernels 5.10,6.1).
+kernel-matrix:
+	$(GO) run ./cmd/xlb-kernel-matrix --out bench/results/kernel-matrix.md $(MATRIX_FLAGS)
 
 ## lab-down: remove what lab sites left behind (namespaces, pins, xlb processes, state under
 ## /run/xlb-lab) when their lab process is gone. ALL=1 removes running sites too.
