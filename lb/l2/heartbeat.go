@@ -22,7 +22,7 @@ const (
 	// most about 17 KiB (a gateway with more VIPs than that must announce the rest over BGP).
 	MaxAddresses = 1024
 	// MaxName bounds the sender's name.
-	MaxName = 63
+	MaxName   = 63
 	headerLen = 4 + 1 + 1 + 4 + 6 + 1
 )
 

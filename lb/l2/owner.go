@@ -113,4 +113,3 @@ func sortedSet(s map[netip.Addr]bool) []netip.Addr {
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
-
