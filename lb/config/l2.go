@@ -16,7 +16,7 @@ const (
 	// DefaultHeartbeatInterval is l2.heartbeatInterval when absent.
 	DefaultHeartbeatInterval = 100 * time.Millisecond
 	// DefaultL2Multiplier is l2.multiplier when absent: a peer silent for 3 intervals is dead.
-	DefaultL2Multiplier = 3
+	DefaultL2Multiplier  = 3
 	minHeartbeatInterval = 10 * time.Millisecond
 	maxHeartbeatInterval = 10 * time.Second
 	maxL2Peers           = 63

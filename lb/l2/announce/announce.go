@@ -41,11 +41,13 @@ type Responder struct {
 	gen   uint64
 	// Answered counts the answers sent, Announced the announcements (for metrics).
 	answered, announced uint64
-	// conflicts: answers seen for owned VIPs from a MAC not ours (another host, or a peer
-	// gateway during a split brain).
-	conflicts map[netip.Addr][6]byte
-	closed    bool
-	done      chan struct{}
+	// probing: VIPs being probed for duplicates (RFC 5227 / RFC 4862 style), → until when.
+	probing map[netip.Addr]time.Time
+	// seen: the last answer or announcement seen for an owned or probed VIP from a MAC not
+	// ours (another host, or a peer gateway during a split brain or a hand-over).
+	seen   map[netip.Addr]Sighting
+	closed bool
+	done   chan struct{}
 }
 
 // Listen opens the responder on interface name: an AF_PACKET socket receiving ARP and ICMPv6
@@ -81,7 +83,7 @@ func Listen(name string, log *slog.Logger) (*Responder, error) {
 	// A read wakes at least every 200 ms, so Close is noticed.
 	tv := unix.NsecToTimeval((200 * time.Millisecond).Nanoseconds())
 	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	r := &Responder{ifi: ifi, fd: fd, log: log, owned: map[netip.Addr]uint64{}, conflicts: map[netip.Addr][6]byte{},
+	r := &Responder{ifi: ifi, fd: fd, log: log, owned: map[netip.Addr]uint64{}, probing: map[netip.Addr]time.Time{}, seen: map[netip.Addr]Sighting{},
 		done: make(chan struct{})}
 	copy(r.mac[:], ifi.HardwareAddr)
 	go r.run()
@@ -113,7 +115,6 @@ func (r *Responder) Set(owned map[netip.Addr]bool) {
 	for v := range r.owned {
 		if !owned[v] {
 			delete(r.owned, v)
-			delete(r.conflicts, v)
 		}
 	}
 	for v, ok := range owned {
@@ -144,15 +145,56 @@ func (r *Responder) Stats() (answered, announced uint64) {
 	return r.answered, r.announced
 }
 
-// Conflicts returns the owned VIPs for which another MAC was seen answering, with that MAC.
-func (r *Responder) Conflicts() map[netip.Addr][6]byte {
+// Sighting is another MAC answering for a VIP.
+type Sighting struct {
+	MAC [6]byte
+	At  time.Time
+}
+
+// Seen returns, for the owned and probed VIPs, the last answer from another MAC.
+func (r *Responder) Seen() map[netip.Addr]Sighting {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[netip.Addr][6]byte, len(r.conflicts))
-	for k, v := range r.conflicts {
+	out := make(map[netip.Addr]Sighting, len(r.seen))
+	for k, v := range r.seen {
 		out[k] = v
 	}
 	return out
+}
+
+// Forget drops what was seen for v.
+func (r *Responder) Forget(v netip.Addr) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, v)
+}
+
+// ProbeTimes are the delays of the duplicate address probes of a VIP, and ProbeWait how long
+// after the first an answer still counts.
+var (
+	ProbeTimes = []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}
+	ProbeWait  = 300 * time.Millisecond
+)
+
+// Probe asks whether another host answers for v (an ARP probe from 0.0.0.0, a neighbour
+// solicitation from ::), at ProbeTimes; any answer within ProbeWait shows in Seen.
+func (r *Responder) Probe(v netip.Addr) {
+	r.mu.Lock()
+	r.probing[v] = time.Now().Add(ProbeWait)
+	r.mu.Unlock()
+	for _, d := range ProbeTimes {
+		time.AfterFunc(d, func() {
+			r.mu.Lock()
+			closed := r.closed
+			r.mu.Unlock()
+			if closed {
+				return
+			}
+			if err := r.send(probe(r.mac, v)); err != nil {
+				r.log.Warn("l2: probe a VIP", "vip", v, "interface", r.ifi.Name, "error", err)
+			}
+		})
+	}
 }
 
 func (r *Responder) announceLocked(v netip.Addr, gen uint64) {
@@ -212,14 +254,16 @@ func (r *Responder) handle(f []byte) {
 	if !ok || q.srcMAC == r.mac {
 		return
 	}
+	now := time.Now()
 	r.mu.Lock()
 	_, owned := r.owned[q.target]
-	if owned && q.answer {
-		if _, seen := r.conflicts[q.target]; !seen {
-			r.log.Warn("l2: another host answers for a VIP this gateway owns", "vip", q.target,
-				"mac", net.HardwareAddr(q.srcMAC[:]).String())
-		}
-		r.conflicts[q.target] = q.srcMAC
+	until, probing := r.probing[q.target]
+	if probing && now.After(until) {
+		delete(r.probing, q.target)
+		probing = false
+	}
+	if (owned || probing) && q.answer {
+		r.seen[q.target] = Sighting{MAC: q.srcMAC, At: now}
 	}
 	if owned && !q.answer {
 		r.answered++

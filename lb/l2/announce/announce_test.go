@@ -119,14 +119,38 @@ func TestResponder(t *testing.T) {
 	// A duplicate owner: each sees the other's announcements.
 	r1.Set(map[netip.Addr]bool{vip4: true, vip6: true})
 	deadline := time.Now().Add(2 * time.Second)
-	for len(r1.Conflicts()) < 2 || len(r2.Conflicts()) < 2 {
+	for len(r1.Seen()) < 2 || len(r2.Seen()) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("duplicate owners not seen: gateway 1 %v, gateway 2 %v", r1.Conflicts(), r2.Conflicts())
+			t.Fatalf("duplicate owners not seen: gateway 1 %v, gateway 2 %v", r1.Seen(), r2.Seen())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if c := r1.Conflicts()[vip4]; c != [6]byte{2, 0, 0, 0, 0, 3} {
-		t.Errorf("gateway 1 names %x as the other owner of %v", c, vip4)
+	if c := r1.Seen()[vip4]; c.MAC != [6]byte{2, 0, 0, 0, 0, 3} {
+		t.Errorf("gateway 1 names %x as the other owner of %v", c.MAC, vip4)
+	}
+}
+
+// A probe finds the host that answers for an address already: gateway 1 probes the VIPs that
+// gateway 2 owns, and the client's own address (which its kernel answers).
+func TestProbe(t *testing.T) {
+	s := newSegment(t)
+	r1, r2 := listen(t, s.gw1), listen(t, s.gw2)
+	r2.Set(map[netip.Addr]bool{vip4: true, vip6: true})
+	client4, client6 := netip.MustParseAddr("198.18.20.1"), netip.MustParseAddr("2001:db8:20::1")
+	free := netip.MustParseAddr("198.18.100.9")
+	for _, v := range []netip.Addr{vip4, vip6, client4, client6, free} {
+		r1.Probe(v)
+	}
+	time.Sleep(ProbeWait)
+	seen := r1.Seen()
+	for v, mac := range map[netip.Addr][6]byte{vip4: {2, 0, 0, 0, 0, 3}, vip6: {2, 0, 0, 0, 0, 3},
+		client4: {2, 0, 0, 0, 0, 1}, client6: {2, 0, 0, 0, 0, 1}} {
+		if seen[v].MAC != mac {
+			t.Errorf("probe of %v: saw %x, want %x", v, seen[v].MAC, mac)
+		}
+	}
+	if _, ok := seen[free]; ok {
+		t.Errorf("probe of the free %v saw an answer", free)
 	}
 }
 

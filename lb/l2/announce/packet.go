@@ -219,3 +219,30 @@ func checksum6(src, dst netip.Addr, msg []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// probe is a duplicate address probe for v from mac: an ARP request from 0.0.0.0 (RFC 5227),
+// or a neighbour solicitation from :: to v's solicited-node group (RFC 4862).
+func probe(mac [6]byte, v netip.Addr) []byte {
+	if v.Is4() {
+		f := ethernet(broadcastMAC, mac, ethTypeARP, arpLen)
+		a := f[ethLen:]
+		arpHeader(a, arpRequest, mac, netip.IPv4Unspecified())
+		t := v.As4()
+		copy(a[24:28], t[:])
+		return f
+	}
+	t := v.As16()
+	group := netip.AddrFrom16([16]byte{0xff, 0x02, 10: 0, 11: 1, 12: 0xff, 13: t[13], 14: t[14], 15: t[15]})
+	f := ethernet([6]byte{0x33, 0x33, 0xff, t[13], t[14], t[15]}, mac, ethTypeIPv6, ip6Len+nsLen)
+	ip := f[ethLen:]
+	ip[0] = 6 << 4
+	binary.BigEndian.PutUint16(ip[4:6], nsLen)
+	ip[6], ip[7] = protoICMPv6, ndpHopLimit
+	g := group.As16()
+	copy(ip[24:40], g[:])
+	ic := ip[ip6Len:]
+	ic[0] = icmpNS
+	copy(ic[8:24], t[:])
+	binary.BigEndian.PutUint16(ic[2:4], checksum6(netip.IPv6Unspecified(), group, ic))
+	return f
+}
