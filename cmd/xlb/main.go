@@ -80,6 +80,13 @@ const usage = `usage:
   xlb bgp [--listen ADDR] [--json]
       Show the running daemon's BGP sessions and announced routes (from its /bgp endpoint;
       default ADDR: 127.0.0.1:9610, the default listen).
+  xlb bfd --config FILE
+  xlb bfd status --config FILE
+      Run the BFD sessions of FILE's BGP peers (bgp.bfdProcess: true) in a process apart from
+      the daemon, supervised on its own: they stay up while the XDP datapath pinned at
+      datapath.pinPath is attached to FILE's interfaces and the daemon's health lease (if it
+      wrote one) is current, whether the daemon runs or not. status prints the sessions and
+      the packets dropped (wrong TTL, not a peer, wrong discriminator) as JSON.
   xlb version [--json]
       Print xlb's version, the commit it was built from (and whether the tree had uncommitted
       changes), the Go version, the platform and the build settings.
@@ -162,6 +169,8 @@ func cli(args []string, stderr io.Writer) int {
 		return 0
 	case "bgp":
 		return bgpCLI(args[1:], os.Stdout, stderr)
+	case "bfd":
+		return bfdCLI(args[1:], os.Stdout, stderr)
 	case "convert":
 		return convertCLI(args[1:], os.Stdout, stderr)
 	case "show":
