@@ -26,7 +26,7 @@ func TestCLIHelp(t *testing.T) {
 	if n := strings.Count(out, "\n"); n > 40 {
 		t.Errorf("xlb --help: %d lines, want a short usage:\n%s", n, out)
 	}
-	for _, c := range []string{"run", "agent", "cleanup", "show", "bgp", "convert", "version", "completion"} {
+	for _, c := range []string{"run", "agent", "cleanup", "show", "bgp", "bfd", "convert", "version", "completion"} {
 		if !strings.Contains(out, "\n  "+c+" ") {
 			t.Errorf("xlb --help lists no %q command:\n%s", c, out)
 		}
@@ -69,6 +69,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"cleanup", "--pin-pth", "/x"}, "unknown flag: --pin-pth"},
 		{[]string{"agent", "--max-sockets", "many"}, `invalid argument "many"`},
 		{[]string{"convert"}, "--config is required"},
+		{[]string{"bfd", "status"}, "--config is required"},
 		{[]string{"version", "extra"}, `unknown command "extra"`},
 	} {
 		rc, out, errb := run(c.args...)
