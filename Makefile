@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # xlb build, test and benchmark entry points. Everything runs as root on Debian 12 (BPF, netns).
 
 GO      ?= go

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bfd is xlb's own single-hop BFD (RFC 5880 asynchronous mode, RFC 5881), run by
 // `xlb bfd` in a process apart from the xlb daemon: its sessions follow the forwarding plane
 // (the pinned XDP datapath), not the control plane, so a daemon that dies, restarts or is

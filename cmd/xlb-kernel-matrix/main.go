@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb-kernel-matrix boots Debian's real kernels (5.10, 6.1, 6.12, the newest 7.x) under
 // QEMU/TCG, loads every BPF program xlb ships and runs the datapaths' tests in each guest, and
 // writes the table kernel × program → loaded, verified instructions, and kernel × package → tests

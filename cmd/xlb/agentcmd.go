@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // `xlb agent`: the node agent's command line (its flags are agentFlags, its run runAgent).

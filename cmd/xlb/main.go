@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb is the xlb load-balancer appliance: the gateway daemon (xlb run), the node agent
 // (xlb agent) and the tools that inspect and convert what they run. `xlb --help` lists the
 // commands; `xlb COMMAND --help` gives one's flags, with their defaults, and examples.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // `xlb man`: the manual pages, made from the same command definitions as --help (the .deb

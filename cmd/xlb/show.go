@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // `xlb show`: what the datapath pinned under a directory is doing, read-only (xdp/inspect). This

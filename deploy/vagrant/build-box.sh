@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # build-box.sh builds a Debian 12 vagrant-libvirt box from apt packages alone (no box is
 # downloaded): mmdebstrap -> ext4 on a whole raw disk, booted by extlinux -> qcow2 -> box tar.
 #

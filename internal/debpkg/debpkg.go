@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package debpkg builds xlb's Debian package for appliance gateways with dpkg-deb: /usr/bin/xlb
 // (the static binary), the systemd unit (deploy/deb/xlb.service), /etc/xlb/xlb.yaml as a
 // conffile (deploy/xlb.example.yaml: an upgrade never overwrites the operator's edits), the man

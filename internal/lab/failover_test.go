@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // Hard gateway failure with BFD (issue 20): a gateway dies without a word, the router takes it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // An apiserver outage (issue 20): the gateways keep forwarding, health-checking and announcing

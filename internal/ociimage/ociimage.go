@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ociimage builds xlb's container image from a static xlb binary, without a
 // container daemon: one layer holding /usr/bin/xlb (nothing else: xlb needs no libc, no shell,
 // no CA certificates), entrypoint /usr/bin/xlb, labelled with the binary's own `xlb version

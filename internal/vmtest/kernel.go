@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vmtest boots real Linux kernels under QEMU (TCG: no KVM needed) with a small
 // initramfs holding test binaries, and reads their results back from the serial console. It is
 // how xlb proves its BPF programs on the kernels its users run (make kernel-matrix).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gateway is the appliance's control loop, what `xlb run` runs on a gateway host: the
 // sources of desired state (the YAML file's services and, in Kubernetes mode, the cluster's
 // LoadBalancer Services) with their health-check verdicts and the backend warm-up → the lb

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package l2 is the pure logic of L2 mode, where gateways announce VIPs on a flat segment by
 // answering ARP and NDP instead of over BGP: which gateway owns which VIP (Owners), which
 // gateways are alive (Members, fed by heartbeats), and the heartbeat's wire format (Heartbeat).

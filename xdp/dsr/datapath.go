@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dsr is the node side of direct server return: two TC programs the node agent attaches
 // with TCX links to the node's interfaces. On ingress, a packet a gateway DNATed to a Pod on
 // this node carries the VIP frontend it was sent to (the carrier, datapath.h's DSR_OPT*): the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package dsr
 
 // The BPF object is compiled by bpf2go and committed (dsr_bpfel.go, dsr_bpfel.o); `make

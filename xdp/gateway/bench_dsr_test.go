@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // The gateway's cost of direct server return (issue 18): the same packets to a VIP whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree). The

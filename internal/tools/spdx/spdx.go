@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command spdx checks, or with -fix adds, the SPDX license header of every source file of the
 // repository: Apache-2.0 for the project, (GPL-2.0-only OR BSD-2-Clause) for the BPF C that is
 // loaded into the kernel. Generated files (bpf2go, controller-gen) and fuzz corpora are left

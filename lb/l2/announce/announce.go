@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package announce answers ARP requests and IPv6 neighbour solicitations for the VIPs a gateway
 // owns in L2 mode, and announces a VIP it takes (gratuitous ARP, unsolicited neighbour
 // advertisement, repeated), from userspace on an AF_PACKET socket bound to the client-facing
