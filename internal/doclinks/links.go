@@ -47,14 +47,40 @@ var (
 	inlineLink = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
 	htmlTag    = regexp.MustCompile(`<[^>]+>`)
 	lineAnchor = regexp.MustCompile(`^L[0-9]+(-L[0-9]+)?$`)
+	// setextUnderline is the line under a setext heading's text: = for level 1, - for level 2.
+	setextUnderline = regexp.MustCompile(`^(=+|-+)[ \t]*$`)
+	listItem        = regexp.MustCompile(`^([-*+]|[0-9]+[.)])([ \t]|$)`)
 )
+
+// setextText reports whether a line (indentation removed) can be the text of a setext heading:
+// a paragraph's line, not blank, not a table row, list item, quote or HTML block.
+func setextText(trimmed string) bool {
+	if strings.TrimSpace(trimmed) == "" || listItem.MatchString(trimmed) {
+		return false
+	}
+	switch trimmed[0] {
+	case '|', '>', '<':
+		return false
+	}
+	return !strings.Contains(trimmed, " | ")
+}
 
 // Parse reads a Markdown page's links and anchors. Code blocks and code spans are not read:
 // what they hold is code, not links.
 func Parse(src []byte) Page {
 	p := Page{Anchors: map[string]bool{}}
 	seen := map[string]int{}
+	heading := func(text string) {
+		slug := Slug(text)
+		if k := seen[slug]; k > 0 {
+			p.Anchors[fmt.Sprintf("%s-%d", slug, k)] = true
+		} else {
+			p.Anchors[slug] = true
+		}
+		seen[slug]++
+	}
 	var fence string // the opening fence of the code block we are in, or ""
+	prev := ""       // the previous line, when it could be a setext heading's text
 	for i, line := range strings.Split(string(src), "\n") {
 		n := i + 1
 		line = strings.TrimRight(line, "\r")
@@ -68,19 +94,23 @@ func Parse(src []byte) Page {
 		if len(line)-len(trimmed) <= 3 && (strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~")) {
 			c := trimmed[:1]
 			fence = trimmed[:len(trimmed)-len(strings.TrimLeft(trimmed, c))]
+			prev = ""
+			continue
+		}
+		if prev != "" && len(line)-len(trimmed) <= 3 && setextUnderline.MatchString(trimmed) {
+			heading(prev) // a setext heading: its text is the line above
+			prev = ""
 			continue
 		}
 		text := blankCodeSpans(line)
 		if m := atxHeading.FindStringSubmatch(text); m != nil {
 			// The slug is made from the heading as written, code spans included.
-			h := atxHeading.FindStringSubmatch(line)
-			slug := Slug(h[2])
-			if k := seen[slug]; k > 0 {
-				p.Anchors[fmt.Sprintf("%s-%d", slug, k)] = true
-			} else {
-				p.Anchors[slug] = true
-			}
-			seen[slug]++
+			heading(atxHeading.FindStringSubmatch(line)[2])
+			prev = ""
+		} else if setextText(trimmed) {
+			prev = strings.TrimSpace(line)
+		} else {
+			prev = ""
 		}
 		if m := refDef.FindStringSubmatch(text); m != nil {
 			p.Links = append(p.Links, Link{n, strings.Trim(m[2], "<>")})

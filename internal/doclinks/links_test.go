@@ -144,6 +144,17 @@ func TestParse(t *testing.T) {
 		"<https://example.com/x> <a href=\"h.md\">h</a> <a id=\"custom\"></a>",
 		"[p](f(1).md) [q](#title-1)",
 		"    # indented four: code, but still read as text here, not a heading",
+		"",
+		"Setext one",
+		"==========",
+		"Setext `two`",
+		"---",
+		"",
+		"---",
+		"- a list item",
+		"---",
+		"| a | table |",
+		"|---|---|",
 	}, "\n")
 	p := Parse([]byte(src))
 	var got []string
@@ -157,13 +168,21 @@ func TestParse(t *testing.T) {
 	if p.Links[3].Line != 9 {
 		t.Errorf("the reference definition is on line %d, want 9", p.Links[3].Line)
 	}
-	for _, a := range []string{"title", "title-1", "title-2", "custom"} {
+	for _, a := range []string{"title", "title-1", "title-2", "custom", "setext-one", "setext-two"} {
 		if !p.Anchors[a] {
 			t.Errorf("anchor %q missing: %v", a, p.Anchors)
 		}
 	}
 	if p.Anchors["not-a-heading-in-a-fence"] {
 		t.Error("a heading inside a fenced block made an anchor")
+	}
+	for _, a := range []string{"", "--a-list-item", "a-list-item", "-a--table-"} {
+		if p.Anchors[a] {
+			t.Errorf("a thematic break, list item or table row made the anchor %q", a)
+		}
+	}
+	if len(p.Anchors) != 6 {
+		t.Errorf("anchors %v, want exactly 6", p.Anchors)
 	}
 }
 
