@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -108,6 +109,29 @@ func TestLinks(t *testing.T) {
 		t.Fatalf("only %d links in %d pages: the parser or the page list is wrong", links, len(list))
 	}
 	t.Logf("%d links in %d pages", links, len(list))
+}
+
+// trackerRef is a reference to a tracker's issue in prose ("issue 19", "issues #3 and 4").
+var trackerRef = regexp.MustCompile(`(?i)\b(issue|ticket|bug)s? #?[0-9]+\b`)
+
+// TestNoTrackerNumbers: the Markdown speaks to its reader, not to a tracker: no page names an
+// issue by its number (a link to another project's issue is an address, not prose).
+func TestNoTrackerNumbers(t *testing.T) {
+	root := repoRoot(t)
+	for _, p := range pages(t, root) {
+		src, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if m := trackerRef.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q: say what it was, not its tracker number", p, i+1, m)
+			}
+		}
+	}
+	if !trackerRef.MatchString("as issue 23 asked") || trackerRef.MatchString("github.com/x/y/issues/97076") {
+		t.Error("trackerRef matches the wrong things")
+	}
 }
 
 func TestSlug(t *testing.T) {
