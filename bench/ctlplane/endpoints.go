@@ -135,8 +135,11 @@ kubernetes: {nodeHealthPort: 0, gatewayName: bench}
 		Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &pn, Port: &port}}}
 	for i := range 100 {
+		// Pods of the Service's namespace, as the EndpointSlice controller writes them (no Node
+		// says where the Pod networks are: the gateway takes the namespace's Pods).
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("198.18.40.%d", i+1)},
-			Conditions: discoveryv1.EndpointConditions{Ready: &yes}})
+			Conditions: discoveryv1.EndpointConditions{Ready: &yes},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: fmt.Sprintf("web-%d", i+1)}})
 	}
 	if sl, err = client.DiscoveryV1().EndpointSlices(ns).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
 		return nil, err

@@ -114,7 +114,7 @@ func convertConfig(cfg *config.Config, gateway, namespace string) (string, int, 
 		return nil
 	}
 	for i, p := range cfg.Pools {
-		o := kube.AddressPoolObject(kube.Pool{Pool: p.IPAM(), Route: p.Route}, int32(i*convertPriorityStep))
+		o := kube.AddressPoolObject(kube.Pool{Pool: p.IPAM(), Route: p.Route, ExternalEndpoints: p.ExternalEndpoints}, int32(i*convertPriorityStep))
 		if err := emit(fmt.Sprintf("pools[%d] of the gateways' file", i), &o); err != nil {
 			return "", 0, fmt.Errorf("pool %s: %w", p.Name, err)
 		}

@@ -58,7 +58,7 @@ func TestConvertRoundTrip(t *testing.T) {
 	got, verdicts := kube.ObjectPools(objs, nil)
 	var want []kube.Pool
 	for _, p := range cfg.Pools {
-		want = append(want, kube.Pool{Pool: p.IPAM(), Route: p.Route})
+		want = append(want, kube.Pool{Pool: p.IPAM(), Route: p.Route, ExternalEndpoints: p.ExternalEndpoints})
 	}
 	for name, v := range verdicts {
 		if !v.Ready {

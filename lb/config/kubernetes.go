@@ -3,6 +3,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,8 @@ import (
 // The fields of the kubernetes section and of its leaderElection.
 var (
 	kubernetesFields = []string{"kubeconfig", "loadBalancerClass", "defaultClass", "ipMode", "nodeHealthPort",
-		"healthCheckInterval", "healthCheckTimeout", "leaderElection", "podRoutes", "gatewayName"}
+		"healthCheckInterval", "healthCheckTimeout", "leaderElection", "podRoutes", "gatewayName",
+		"podCIDRs", "reservedAddresses"}
 	leaderElectionFields = []string{"namespace", "leaseName", "leaseDuration", "renewDeadline", "retryPeriod"}
 )
 
@@ -92,6 +94,16 @@ type Kubernetes struct {
 	// source of events. Empty (the default) means the host name (see Identity). Every gateway
 	// of a site needs its own.
 	GatewayName string
+	// PodCIDRs (key podCIDRs) are the cluster's Pod networks besides the Nodes'
+	// spec.podCIDRs (for a CNI that allocates Pod addresses itself and leaves them empty): an
+	// endpoint outside every Pod network is refused unless its pool's externalEndpoints
+	// holds it. Prefixes without host bits.
+	PodCIDRs []netip.Prefix
+	// ReservedAddresses (key reservedAddresses) are prefixes no endpoint may be in, whatever
+	// its pool allows: gateways that are not Nodes, the routers, the apiserver, the service
+	// CIDR. (Nodes' addresses, load-balancer addresses, external IPs and cluster IPs are
+	// refused without being listed.)
+	ReservedAddresses []netip.Prefix
 }
 
 // LeaderElection configures the leader election Lease (key kubernetes.leaderElection).
@@ -211,6 +223,20 @@ func (d *decoder) kubernetes(n *yaml.Node, path string) *Kubernetes {
 	}
 	if v := o.get("podRoutes"); v != nil {
 		k.PodRoutes, _ = d.boolean(v, o.at("podRoutes"))
+	}
+	for _, f := range []struct {
+		key string
+		dst *[]netip.Prefix
+	}{{"podCIDRs", &k.PodCIDRs}, {"reservedAddresses", &k.ReservedAddresses}} {
+		if v := o.get(f.key); v != nil {
+			if items, ok := d.list(v, o.at(f.key)); ok {
+				for i, it := range items {
+					if p, ok := d.prefix(it, fmt.Sprintf("%s[%d]", o.at(f.key), i)); ok {
+						*f.dst = append(*f.dst, p)
+					}
+				}
+			}
+		}
 	}
 	if v := o.get("gatewayName"); v != nil {
 		if s, ok := d.nonEmpty(v, o.at("gatewayName")); ok {

@@ -31,7 +31,8 @@ func TestKubernetesExample(t *testing.T) {
 			Route: lb.RouteAttributes{Communities: []uint32{65000<<16 | 200}, LargeCommunities: []bgp.LargeCommunity{{Global: 65000, Local1: 2, Local2: 1}},
 				LocalPref: ptr(uint32(200)), MED: ptr(uint32(10))}},
 		{Name: "internal", Addresses: []ipam.Range{rng("198.18.102.0", "198.18.102.255")}, AvoidBuggyIPs: true,
-			Namespaces: []string{"prod", "staging"}, ServiceSelector: map[string]string{"xlb.dev/exposure": "internal", "tier": "1"}},
+			Namespaces: []string{"prod", "staging"}, ServiceSelector: map[string]string{"xlb.dev/exposure": "internal", "tier": "1"},
+			ExternalEndpoints: []netip.Prefix{netip.MustParsePrefix("198.18.30.0/24")}},
 	}
 	if !reflect.DeepEqual(cfg.Pools, wantPools) {
 		t.Errorf("pools\n%+v\nwant\n%+v", cfg.Pools, wantPools)
@@ -40,7 +41,8 @@ func TestKubernetesExample(t *testing.T) {
 		NodeHealthPort: 10256, HealthCheckInterval: 2 * time.Second, HealthCheckTimeout: time.Second,
 		LeaderElection: LeaderElection{Namespace: "xlb-system", LeaseName: "xlb-controller", LeaseDuration: 15 * time.Second,
 			RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
-		GatewayName: "gw1"}
+		GatewayName: "gw1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/18")},
+		ReservedAddresses: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}
 	if !reflect.DeepEqual(cfg.Kubernetes, wantKube) {
 		t.Errorf("kubernetes\n%+v\nwant\n%+v", cfg.Kubernetes, wantKube)
 	}

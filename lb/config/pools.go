@@ -3,6 +3,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 )
 
 // The fields of a pool (an item of pools).
-var poolFields = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "crossNamespaceSharing", "bgp"}
+var poolFields = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "crossNamespaceSharing", "externalEndpoints", "bgp"}
 
 // DefaultAutoAssign is pools[].autoAssign when absent: a pool hands out addresses to every
 // Service it admits.
@@ -55,6 +56,14 @@ type Pool struct {
 	// false: an address is shared only among Services of one namespace (a sharing key is a
 	// word any tenant can write).
 	CrossNamespaceSharing bool
+	// ExternalEndpoints (key externalEndpoints) are prefixes outside the cluster's Pod
+	// networks that the Services of the pool may have endpoints in (Services without a
+	// selector pointed at servers outside the cluster, or hostNetwork Pods on the Nodes'
+	// addresses); default none: an endpoint must be in the Pod networks. The operator's
+	// opt-out, written in the pool, never by a Service: keep such a pool to the namespaces
+	// that need it. Load-balancer addresses, external IPs, cluster IPs and
+	// kubernetes.reservedAddresses stay refused. Prefixes without host bits.
+	ExternalEndpoints []netip.Prefix
 	// Route (key bgp) holds the BGP route attributes (communities, largeCommunities,
 	// localPref, med) the VIPs of the pool are announced with, on top of the bgp section's; it
 	// becomes the lb.Service.Route of the Services given its addresses.
@@ -135,6 +144,15 @@ func (d *decoder) pools(n *yaml.Node, path string) ([]Pool, []poolRange) {
 		}
 		if v := o.get("serviceSelector"); v != nil {
 			p.ServiceSelector = d.selector(v, o.at("serviceSelector"))
+		}
+		if v := o.get("externalEndpoints"); v != nil {
+			if items, ok := d.list(v, o.at("externalEndpoints")); ok {
+				for i, it := range items {
+					if q, ok := d.prefix(it, index(o.at("externalEndpoints"), i)); ok {
+						p.ExternalEndpoints = append(p.ExternalEndpoints, q)
+					}
+				}
+			}
 		}
 		if v := o.get("bgp"); v != nil {
 			if bo, ok := d.object(v, o.at("bgp"), routeAttributeFields); ok {

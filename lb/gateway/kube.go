@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
 	"github.com/xlb-dev/xlb/lb/ipam"
@@ -31,7 +34,7 @@ type kubeMode struct {
 func kubePools(cfg *config.Config) []kube.Pool {
 	out := make([]kube.Pool, 0, len(cfg.Pools))
 	for _, p := range cfg.Pools {
-		out = append(out, kube.Pool{Pool: p.IPAM(), Route: p.Route})
+		out = append(out, kube.Pool{Pool: p.IPAM(), Route: p.Route, ExternalEndpoints: slices.Clone(p.ExternalEndpoints)})
 	}
 	return out
 }
@@ -85,6 +88,8 @@ func (g *Gateway) startKube(ctx context.Context, cfg *config.Config, wg *sync.Wa
 			Identity: identity, LeaseDuration: k.LeaderElection.LeaseDuration,
 			RenewDeadline: k.LeaderElection.RenewDeadline, RetryPeriod: k.LeaderElection.RetryPeriod},
 		NodeHealth: m.prober,
+		PodCIDRs:   k.PodCIDRs,
+		Reserved:   k.ReservedAddresses,
 		Changed:    g.trigger,
 		Log:        g.log.With("component", "kubernetes"),
 	})
@@ -152,7 +157,11 @@ func (g *Gateway) reloadKube(cfg *config.Config) error {
 	if err := g.kube.ctrl.SetForwarding(cfg.Datapath.Forwarding); err != nil {
 		return err
 	}
-	if *cfg.Kubernetes != *g.kube.cfg {
+	// The endpoints' scope applies at once; the rest at the next restart.
+	g.kube.ctrl.SetEndpointScope(cfg.Kubernetes.PodCIDRs, cfg.Kubernetes.ReservedAddresses)
+	was, now := *g.kube.cfg, *cfg.Kubernetes
+	was.PodCIDRs, was.ReservedAddresses, now.PodCIDRs, now.ReservedAddresses = nil, nil, nil, nil
+	if !reflect.DeepEqual(was, now) {
 		g.log.Warn("kubernetes settings other than pools changed; they take effect at the next restart")
 	}
 	return nil
@@ -168,6 +177,9 @@ var (
 		"LoadBalancer Services of xlb's class that have an address and are balanced.", nil, nil)
 	kubePoolDesc = prometheus.NewDesc("xlb_kube_pool_addresses",
 		"Addresses of each pool and family: size (assignable) and used (leader only).", []string{"pool", "family", "state"}, nil)
+	kubeRefusedDesc = prometheus.NewDesc("xlb_kube_endpoints_refused",
+		"Endpoints of xlb's Services not used because their address is not one a Service may forward to (a node, a VIP, a cluster IP, outside the Pod networks...), by reason.",
+		[]string{"reason"}, nil)
 	kubeNodeHealthDesc = prometheus.NewDesc("xlb_node_healthy",
 		"1 if the node passes its check, 0 if not, -1 before its first probe: its kube-proxy /healthz (service \"\"), or an externalTrafficPolicy: Local Service's healthCheckNodePort.",
 		[]string{"node", "service"}, nil)
@@ -178,6 +190,7 @@ func (k kubeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- kubeServicesDesc
 	ch <- kubePoolDesc
 	ch <- kubeNodeHealthDesc
+	ch <- kubeRefusedDesc
 }
 
 func (k kubeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -198,6 +211,11 @@ func (k kubeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(kubePoolDesc, prometheus.GaugeValue, float64(u.Size), u.Pool, fam, "size")
 		ch <- prometheus.MustNewConstMetric(kubePoolDesc, prometheus.GaugeValue, float64(u.Used), u.Pool, fam, "used")
+	}
+	refused := m.ctrl.RefusedEndpoints()
+	for _, r := range []lb.EndpointRefusal{lb.RefusedNotUnicast, lb.RefusedNode, lb.RefusedFrontend, lb.RefusedClusterIP,
+		lb.RefusedReserved, lb.RefusedOtherNamespace, lb.RefusedOutsidePods} {
+		ch <- prometheus.MustNewConstMetric(kubeRefusedDesc, prometheus.GaugeValue, float64(refused[r]), string(r))
 	}
 	for _, v := range m.prober.Verdicts() {
 		svc := ""

@@ -158,7 +158,7 @@ func ClusterIPModel(svc *corev1.Service, endpointSlices []*discoveryv1.EndpointS
 	}
 	// With a Local policy only this node's endpoints serve; one without a nodeName is on no
 	// node, so not on this one (as kube-proxy sees it).
-	out.Backends = backends(endpointSlices, key, out.Ports, local, onNode(node), &pb)
+	out.Backends = backends(Input{Slices: endpointSlices}, key, out.Ports, local, onNode(node), &pb)
 	return out, pb.done(), true
 }
 

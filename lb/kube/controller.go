@@ -53,6 +53,9 @@ type Pool struct {
 	ipam.Pool
 	// Route holds the BGP attributes of the host routes of the pool's addresses.
 	Route lb.RouteAttributes
+	// ExternalEndpoints are the prefixes outside the Pod networks the pool's Services may
+	// have endpoints in (lb.EndpointGuard's allowed): the operator's opt-out.
+	ExternalEndpoints []netip.Prefix
 }
 
 // Options configure a Controller. The zero value of every field but Pools works.
@@ -89,6 +92,12 @@ type Options struct {
 	// NodeHealth probes nodes for externalTrafficPolicy: Local; nil probes nothing and takes
 	// every node as healthy.
 	NodeHealth NodeHealth
+	// PodCIDRs are the cluster's Pod networks besides the Nodes' spec.podCIDRs
+	// (kubernetes.podCIDRs), and Reserved the prefixes no endpoint may be in
+	// (kubernetes.reservedAddresses): see lb.EndpointGuard, which the controller builds from
+	// them, the Nodes, the Services and the pools to check every endpoint.
+	PodCIDRs []netip.Prefix
+	Reserved []netip.Prefix
 	// Changed is called, without blocking, whenever the model Services returns has changed.
 	Changed func()
 	// Log receives the controller's log; nil discards it.
@@ -177,6 +186,13 @@ type Controller struct {
 	ready atomic.Bool
 	// lastSync: Service key → when its model was last rebuilt (for the latency metric).
 	synced time.Time
+	// guard is the endpoint guard the Services are modelled with, rebuilt from the caches when
+	// guardDirty (a Node, a Service's addresses, the pools or the scope changed).
+	guard      *lb.EndpointGuard
+	guardDirty bool
+	// refused: Service key → its endpoints refused by the guard, by refusal (Services with
+	// none are absent).
+	refused map[string]map[lb.EndpointRefusal]int
 }
 
 // New returns a controller that talks to the apiserver through client. Run starts it.
@@ -210,6 +226,7 @@ func New(client kubernetes.Interface, opts Options) (*Controller, error) {
 		endpoints: lb.NewEndpointIndex(),
 		reported:  map[string]map[string]string{},
 		pending:   map[string]bool{},
+		refused:   map[string]map[lb.EndpointRefusal]int{},
 		targets:   make(chan struct{}, 1),
 		filePools: opts.Pools,
 		pobj:      poolObjects{changed: make(chan struct{}, 1), reported: map[string]PoolVerdict{}},
@@ -358,12 +375,16 @@ func (c *Controller) watch() error {
 	// write or at every Service of the cluster).
 	svcH := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) {
+			c.guardChanged()
 			c.enqueueObject(o)
 			if _, ok := c.localTarget(o); ok {
 				c.requestTargets()
 			}
 		},
 		UpdateFunc: func(old, o any) {
+			if !sameServiceAddrs(old, o) {
+				c.guardChanged()
+			}
 			c.enqueueObject(o)
 			a, okA := c.localTarget(old)
 			b, okB := c.localTarget(o)
@@ -372,6 +393,7 @@ func (c *Controller) watch() error {
 			}
 		},
 		DeleteFunc: func(o any) {
+			c.guardChanged()
 			c.enqueueObject(o)
 			if _, ok := c.localTarget(o); ok {
 				c.requestTargets()
@@ -457,6 +479,7 @@ func (c *Controller) enqueueOnNode(node string) {
 // nodesChanged re-plans after a node came, went or changed: the prober's targets, the
 // Services of ours (their endpoints' nodes), and the pod routes (through Changed).
 func (c *Controller) nodesChanged() {
+	c.guardChanged()
 	c.requestTargets()
 	c.enqueueOurs(false)
 	if c.opts.Changed != nil {
@@ -575,6 +598,7 @@ func (c *Controller) forget(key string) {
 	}
 	delete(c.reported, key)
 	delete(c.pending, key)
+	delete(c.refused, key)
 	var retry []string
 	if freed {
 		retry = c.pendingKeys(key)
@@ -652,8 +676,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("service %s: listing its endpointslices: %w", key, err)
 	}
-	model, more := ServiceModel(Input{Service: svc, Slices: slices_, VIPs: vips, Route: c.route(vips)}, c.nodeView())
+	model, more := ServiceModel(Input{Service: svc, Slices: slices_, VIPs: vips, Route: c.route(vips),
+		Guard: c.endpointGuard(), ExternalEndpoints: c.externalEndpoints(vips)}, c.nodeView())
 	problems = append(problems, more...)
+	c.setRefused(key, more, len(vips) > 0)
 	if len(vips) == 0 {
 		model = lb.Service{}
 	}
@@ -739,6 +765,18 @@ func (c *Controller) route(vips []netip.Addr) lb.RouteAttributes {
 	return r
 }
 
+// externalEndpoints returns the prefixes outside the Pod networks the pools of vips let their
+// Services forward to.
+func (c *Controller) externalEndpoints(vips []netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range vips {
+		if p, ok := c.poolOf(a); ok {
+			out = append(out, p.ExternalEndpoints...)
+		}
+	}
+	return out
+}
+
 // poolOf returns the configured pool holding a.
 func (c *Controller) poolOf(a netip.Addr) (Pool, bool) {
 	c.mu.Lock()
@@ -812,6 +850,7 @@ func (c *Controller) installPools(pools []Pool) error {
 	}
 	c.opts.Pools = pools
 	c.poolsGen++
+	c.guardDirty = true
 	if c.alloc != nil {
 		ps := make([]ipam.Pool, 0, len(pools))
 		for _, p := range pools {

@@ -2,6 +2,7 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -372,7 +373,8 @@ func TestEndpointLifecycleLatency(t *testing.T) {
 			tr := true
 			n := "n3"
 			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"198.18.51.3"}, NodeName: &n,
-				Conditions: discoveryv1.EndpointConditions{Ready: &tr, Serving: &tr}})
+				Conditions: discoveryv1.EndpointConditions{Ready: &tr, Serving: &tr},
+				TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: "pod-3"}})
 		}, []string{"198.18.51.1=active", "198.18.51.3=active"}),
 	} {
 		worst = max(worst, took)
@@ -464,7 +466,7 @@ func TestProblemsAndExclusions(t *testing.T) {
 	if _, err := e.admin.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(t.Context(), node.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
 	if _, err := e.admin.DiscoveryV1().EndpointSlices(e.ns).Create(e.ctx,
 		e.slice("mixed", "mixed-1", discoveryv1.AddressTypeIPv4, 8080, ready("198.18.52.1", node.Name), ready("198.18.52.2", "elsewhere")),
 		metav1.CreateOptions{}); err != nil {
@@ -536,7 +538,7 @@ func TestPodRoutes(t *testing.T) {
 		if _, err := e.admin.CoreV1().Nodes().UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(t.Context(), n.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
 	}
 	mk("a", "198.18.60.2", "2001:db8:60::2", "198.18.64.0/24", "2001:db8:64::/64")
 	mk("b", "198.18.60.3", "2001:db8:60::3", "198.18.65.0/24")

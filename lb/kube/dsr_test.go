@@ -2,6 +2,7 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -81,7 +82,7 @@ func TestDirectServerReturn(t *testing.T) {
 		if _, err := e.admin.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(t.Context(), n, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { e.admin.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
 	}
 	annotate := func(node string, on bool) {
 		t.Helper()

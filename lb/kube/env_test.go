@@ -352,8 +352,10 @@ func (e *env) slice(svc, name string, family discoveryv1.AddressType, port int32
 	}
 	for _, ep := range eps {
 		r, sv, tm := ep.ready, ep.serving, ep.terminating
+		// A Pod of the Service's namespace, as the EndpointSlice controller writes it.
 		x := discoveryv1.Endpoint{Addresses: []string{ep.addr},
-			Conditions: discoveryv1.EndpointConditions{Ready: &r, Serving: &sv, Terminating: &tm}}
+			Conditions: discoveryv1.EndpointConditions{Ready: &r, Serving: &sv, Terminating: &tm},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: e.ns, Name: "pod-" + ep.addr}}
 		if ep.node != "" {
 			n := ep.node
 			x.NodeName = &n

@@ -49,7 +49,18 @@ type Input struct {
 	VIPs []netip.Addr
 	// Route holds its pool's BGP attributes.
 	Route lb.RouteAttributes
+	// Guard, if set, decides which endpoint addresses the Service may use (the cluster's Pod
+	// networks, its nodes, frontends and cluster IPs); nil uses every unicast address.
+	Guard *lb.EndpointGuard
+	// ExternalEndpoints are the prefixes outside the Pod networks its address pool lets it
+	// forward to (the pool's externalEndpoints: the operator's opt-out, never the tenant's).
+	ExternalEndpoints []netip.Prefix
 }
+
+// ReasonEndpointRefused is the Warning a Service gets while some of its endpoints are refused
+// by the EndpointGuard: the message names each refused address (up to maxExamples) and why,
+// in words that name no other tenant's object.
+const ReasonEndpointRefused = "EndpointRefused"
 
 // NodeView answers per-node questions; the controller implements it from the Node informer and
 // the node health prober. A nil NodeView excludes no node and finds every node healthy.
@@ -82,6 +93,9 @@ type Problem struct {
 	Reason string
 	// Message says what is wrong, naming the field and the value.
 	Message string
+	// Refused counts the endpoints refused by the EndpointGuard, by refusal (the
+	// ReasonEndpointRefused problem only).
+	Refused map[lb.EndpointRefusal]int
 }
 
 // maxExamples bounds how many offending values one Problem message quotes: a Service may have
@@ -94,6 +108,8 @@ type problems struct {
 	list []Problem
 	// groups: reason → the count and examples of a grouped problem, written into list by done.
 	groups map[string]*problemGroup
+	// refused counts the endpoints the guard refused, by refusal.
+	refused map[lb.EndpointRefusal]int
 }
 
 // problemGroup is a problem that many objects may have: one Event with a count and examples.
@@ -142,7 +158,20 @@ func (p *problems) done() []Problem {
 		}
 		p.list[g.index].Message = msg
 	}
+	if g := p.groups[ReasonEndpointRefused]; g != nil {
+		p.list[g.index].Refused = p.refused
+	}
 	return p.list
+}
+
+// refuse records an endpoint the guard refused.
+func (p *problems) refuse(r lb.EndpointRefusal, addr netip.Addr, slice string) {
+	if p.refused == nil {
+		p.refused = map[lb.EndpointRefusal]int{}
+	}
+	p.refused[r]++
+	p.count(ReasonEndpointRefused, "endpoints refused", "they are not used; the rest of the Service is",
+		fmt.Sprintf("%s in EndpointSlice %s: %s", addr, slice, r.Explain()))
 }
 
 // ServiceModel turns a Service and its EndpointSlices into the lb model, and says what is wrong
@@ -211,7 +240,7 @@ func ServiceModel(in Input, nodes NodeView) (lb.Service, []Problem) {
 	if len(out.Ports) == 0 {
 		pb.warn("NoUsablePorts", "no usable port in spec.ports: xlb balances TCP and UDP ports, and the Service has none it can serve")
 	} else {
-		out.Backends = backends(in.Slices, key, out.Ports, out.TrafficPolicy == lb.TrafficLocal, nodes, &pb)
+		out.Backends = backends(in, key, out.Ports, out.TrafficPolicy == lb.TrafficLocal, nodes, &pb)
 	}
 	if a := svc.Spec.AllocateLoadBalancerNodePorts; a == nil || *a {
 		pb.advise("NodePortsNotNeeded", "xlb forwards straight to Pod IPs and uses no NodePorts: set spec.allocateLoadBalancerNodePorts: false to stop allocating them (NodePorts already allocated stay until removed from spec.ports[].nodePort)")
@@ -379,7 +408,8 @@ type resolvedSlice struct {
 }
 
 // backends returns the Service's backends, sorted by address.
-func backends(in []*discoveryv1.EndpointSlice, svc types.NamespacedName, ports []lb.Port, local bool, nodes NodeView, pb *problems) []lb.Backend {
+func backends(input Input, svc types.NamespacedName, ports []lb.Port, local bool, nodes NodeView, pb *problems) []lb.Backend {
+	in := input.Slices
 	total := 0
 	for _, s := range in {
 		if s != nil {
@@ -431,6 +461,16 @@ func backends(in []*discoveryv1.EndpointSlice, svc types.NamespacedName, ports [
 				pb.count("InvalidEndpoint", "endpoints with no usable address", "they are not used",
 					fmt.Sprintf("EndpointSlice %s: %v", s.Name, err))
 				continue
+			}
+			if g := input.Guard; g != nil {
+				ref := lb.EndpointRef{Addr: addr}
+				if t := ep.TargetRef; t != nil && t.Kind == "Pod" {
+					ref.Pod, ref.PodNamespace = true, t.Namespace
+				}
+				if r := g.Check(svc.Namespace, ref, input.ExternalEndpoints); r != "" {
+					pb.refuse(r, addr, s.Name)
+					continue
+				}
 			}
 			if missing >= 0 {
 				pb.count("EndpointPortMissing", "endpoints lack a port of the Service", "they are not used; check the Pods' named container ports",

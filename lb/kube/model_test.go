@@ -3,6 +3,7 @@ package kube
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -682,5 +683,63 @@ func TestNodeDSR(t *testing.T) {
 	}
 	if NodeDSR(&corev1.Node{}) || NodeDSR(nil) {
 		t.Error("a Node without the annotation, or none, serves DSR")
+	}
+}
+
+// TestServiceModelEndpointGuard: with a guard, endpoints a tenant pointed at a node, a VIP, a
+// cluster IP, another namespace's Pod or outside the Pod networks are left out, each with its
+// reason in one Warning EndpointRefused that names the address and nothing of whose it is,
+// counted by refusal; the Service's Pods are still its backends. The pool's externalEndpoints
+// lets an outside server in, never a VIP.
+func TestServiceModelEndpointGuard(t *testing.T) {
+	g := &lb.EndpointGuard{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/20")},
+		Ranges: []lb.AddrRange{lb.PrefixRange(netip.MustParsePrefix("198.18.0.0/24"), lb.KindFrontend)}}
+	g.Reserve(netip.MustParseAddr("198.18.1.11"), lb.KindNode)
+	g.Reserve(netip.MustParseAddr("198.18.96.1"), lb.KindClusterIP)
+	pod := func(addr, ns string) discoveryv1.Endpoint {
+		e := ep(addr, "n1", "r")
+		e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p-" + addr}
+		return e
+	}
+	in := Input{Service: testService(), VIPs: []netip.Addr{vip4}, Guard: g, Slices: []*discoveryv1.EndpointSlice{
+		slice("web-1", 8080, pod("198.18.64.2", "ns"), pod("198.18.64.3", "other"), ep("198.18.1.11", "", "r"),
+			ep("198.18.0.10", "", "r"), pod("198.18.96.1", "ns"), ep("198.18.30.5", "", "r"), ep("198.18.64.4", "", "r")),
+	}}
+	m, problems := ServiceModel(in, nil)
+	if got := states(m); !slices.Equal(got, []string{"198.18.64.2=active", "198.18.64.4=active"}) {
+		t.Errorf("backends %v, want the namespace's Pod and the Pod network's address", got)
+	}
+	var refused *Problem
+	for i, p := range problems {
+		if p.Reason == ReasonEndpointRefused {
+			refused = &problems[i]
+		}
+	}
+	if refused == nil || refused.Type != corev1.EventTypeWarning {
+		t.Fatalf("no EndpointRefused Warning: %+v", problems)
+	}
+	want := map[lb.EndpointRefusal]int{lb.RefusedOtherNamespace: 1, lb.RefusedNode: 1, lb.RefusedFrontend: 1, lb.RefusedClusterIP: 1, lb.RefusedOutsidePods: 1}
+	if !maps.Equal(refused.Refused, want) {
+		t.Errorf("refused %v, want %v", refused.Refused, want)
+	}
+	for _, s := range []string{"5 endpoints refused", "198.18.64.3 in EndpointSlice web-1: its targetRef names a Pod of another namespace",
+		"198.18.1.11 in EndpointSlice web-1: a node's address", "198.18.0.10 in EndpointSlice web-1: a load-balancer address", "; …"} {
+		if !strings.Contains(refused.Message, s) {
+			t.Errorf("message %q lacks %q", refused.Message, s)
+		}
+	}
+	for _, s := range []string{"n1", "other/", "p-198"} {
+		if strings.Contains(refused.Message, s) {
+			t.Errorf("message %q names %q", refused.Message, s)
+		}
+	}
+	in.ExternalEndpoints = []netip.Prefix{netip.MustParsePrefix("198.18.30.0/24"), netip.MustParsePrefix("198.18.0.0/24")}
+	m, _ = ServiceModel(in, nil)
+	if got := states(m); !slices.Equal(got, []string{"198.18.30.5=active", "198.18.64.2=active", "198.18.64.4=active"}) {
+		t.Errorf("with externalEndpoints: backends %v, want the outside server in, the VIP still out", got)
+	}
+	in.Guard = nil
+	if m, _ = ServiceModel(in, nil); len(m.Backends) != 7 {
+		t.Errorf("without a guard: %v, want every endpoint", states(m))
 	}
 }

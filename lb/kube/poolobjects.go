@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/big"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -125,6 +126,16 @@ func PoolOf(o *v1alpha1.AddressPool) (Pool, error) {
 			p.ServiceSelector[k] = string(v)
 		}
 	}
+	for i, s := range o.Spec.ExternalEndpoints {
+		q, err := netip.ParsePrefix(s)
+		switch {
+		case err != nil:
+			return Pool{}, fmt.Errorf("spec.externalEndpoints[%d]: %q is not a CIDR prefix", i, s)
+		case q.Masked() != q || q.Addr().Is4In6() || q.Addr().Zone() != "":
+			return Pool{}, fmt.Errorf("spec.externalEndpoints[%d]: %s has host bits set or is IPv4-mapped (write %s)", i, q, q.Masked())
+		}
+		p.ExternalEndpoints = append(p.ExternalEndpoints, q)
+	}
 	for i, s := range o.Spec.Addresses {
 		r, err := ipam.ParseRange(s)
 		if err != nil {
@@ -215,6 +226,9 @@ func AddressPoolObject(p Pool, priority int32) v1alpha1.AddressPool {
 	}
 	for _, r := range p.Ranges {
 		o.Spec.Addresses = append(o.Spec.Addresses, r.String())
+	}
+	for _, q := range p.ExternalEndpoints {
+		o.Spec.ExternalEndpoints = append(o.Spec.ExternalEndpoints, q.String())
 	}
 	if len(p.ServiceSelector) > 0 {
 		o.Spec.ServiceSelector = make(map[string]v1alpha1.LabelValue, len(p.ServiceSelector))

@@ -85,6 +85,21 @@ type AddressPoolSpec struct {
 	// +optional
 	CrossNamespaceSharing bool `json:"crossNamespaceSharing,omitempty"`
 
+	// ExternalEndpoints are CIDR prefixes outside the cluster's Pod networks that the
+	// Services of this pool may have endpoints in: Services without a selector pointed at
+	// servers outside the cluster, or hostNetwork Pods on the Nodes' addresses. Empty (the
+	// default): an endpoint must be in the Pod networks, as any tenant who can write an
+	// EndpointSlice could otherwise point a VIP at a node, a gateway or another tenant's
+	// address. This is the operator's opt-out: keep such a pool to the namespaces that need it.
+	// Load-balancer addresses, external IPs, cluster IPs and the gateways' reserved addresses
+	// stay refused.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR prefix"
+	ExternalEndpoints []string `json:"externalEndpoints,omitempty"`
+
 	// Priority orders the pools: a Service is offered the pools in increasing priority, then
 	// by name. Default 0.
 	// +optional

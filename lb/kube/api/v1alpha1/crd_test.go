@@ -43,6 +43,7 @@ func TestCRDValidation(t *testing.T) {
   namespaces: [prod, staging-2]
   serviceSelector: {xlb.dev/exposure: internal, tier: "1", app.kubernetes.io/name: web, empty: ""}
   priority: 10
+  externalEndpoints: [198.18.30.0/24, "2001:db8:30::/64"]
   bgp: {communities: ["65000:100", "0:65535"], largeCommunities: ["4294967295:0:1"], localPref: 4294967295, med: 0}`},
 		{"a", `
   addresses: ["2001:db8::1"]
@@ -91,6 +92,9 @@ func TestCRDValidation(t *testing.T) {
 		{"namespace not a label", "p", `
   addresses: [198.18.0.0/24]
   namespaces: [Prod]`, []string{"spec.namespaces[0]", "should match"}},
+		{"external endpoints not a CIDR", "p", `
+  addresses: [198.18.0.0/24]
+  externalEndpoints: [198.18.30.1]`, []string{"spec.externalEndpoints[0]", "must be a CIDR prefix"}},
 		{"selector key", "p", `
   addresses: [198.18.0.0/24]
   serviceSelector: {"a b": x}`, []string{"spec.serviceSelector", "keys must be label keys"}},

@@ -93,6 +93,11 @@ func (in *AddressPoolSpec) DeepCopyInto(out *AddressPoolSpec) {
 			(*out)[key] = val
 		}
 	}
+	if in.ExternalEndpoints != nil {
+		in, out := &in.ExternalEndpoints, &out.ExternalEndpoints
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.BGP != nil {
 		in, out := &in.BGP, &out.BGP
 		*out = new(RouteAttributes)
