@@ -74,15 +74,15 @@ func ageSlotConn(t *testing.T, g *gw, p pk, age time.Duration) {
 	must(t, d.invalidateCaches())
 }
 
-// ageConntrack makes the conntrack entry of p's flow quiet for age longer (a reading before
-// zero is 0: older still).
+// ageConntrack makes the conntrack entry of p's flow quiet for age longer (stampBack: on a host
+// booted less than age ago it waits).
 func ageConntrack(t *testing.T, g *gw, p pk, age time.Duration) {
 	t.Helper()
 	d := g.dp
 	k := forwardKey(p.Src.Addr(), p.Src.Port(), p.Dst, datapath.TCP)
 	var ce xlbCtEntry
 	must(t, d.objs.Conntrack.Lookup(&k, &ce))
-	ce.LastSeen = readingBefore(ce.LastSeen, age)
+	ce.LastSeen = stampBack(t, ce.LastSeen, age)
 	must(t, d.objs.Conntrack.Put(&k, &ce))
 	must(t, d.invalidateCaches())
 }
