@@ -38,8 +38,9 @@ help:
 		awk -F'\t' '{ d = $$2; if (d !~ /\.$$/) d = d " ..."; printf "  %-17s %s\n", $$1, d }'
 
 # The pure packages (no kernel, no Kubernetes client), which make check runs under the race
-# detector.
-PURE_PKGS = ./lb ./lb/config ./lb/health ./lb/ipam ./lb/maglev ./lb/reconcile ./bgp ./xdp/datapath
+# detector (internal/doclinks: every link and anchor of the Markdown resolves).
+PURE_PKGS = ./lb ./lb/config ./lb/health ./lb/ipam ./lb/maglev ./lb/reconcile ./bgp ./xdp/datapath \
+	./internal/doclinks
 
 ## check: the lint tier, no root needed: gofmt, go vet, staticcheck, shellcheck, the SPDX
 ## headers, and the race detector on the pure packages.

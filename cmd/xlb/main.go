@@ -4,7 +4,7 @@
 // (xlb agent) and the tools that inspect and convert what they run. `xlb --help` lists the
 // commands; `xlb COMMAND --help` gives one's flags, with their defaults, and examples.
 //
-// See README.md, deploy/xlb.example.yaml and deploy/xlb.kubernetes.example.yaml.
+// See docs/appliance.md, deploy/xlb.example.yaml and deploy/xlb.kubernetes.example.yaml.
 package main
 
 import (

@@ -145,7 +145,7 @@ func macOf(t *testing.T, ns *netlab.NS, ifname string) net.HardwareAddr {
 // client prove that none was forwarded; each drop is on its named counter, once per packet (no
 // loop); 50 idle keep-alive connections stay on their pods and a steady request load is served
 // throughout. The floods, path MTU and fragments are TestFlood's; spoofed SYNs on live tuples
-// are not yet here (issue 19, open).
+// are not yet here.
 func TestHostile(t *testing.T) {
 	s := NewT(t, Options{XLB: xlbBin})
 	waitHealthy(t, s, s.Pods...)

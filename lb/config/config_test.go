@@ -291,7 +291,7 @@ func schemaKeys() map[string]bool {
 	return keys
 }
 
-// TestExampleCoversSchema checks that example.yaml, which the README walks through, sets every
+// TestExampleCoversSchema checks that example.yaml, which docs/appliance.md walks through, sets every
 // field the parser knows.
 func TestExampleCoversSchema(t *testing.T) {
 	seen := map[string]bool{}
