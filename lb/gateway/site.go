@@ -99,8 +99,10 @@ func startSite(cfg *config.Config, log *slog.Logger, running func(*config.Config
 		return siteState{err: err}
 	}
 	if site.Seed == nil && cfg.Datapath.Seed == 0 {
-		if site, err = siteSeed(ctx, client, cfg, log, running); err != nil {
-			return siteState{err: err}
+		// A seed that cannot be written leaves the object as read (siteSeed says why): the
+		// gateway runs with seed 0, as its peers that cannot write either.
+		if withSeed, err := siteSeed(ctx, client, cfg, log, running); err == nil {
+			site = withSeed
 		}
 	}
 	overlaySite(cfg, site, log)
@@ -145,12 +147,13 @@ func siteSeed(ctx context.Context, client dynamic.Interface, cfg *config.Config,
 		log.Info("wrote the site's flow-hash seed into SiteSettings site (every gateway of the site reads it)", "seed", from)
 	}
 	site, err := readSite(ctx, client)
-	if err != nil {
-		return kube.Site{}, err
+	if err == nil && (site.Seed == nil || *site.Seed != seed) {
+		err = fmt.Errorf("sitesettings %s: its seed changed while it was written", v1alpha1.SiteSettingsName)
 	}
-	if site.Seed == nil || *site.Seed != seed {
-		return kube.Site{}, fmt.Errorf("sitesettings %s: its seed changed while it was written; the next start reads it",
-			v1alpha1.SiteSettingsName)
+	if err != nil {
+		log.Warn("SiteSettings site not read back after its seed was written: the datapath starts with seed 0; the gateway reports the site's seed as pending a restart",
+			"error", err)
+		return kube.Site{}, err
 	}
 	return site, nil
 }
