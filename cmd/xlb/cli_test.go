@@ -7,8 +7,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // TestCLIHelp checks the command line's conventions: a short top-level usage with one line
@@ -27,7 +30,7 @@ func TestCLIHelp(t *testing.T) {
 	if n := strings.Count(out, "\n"); n > 40 {
 		t.Errorf("xlb --help: %d lines, want a short usage:\n%s", n, out)
 	}
-	for _, c := range []string{"run", "agent", "cleanup", "show", "bgp", "bfd", "convert", "version", "completion"} {
+	for _, c := range []string{"run", "agent", "cleanup", "show", "bgp", "bfd", "convert", "seed", "version", "completion"} {
 		if !strings.Contains(out, "\n  "+c+" ") {
 			t.Errorf("xlb --help lists no %q command:\n%s", c, out)
 		}
@@ -81,6 +84,25 @@ func TestCLIHelp(t *testing.T) {
 	// A failure of a command that started is exit 1, without the usage hint.
 	if rc, _, errb := run("bgp", "--listen", "127.0.0.1:1"); rc != 1 || strings.Contains(errb, "for usage") {
 		t.Errorf("xlb bgp against nothing: exit %d, %q; want exit 1", rc, errb)
+	}
+}
+
+// TestSeedCommand: xlb seed prints a random seed, never a published one, another each time.
+func TestSeedCommand(t *testing.T) {
+	seen := map[uint64]bool{}
+	for range 8 {
+		var out, errb bytes.Buffer
+		if rc := execute([]string{"seed"}, &out, &errb); rc != 0 {
+			t.Fatalf("xlb seed: exit %d: %s", rc, errb.String())
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(out.String()), 10, 32)
+		if err != nil || datapath.PublishedSeed(uint32(n)) {
+			t.Fatalf("xlb seed printed %q: want a seed that is no published default (%v)", out.String(), err)
+		}
+		seen[n] = true
+	}
+	if len(seen) < 7 {
+		t.Errorf("8 runs of xlb seed printed %d different seeds", len(seen))
 	}
 }
 

@@ -57,6 +57,7 @@ the node side of direct server return).`,
 		newBGPCmd(),
 		newBFDCmd(),
 		newConvertCmd(),
+		newSeedCmd(),
 		newVersionCmd(),
 		newManCmd(),
 	)

@@ -42,7 +42,7 @@ stops with the daemon).`,
 			defer signal.Stop(hup)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return gateway.Run(ctx, gateway.Options{ConfigPath: cfgPath, LoadDatapath: loadDatapath,
+			return gateway.Run(ctx, gateway.Options{ConfigPath: cfgPath, LoadDatapath: loadDatapath, RunningSeed: runningSeed,
 				Version: buildInfo().Version, CleanupOnExit: cleanup, Reload: hup, Log: cmd.ErrOrStderr()})
 		},
 	}

@@ -13,7 +13,8 @@ import (
 
 // TestRBACXLBObjects asks the real apiserver's RBAC authorizer, with deploy/rbac.yaml applied,
 // what the controller's ServiceAccount may do with xlb's own resources (xlb.dev) and Secrets:
-// read AddressPools and BGPPeers and write only the pools' status; create GatewayStatuses and
+// read AddressPools and BGPPeers and write only the pools' status; create and update (never
+// delete) SiteSettings, where the first gateway of a site writes its seed; create GatewayStatuses and
 // write their status, delete none; get a Secret in its namespace only, list none.
 func TestRBACXLBObjects(t *testing.T) {
 	cp := kubetest.StartT(t)
@@ -39,7 +40,9 @@ func TestRBACXLBObjects(t *testing.T) {
 		{"watch", "xlb.dev", "bgpadvertisements", "", "", true},
 		{"create", "xlb.dev", "bgpadvertisements", "", "", false},
 		{"get", "xlb.dev", "sitesettings", "", "", true},
-		{"update", "xlb.dev", "sitesettings", "", "", false},
+		{"create", "xlb.dev", "sitesettings", "", "", true}, // a site's first seed
+		{"update", "xlb.dev", "sitesettings", "", "", true},
+		{"delete", "xlb.dev", "sitesettings", "", "", false},
 		{"create", "xlb.dev", "gatewaystatuses", "", "", true},
 		{"get", "xlb.dev", "gatewaystatuses", "", "", true},
 		{"update", "xlb.dev", "gatewaystatuses", "status", "", true},

@@ -211,8 +211,14 @@ type Datapath struct {
 	//     table, never conntrack; so does a flood of one-datagram UDP flows. Its slots also
 	//     hold the filter that spares a SYN the conntrack lookup, a quarter full at about
 	//     4.6 × handshakeSize live TCP flows: raise it on a gateway that holds more.
-	//   - Seed (key seed) seeds the flow hash, 0 to 4294967295. Every gateway of a site must use
-	//     the same seed, or a flow that ECMP moves to another gateway lands on another backend.
+	//   - Seed (key seed) seeds the flow hash and keys the handshake table's, 1 to 4294967295
+	//     (0: none). Every gateway of a site must use the same seed, or a flow that ECMP moves
+	//     to another gateway lands on another backend, and it should be a random secret (`xlb
+	//     seed` prints one): anyone who knows it can aim flows at a backend or SYNs at another
+	//     client's handshake slot. In Kubernetes mode SiteSettings site's seed overrides it, and
+	//     with neither set the first gateway to start writes a random one there for all. A
+	//     gateway running with 0 or 1 (published defaults) warns, and says so in
+	//     xlb_datapath_seed_published and its GatewayStatus.
 	//   - TCPEstablishedTimeout (key tcpEstablishedTimeout, default 1h), TCPClosingTimeout (key
 	//     tcpClosingTimeout, after FIN or RST; default 10s) and UDPTimeout (key udpTimeout,
 	//     default 60s) are conntrack idle timeouts, written as Go durations ("90s", "1h30m"). 0

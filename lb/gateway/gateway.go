@@ -44,6 +44,10 @@ type Options struct {
 	// LoadDatapath loads the datapath the configuration asks for (datapath.kind): cmd/xlb's
 	// loader gives the XDP or the AF_XDP datapath.
 	LoadDatapath func(cfg *config.Config, log *slog.Logger) (datapath.Gateway, error)
+	// RunningSeed, if set, returns the seed of the datapath the configuration asks for that
+	// already forwards on this host (pinned by an earlier process), if one does: a gateway
+	// whose site has no seed yet proposes it, so the site keeps the seed it runs with.
+	RunningSeed func(cfg *config.Config) (uint32, bool)
 	// CleanupOnExit makes a stop remove the datapath (programs detached, pins removed) and
 	// withdraw the routes, instead of leaving forwarding in place.
 	CleanupOnExit bool
@@ -80,7 +84,12 @@ func Run(ctx context.Context, opts Options) error {
 	log := newLogger(cfg.Log, opts.Log)
 	var site siteState
 	if opts.KubeClient == nil {
-		site = startSite(cfg, log)
+		site = startSite(cfg, log, opts.RunningSeed)
+	}
+	if datapath.PublishedSeed(cfg.Datapath.Seed) {
+		log.Warn("the flow-hash seed is a published default: anyone can compute which backend and handshake slot a flow lands on; "+
+			"give every gateway of the site the same random seed (xlb seed prints one: datapath.seed, or spec.seed of SiteSettings site)",
+			"seed", cfg.Datapath.Seed)
 	}
 	dp, err := opts.LoadDatapath(cfg, log)
 	if err != nil {

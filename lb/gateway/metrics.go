@@ -121,8 +121,13 @@ func (g *Gateway) newMetrics() {
 		Help: "Configured services left out because they are invalid or conflict with another."})
 	g.serving = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "xlb_frontend_serving_backends",
 		Help: "Backends taking new flows per frontend; 0 means the VIP:port is down."}, []string{"service", "frontend"})
+	seedPublished := prometheus.NewGauge(prometheus.GaugeOpts{Name: "xlb_datapath_seed_published",
+		Help: "1 when the datapath's flow-hash seed is a published default (0 or 1): set a random one (xlb seed)."})
+	if datapath.PublishedSeed(g.planOpts.Seed) {
+		seedPublished.Set(1)
+	}
 	g.reg = prometheus.NewRegistry()
-	g.reg.MustRegister(g.coll, g.reconciles, g.reconcileTime, g.configReloads, g.servicesInvalid, g.serving,
+	g.reg.MustRegister(g.coll, g.reconciles, g.reconcileTime, g.configReloads, g.servicesInvalid, g.serving, seedPublished,
 		&healthCollector{g: g}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 

@@ -3,6 +3,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/kube"
 	"github.com/xlb-dev/xlb/lb/kube/api/v1alpha1"
+	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
 // The SiteSettings object (Kubernetes mode): read at start, before the datapath is loaded, so
@@ -73,8 +76,9 @@ func readSite(ctx context.Context, client dynamic.Interface) (kube.Site, error) 
 }
 
 // startSite reads SiteSettings at start (Kubernetes mode with a kubeconfig) and applies it to
-// cfg; the state goes to the gateway once it exists.
-func startSite(cfg *config.Config, log *slog.Logger) siteState {
+// cfg; the state goes to the gateway once it exists. When neither the object nor the file sets
+// a seed, it writes one into the object first (siteSeed).
+func startSite(cfg *config.Config, log *slog.Logger, running func(*config.Config) (uint32, bool)) siteState {
 	if cfg.Kubernetes == nil {
 		return siteState{}
 	}
@@ -94,12 +98,64 @@ func startSite(cfg *config.Config, log *slog.Logger) siteState {
 		log.Warn("SiteSettings not read at start: the datapath starts with the file's settings", "error", err)
 		return siteState{err: err}
 	}
+	if site.Seed == nil && cfg.Datapath.Seed == 0 {
+		// A seed that cannot be written leaves the object as read (siteSeed says why): the
+		// gateway runs with seed 0, as its peers that cannot write either.
+		if withSeed, err := siteSeed(ctx, client, cfg, log, running); err == nil {
+			site = withSeed
+		}
+	}
 	overlaySite(cfg, site, log)
 	if site.Generation != 0 {
 		log.Info("datapath settings from SiteSettings site", "generation", site.Generation, "seed", cfg.Datapath.Seed,
 			"forwarding", cfg.Datapath.Forwarding.Mode)
 	}
 	return siteState{site: site, read: true}
+}
+
+// siteSeed writes a seed into SiteSettings site, which sets none while the file sets none either,
+// and returns the object as it then is: the seed of the datapath already forwarding on this host
+// (running), so that a site upgraded from a build whose chart set the seed in the file keeps it
+// and its gateways never disagree during the roll, else a random one. Every gateway starting so
+// proposes its own, and all get the first written (kube.EnsureSeed). If it cannot be written, the
+// gateway runs without (seed 0): a random seed of its own would send the flows ECMP moves to it
+// elsewhere than the other gateways do.
+func siteSeed(ctx context.Context, client dynamic.Interface, cfg *config.Config, log *slog.Logger,
+	running func(*config.Config) (uint32, bool)) (kube.Site, error) {
+	candidate, from := uint32(0), "random"
+	if running != nil {
+		if s, ok := running(cfg); ok {
+			candidate, from = s, "the running datapath's"
+		}
+	}
+	if from == "random" {
+		var b [4]byte
+		for candidate == 0 || datapath.PublishedSeed(candidate) {
+			if _, err := rand.Read(b[:]); err != nil {
+				return kube.Site{}, fmt.Errorf("sitesettings: a random seed: %w", err)
+			}
+			candidate = binary.LittleEndian.Uint32(b[:])
+		}
+	}
+	seed, written, err := kube.EnsureSeed(ctx, client, candidate)
+	if err != nil {
+		log.Warn("no seed in SiteSettings site nor in the file, and none could be written there: the datapath starts with seed 0 (a published default)",
+			"error", err)
+		return kube.Site{}, err
+	}
+	if written {
+		log.Info("wrote the site's flow-hash seed into SiteSettings site (every gateway of the site reads it)", "seed", from)
+	}
+	site, err := readSite(ctx, client)
+	if err == nil && (site.Seed == nil || *site.Seed != seed) {
+		err = fmt.Errorf("sitesettings %s: its seed changed while it was written", v1alpha1.SiteSettingsName)
+	}
+	if err != nil {
+		log.Warn("SiteSettings site not read back after its seed was written: the datapath starts with seed 0; the gateway reports the site's seed as pending a restart",
+			"error", err)
+		return kube.Site{}, err
+	}
+	return site, nil
 }
 
 // pollSite reads SiteSettings every sitePoll until ctx ends, and has Run reload when it changed.
@@ -144,7 +200,8 @@ func (g *Gateway) siteStatus() *v1alpha1.SiteStatus {
 	g.mu.Lock()
 	st, running := g.site, g.started
 	g.mu.Unlock()
-	out := &v1alpha1.SiteStatus{ObservedGeneration: st.site.Generation, Seed: int64(g.planOpts.Seed)}
+	out := &v1alpha1.SiteStatus{ObservedGeneration: st.site.Generation, Seed: int64(g.planOpts.Seed),
+		SeedPublished: datapath.PublishedSeed(g.planOpts.Seed)}
 	if st.err != nil {
 		out.Error = st.err.Error()
 	}

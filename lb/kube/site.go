@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 
@@ -104,4 +105,57 @@ func GetSite(ctx context.Context, client dynamic.Interface) (*v1alpha1.SiteSetti
 		return nil, fmt.Errorf("sitesettings %s: %w", v1alpha1.SiteSettingsName, err)
 	}
 	return &o, nil
+}
+
+// siteFieldManager names the gateway's writes of SiteSettings (its seed).
+const siteFieldManager = "xlb-gateway"
+
+// EnsureSeed returns the flow-hash seed SiteSettings site sets, writing candidate into it first
+// when it sets none: creating the object when there is none, else updating the one read at its
+// resourceVersion. Two gateways starting at once cannot end up with different seeds: the second
+// create fails (AlreadyExists) or the second update fails (Conflict), and the seed the first
+// wrote is read again. created says whether candidate was written.
+func EnsureSeed(ctx context.Context, client dynamic.Interface, candidate uint32) (seed uint32, created bool, err error) {
+	res := client.Resource(v1alpha1.SchemeGroupVersion.WithResource(v1alpha1.ResourceSiteSettings))
+	for range 5 {
+		u, err := res.Get(ctx, v1alpha1.SiteSettingsName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1alpha1.SchemeGroupVersion.String(),
+				"kind":       "SiteSettings",
+				"metadata":   map[string]any{"name": v1alpha1.SiteSettingsName},
+				"spec":       map[string]any{"seed": int64(candidate)},
+			}}
+			_, err = res.Create(ctx, obj, metav1.CreateOptions{FieldManager: siteFieldManager})
+			if apierrors.IsAlreadyExists(err) {
+				continue // another gateway's: read its seed
+			}
+			if err != nil {
+				return 0, false, fmt.Errorf("create sitesettings %s with a seed: %w", v1alpha1.SiteSettingsName, err)
+			}
+			return candidate, true, nil
+		case err != nil:
+			return 0, false, fmt.Errorf("sitesettings %s: %w", v1alpha1.SiteSettingsName, err)
+		}
+		if v, found, err := unstructured.NestedFieldNoCopy(u.Object, "spec", "seed"); found && err == nil {
+			n, ok := v.(int64)
+			if !ok || n < 0 || n > 1<<32-1 {
+				return 0, false, fmt.Errorf("sitesettings %s: spec.seed %v: not 0 to 4294967295", v1alpha1.SiteSettingsName, v)
+			}
+			return uint32(n), false, nil
+		}
+		if err := unstructured.SetNestedField(u.Object, int64(candidate), "spec", "seed"); err != nil {
+			return 0, false, fmt.Errorf("sitesettings %s: set spec.seed: %w", v1alpha1.SiteSettingsName, err)
+		}
+		_, err = res.Update(ctx, u, metav1.UpdateOptions{FieldManager: siteFieldManager})
+		if apierrors.IsConflict(err) {
+			continue // changed since it was read (another gateway's seed, perhaps): read it again
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("write a seed into sitesettings %s: %w", v1alpha1.SiteSettingsName, err)
+		}
+		return candidate, true, nil
+	}
+	return 0, false, fmt.Errorf("sitesettings %s: kept changing while a seed was written; try again", v1alpha1.SiteSettingsName)
 }

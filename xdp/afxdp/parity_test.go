@@ -1087,3 +1087,67 @@ func slicesIndex(s []netip.Addr, a netip.Addr) int {
 	}
 	return -1
 }
+
+// TestParityForgedRST: a RST or FIN marks a connection closing whatever its sequence number, and
+// a SYN on a closing connection's tuple within the closing timeout keeps its backend (making it
+// live again), in both datapaths alike: after the VIP's table moved every tuple elsewhere, a
+// forged RST and a forged SYN leave connections where they were, those whose handshake the
+// gateway saw (the XDP datapath keeps them in their handshake slots) and those picked up
+// mid-way (conntrack).
+func TestParityForgedRST(t *testing.T) {
+	px := newParity(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	vipTCP := netip.AddrPortFrom(pVIP, 80)
+	type conn struct {
+		c  netip.AddrPort
+		be netip.AddrPort
+	}
+	var conns []conn
+	for i := range 40 {
+		c := randClient(r)
+		seq := r.Uint32()
+		if i%2 == 0 {
+			px.check(t, fmt.Sprintf("SYN %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, seq: seq}.bytes(), px.ext)
+		}
+		if !px.check(t, fmt.Sprintf("ACK %d", i), frameSpec{src: c, dst: vipTCP, proto: protoTCP, flags: tcpACK, seq: seq + 1}.bytes(), px.ext) {
+			t.Fatalf("ACK %d was not sent", i)
+		}
+		conns = append(conns, conn{c, px.backendOf(t, c, vipTCP)})
+	}
+	// Every tuple of VIP 1 now maps to backend 3 (pBE[2]) or 2: most connections are elsewhere.
+	for _, c := range []configurer{px.dp, px.eng} {
+		table := make([]datapath.BackendID, 251)
+		for i := range table {
+			table[i] = datapath.BackendID(2 + i%2)
+		}
+		if err := c.SetMaglevTable(1, table); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := 0
+	for i, cn := range conns {
+		flags := []uint8{tcpRST, tcpRST | tcpACK, tcpFIN | tcpACK}[i%3]
+		for _, f := range []struct {
+			name string
+			spec frameSpec
+		}{
+			{"forged RST/FIN", frameSpec{src: cn.c, dst: vipTCP, proto: protoTCP, flags: flags, seq: r.Uint32()}},
+			{"forged SYN", frameSpec{src: cn.c, dst: vipTCP, proto: protoTCP, flags: tcpSYN, seq: r.Uint32()}},
+			{"victim's data", frameSpec{src: cn.c, dst: vipTCP, proto: protoTCP, flags: tcpACK | 0x08, seq: r.Uint32(), payload: []byte("x")}},
+		} {
+			if !px.check(t, fmt.Sprintf("%s %d", f.name, i), f.spec.bytes(), px.ext) {
+				t.Fatalf("%s %d was not sent", f.name, i)
+			}
+		}
+		be := px.backendOf(t, cn.c, vipTCP)
+		if be != cn.be {
+			t.Errorf("connection %d of %s moved from %s to %s", i, cn.c, cn.be, be)
+		}
+		if cn.be.Addr() == pBE[0] {
+			moved++ // the table no longer names its backend: kept only by its entry
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no connection was on a backend the new table left out: the test would not exercise the rule")
+	}
+}

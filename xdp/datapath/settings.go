@@ -29,8 +29,10 @@ const (
 // settings with the same meaning (configuration section datapath). The zero value is a working
 // default: a zero field means its Default* value.
 type Settings struct {
-	// Seed seeds the flow hash. Every gateway of a site must use the same seed, or a flow that
-	// ECMP moves to another gateway lands on another backend.
+	// Seed seeds the flow hash (the Maglev pick) and keys the handshake table's tuple hash.
+	// Every gateway of a site must use the same seed, or a flow that ECMP moves to another
+	// gateway lands on another backend; and it should be secret and random (PublishedSeed):
+	// anyone who knows it can compute where a tuple lands.
 	Seed uint32
 	// ConntrackSize is how many flows conntrack holds (an LRU in the XDP datapath).
 	ConntrackSize uint32
@@ -137,3 +139,9 @@ func (s Settings) Timeout(p Protocol, closing bool) time.Duration {
 	}
 	return s.UDPTimeout
 }
+
+// PublishedSeed says whether seed is one that xlb has shipped as a default (0, the file's when it
+// sets none; 1, the Helm chart's before the gateways wrote a random one into SiteSettings): one
+// anyone can look up, so that a client can aim its flows at one backend or its SYNs at another
+// client's handshake slot.
+func PublishedSeed(seed uint32) bool { return seed <= 1 }

@@ -282,9 +282,13 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 	hs, hsFound := b.hs[fk]
 	if syn {
 		// A SYN on a live flow's tuple goes to that flow's backend (its challenge ACK answers
-		// a spoofed one); only a closing or idle entry is balanced again.
-		if ctFound && !ct.reverse && !ct.closing && ct.vip == v.cfg.ID &&
-			t-ct.lastSeen <= int64(b.settings.Timeout(p.Proto, false)) {
+		// a spoofed one), closing or not: a FIN or RST marks a flow closing whatever its
+		// sequence number, so a forged one followed by a forged SYN would otherwise move the
+		// connection (its backend ignored the out-of-window RST). A closing flow is live for
+		// the closing timeout. Only an idle entry, or one whose backend is gone, is balanced
+		// again; either way the SYN makes a closing entry live again (below).
+		if ctFound && !ct.reverse && ct.vip == v.cfg.ID &&
+			t-ct.lastSeen <= int64(b.settings.Timeout(p.Proto, ct.closing)) {
 			if _, usable := b.usable(ct.backend); usable {
 				bid, d.SYNKept, hsFound = ct.backend, true, false
 			}
@@ -366,8 +370,8 @@ func (b *Balancer) Forward(p *Packet, now time.Duration) Decision {
 		default:
 			d.HSRateLimited = true
 		}
-		// A SYN on a tuple conntrack still holds starts a new connection: the entry takes the
-		// SYN's backend in place.
+		// A SYN on a tuple conntrack still holds starts a connection there: the entry takes the
+		// SYN's backend in place (the same when kept, above), and is no longer closing.
 		if ctFound && !ct.reverse && (ct.backend != bid || ct.vip != v.cfg.ID || ct.closing) {
 			ct.backend, ct.vip, ct.closing, ct.lastSeen = bid, v.cfg.ID, false, t
 			b.ct[fk] = ct

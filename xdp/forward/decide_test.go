@@ -112,16 +112,67 @@ func TestHandshakeFollowsItsSYN(t *testing.T) {
 	if d := b.Forward(&spoof, 3*time.Second); d.Backend != first.Backend || !d.SYNKept || d.Maglev {
 		t.Fatalf("a SYN on a live tuple: %+v, want the flow's backend %d kept", d, first.Backend)
 	}
-	// Once the flow closes, a new SYN on the tuple (client port reuse) is balanced afresh, and
-	// conntrack takes it.
+	// Once the flow closes and stays quiet past the closing timeout, a new SYN on the tuple
+	// (client port reuse) is balanced afresh, and conntrack takes it.
 	fin := tcp(4000, TCPFIN|TCPACK, 600)
 	b.Forward(&fin, 3*time.Second)
 	syn2 := tcp(4000, TCPSYN, 9999)
-	if d := b.Forward(&syn2, 4*time.Second); d.Backend != other || !d.Maglev || d.SYNKept {
-		t.Fatalf("a new SYN on a closing tuple: %+v, want the table's backend %d", d, other)
+	at := 3*time.Second + datapath.DefaultTCPClosingTimeout + time.Millisecond
+	if d := b.Forward(&syn2, at); d.Backend != other || !d.Maglev || d.SYNKept {
+		t.Fatalf("a new SYN on a tuple closed and quiet past the closing timeout: %+v, want the table's backend %d", d, other)
 	}
-	if c := b.ct[syn2.key()]; c.backend != other {
-		t.Errorf("conntrack after the new SYN names backend %d, want %d", c.backend, other)
+	if c := b.ct[syn2.key()]; c.backend != other || c.closing {
+		t.Errorf("conntrack after the new SYN: %+v, want backend %d, not closing", c, other)
+	}
+}
+
+// TestForgedRSTThenSYNKeepsFlow: a FIN or RST marks a flow closing whatever its sequence number
+// (the gateway cannot tell a forged one, which the backend ignores, from the client's), so a
+// SYN on a closing flow's tuple within the closing timeout still goes to the flow's backend and
+// makes the entry live again: a forged RST followed by a forged SYN does not move the
+// connection, even after the table changed. Past the closing timeout, or once the backend is
+// gone, the SYN is balanced by the table.
+func TestForgedRSTThenSYNKeepsFlow(t *testing.T) {
+	for _, flags := range []uint8{TCPRST, TCPRST | TCPACK, TCPFIN | TCPACK} {
+		b := setup(t, datapath.Settings{})
+		open := tcp(4100, TCPACK, 1000) // a flow conntrack picked up mid-way
+		first := b.Forward(&open, time.Second)
+		other := first.Backend%3 + 1
+		must(t, b.SetMaglevTable(1, table(other)))
+		forged := tcp(4100, flags, 0x5eed) // any sequence number
+		if d := b.Forward(&forged, 2*time.Second); d.Backend != first.Backend || d.Conntrack != CTUsed {
+			t.Fatalf("flags %#x: the forged packet: %+v, want backend %d by conntrack", flags, d, first.Backend)
+		}
+		if c := b.ct[open.key()]; !c.closing {
+			t.Fatalf("flags %#x: conntrack after the forged packet: %+v, want closing", flags, c)
+		}
+		syn := tcp(4100, TCPSYN, 0xbad)
+		if d := b.Forward(&syn, 3*time.Second); d.Backend != first.Backend || !d.SYNKept || d.Maglev {
+			t.Fatalf("flags %#x: the forged SYN: %+v, want the flow's backend %d kept", flags, d, first.Backend)
+		}
+		if c := b.ct[open.key()]; c.closing || c.backend != first.Backend {
+			t.Fatalf("flags %#x: conntrack after the forged SYN: %+v, want backend %d, not closing", flags, c, first.Backend)
+		}
+		// The victim's next segment, long after (past the closing timeout, within the
+		// established one), still finds its backend.
+		data := tcp(4100, TCPACK, 2000)
+		if d := b.Forward(&data, 3*time.Second+time.Minute); d.Backend != first.Backend || d.Conntrack != CTUsed {
+			t.Fatalf("flags %#x: the victim's data after a minute: %+v, want backend %d by conntrack", flags, d, first.Backend)
+		}
+	}
+
+	// A SYN on a closing entry whose backend is gone is balanced by the table.
+	b := setup(t, datapath.Settings{})
+	open := tcp(4200, TCPACK, 1000)
+	first := b.Forward(&open, time.Second)
+	other := first.Backend%3 + 1
+	must(t, b.SetMaglevTable(1, table(other)))
+	rst := tcp(4200, TCPRST, 1)
+	b.Forward(&rst, 2*time.Second)
+	must(t, b.DeleteBackend(first.Backend))
+	syn := tcp(4200, TCPSYN, 2)
+	if d := b.Forward(&syn, 3*time.Second); d.Backend != other || d.SYNKept || !d.Maglev {
+		t.Fatalf("a SYN on a closing entry whose backend is gone: %+v, want the table's backend %d", d, other)
 	}
 }
 

@@ -65,6 +65,17 @@ func TestConstantsMatchBPF(t *testing.T) {
 		t.Errorf("hs_slots has %d-byte slots, Go expects %d with check at 56 and the live-flow filter's word at 60 (at %d, %d)",
 			got, hsEntrySize, hsCheckOffset, hsLiveOffset)
 	}
+	src, err := os.ReadFile("bpf/consts.h")
+	must(t, err)
+	for name, want := range map[string]int{"TUPLE_KEY_WORDS": tupleKeyWords, "HS_LAYOUT_VERSION": hsLayoutVersion} {
+		m := regexp.MustCompile(`(?m)^#define\s+` + name + `\s+(\d+)$`).FindSubmatch(src)
+		if m == nil || string(m[1]) != strconv.Itoa(want) {
+			t.Errorf("bpf/consts.h %s: %q, Go says %d", name, m, want)
+		}
+	}
+	if got := spec.Variables[xlbVarCfgTupleKey].Size(); got != 4*tupleKeyWords {
+		t.Errorf("cfg_tuple_key is %d bytes, Go writes %d", got, 4*tupleKeyWords)
+	}
 	if len(reasonNames) != numReasons {
 		t.Errorf("%d reason names for %d reasons", len(reasonNames), numReasons)
 	}

@@ -3,6 +3,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -206,6 +207,11 @@ func Load(opts Options) (_ *Datapath, err error) {
 	if len(rescued) > 0 {
 		d.log.Info("moved the connections of the replaced handshake table into conntrack", "connections", len(rescued))
 	}
+	// The next load reads it to know where this one's program places the tuples.
+	if err := d.objs.HsLayout.Put(uint32(0), slotLayout(opts.Settings)); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("load datapath: record the handshake table's layout: %w", err)
+	}
 	if err := d.openLive(); err != nil {
 		d.objs.Close()
 		return nil, fmt.Errorf("load datapath: %w", err)
@@ -233,6 +239,7 @@ func loadVariables(opts Options) map[string]any {
 		xlbVarCfgMidFlowRate:      midFlowVar(opts.Settings),
 		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
 		xlbVarCfgHsMask:           hsSlots(opts.HandshakeSize) - 1,
+		xlbVarCfgTupleKey:         tupleKeyOf(opts.Seed),
 	}
 }
 
@@ -466,7 +473,7 @@ func (d *Datapath) Remove() error {
 func (d *Datapath) maps() []*ebpf.Map {
 	m := &d.objs.xlbMaps
 	return []*ebpf.Map{m.AddrBitmap, m.BackendStats, m.Backends, m.Clock, m.Conntrack, m.CtReverse,
-		m.Frags, m.HsSlots, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
+		m.Frags, m.HsLayout, m.HsSlots, m.IfRoles, m.MaglevSlots, m.Reasons, m.Reverse, m.SiteSources, m.SrcRanges, m.TxPorts, m.VipById,
 		m.VipStats, m.Vips}
 }
 
@@ -475,7 +482,44 @@ func (d *Datapath) maps() []*ebpf.Map {
 // Maglev) and the fragments table (its entries live 2 s: at worst the rest of a datagram in
 // flight is dropped). A pinned one that does not match this build (a new reason, a new
 // HandshakeSize, a new frags value) is replaced rather than refused.
-var disposableMaps = []string{xlbMapReasons, xlbMapHsSlots, xlbMapFrags}
+var disposableMaps = []string{xlbMapReasons, xlbMapHsSlots, xlbMapHsLayout, xlbMapFrags}
+
+// hsLayoutVersion is bpf/consts.h's HS_LAYOUT_VERSION: how this build places tuples in the
+// handshake table (its tuple hash).
+const hsLayoutVersion = 2
+
+// slotLayout is what this build writes in map hs_layout for settings s: the tuple hash's version
+// and seed.
+func slotLayout(s datapath.Settings) xlbHsLayout {
+	return xlbHsLayout{Version: hsLayoutVersion, Seed: s.Seed}
+}
+
+// pinnedSlotLayout says why the handshake table pinned under dir, whose map is compatible with
+// this build's, holds its tuples at other slots than this build with settings s would look for
+// them: a pinned hs_layout naming another tuple hash or seed, or none (a build before the map,
+// whose tuple hash was another). nil when they are where this build looks.
+func pinnedSlotLayout(dir string, s datapath.Settings) error {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, xlbMapHsLayout), nil)
+	if err != nil {
+		return errors.New("pinned without hs_layout, by a build whose tuple hash placed its slots otherwise")
+	}
+	defer m.Close()
+	var got xlbHsLayout
+	if m.ValueSize() != uint32(binary.Size(got)) {
+		return errors.New("pinned beside an hs_layout of another build: its slots may be placed otherwise")
+	}
+	if err := m.Lookup(uint32(0), &got); err != nil {
+		return fmt.Errorf("pinned beside an unreadable hs_layout (%w): its slots may be placed otherwise", err)
+	}
+	want := slotLayout(s)
+	switch {
+	case got.Version != want.Version:
+		return fmt.Errorf("its slots were placed by tuple hash version %d, this build's is %d", got.Version, want.Version)
+	case got.Seed != want.Seed:
+		return errors.New("its slots were placed under another seed") // the seeds stay out of logs
+	}
+	return nil
+}
 
 // retiredMaps are maps earlier builds pinned that this one no longer uses, each with what took
 // its place. Their pins are removed at Load; a program of an earlier build still attached keeps
@@ -533,6 +577,11 @@ func replaceDisposablePins(spec *ebpf.CollectionSpec, dir string, s datapath.Set
 				incompatible = fmt.Errorf("pinned beside %s, so made by a build with another slot layout", old)
 				sameLayout = false
 			}
+		}
+		if name == xlbMapHsSlots && incompatible == nil {
+			// The same entries, at other slots (another tuple hash or seed): read where this
+			// build looks, its connections would be lost; they are rescued as for a new size.
+			incompatible = pinnedSlotLayout(dir, s)
 		}
 		if incompatible != nil && name == xlbMapHsSlots && sameLayout {
 			if rescued, err = rescueSlotConns(m, s.WithDefaults()); err != nil {

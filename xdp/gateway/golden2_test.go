@@ -349,8 +349,10 @@ func TestGoldenClockFallback(t *testing.T) {
 	}
 }
 
-// TestGoldenTupleReuse: a client reusing a 5-tuple after a FIN starts a new connection: the
-// SYN is balanced afresh and the handshake's ACK follows the SYN, not the old entry.
+// TestGoldenTupleReuse: a client reusing a 5-tuple after a FIN, once the closed connection is
+// quiet past the closing timeout, starts a new connection: the SYN is balanced afresh and the
+// handshake's ACK follows the SYN, not the old entry. (Within the closing timeout a SYN keeps
+// the old connection's backend: TestGoldenForgedRSTThenSYNKeepsFlow.)
 func TestGoldenTupleReuse(t *testing.T) {
 	g := newGW(t, Options{})
 	services(t, g)
@@ -365,6 +367,8 @@ func TestGoldenTupleReuse(t *testing.T) {
 		g.expect(t, in.bytes(t), g.ext, want{xdpRedirect, out.bytes(t), r})
 	}
 	must(t, d.SetMaglevTable(1, table(13, 11)))
+	fin, _ := clientTCP(45000, ap(vip4, 80), "FA", ap(be1v4, 8080), macBE1)
+	ageSlotConn(t, g, fin, datapath.DefaultTCPClosingTimeout+time.Second)
 	for _, flags := range []string{"S", "A"} {
 		in, out := clientTCP(45000, ap(vip4, 80), flags, ap(be2v4, 8080), macBE2)
 		r := fwd(ReasonFwdRedirect)

@@ -331,12 +331,13 @@ func TestGoldenReplayFallsBack(t *testing.T) {
 	})
 }
 
-// TestGoldenReplayFragmentedSYN: a client reusing its port after a FIN, with a SYN that arrives
-// fragmented, starts a new connection like any SYN: when Maglev now picks another backend than
+// TestGoldenReplayFragmentedSYN: a client reusing its port after a FIN (quiet past the closing
+// timeout), with a SYN that arrives fragmented, starts a new connection like any SYN: when Maglev
+// now picks another backend than
 // the one the old flow was pinned to, conntrack takes the new one, and the record of the old flow
 // must not send the handshake's ACK to the old backend (it would answer with a RST).
 func TestGoldenReplayFragmentedSYN(t *testing.T) {
-	g := newGW(t, Options{})
+	g := newGW(t, Options{Settings: datapath.Settings{TCPClosingTimeout: time.Second}})
 	services(t, g)
 	must(t, g.dp.UpsertBackend(11, datapath.Backend{Addr: be2v4, Port: 8080}))
 	ack, toBE1 := clientTCP(41500, ap(vip4, 80), "A", ap(be1v4, 8080), macBE1)
@@ -349,9 +350,11 @@ func TestGoldenReplayFragmentedSYN(t *testing.T) {
 	if _, e, ok := g.record(t, ack); !ok {
 		t.Fatalf("no record: %+v", e)
 	}
-	// The old connection closes (a SYN on a live one would keep its backend) ...
+	// The old connection closes and stays quiet past the closing timeout (a SYN on a live or
+	// recently closed one would keep its backend) ...
 	fin, finOut := clientTCP(41500, ap(vip4, 80), "FA", ap(be1v4, 8080), macBE1)
 	g.expect(t, fin.bytes(t), g.ext, want{xdpRedirect, finOut.bytes(t), fwd(ReasonFwdRedirect)})
+	ageConntrack(t, g, fin, 2*time.Second)
 	// ... and the same tuple's SYN, in two fragments, goes to backend 11 ...
 	syn, synOut := clientTCP(41500, ap(vip4, 80), "S", ap(be2v4, 8080), macBE2)
 	syn.Payload, synOut.Payload = make([]byte, 64), make([]byte, 64)

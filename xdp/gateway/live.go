@@ -101,26 +101,64 @@ func (l *liveFilter) empty(i uint32) {
 	l.mem[uintptr(i)*hsEntrySize+hsFamilyOffset] = 0
 }
 
-// tupleHash is bpf/lb.h's tuple_hash of forward flow key k: the live-flow filter's bit is its top
-// bits (liveMask), the handshake table's slot its low bits.
-func tupleHash(k *xlbFlowKey, seed uint32) uint32 {
-	x := (k.Src.W[0] ^ seed) * 0x9e3779b1
-	x = (x ^ k.Dst.W[0]) * 0x85ebca6b
-	if k.Family == uint8(datapath.FamilyV6) {
-		x = (x ^ k.Src.W[1] ^ bits.RotateLeft32(k.Src.W[2], 8) ^ bits.RotateLeft32(k.Src.W[3], 16)) * 0x9e3779b1
-		x = (x ^ k.Dst.W[1] ^ bits.RotateLeft32(k.Dst.W[2], 8) ^ bits.RotateLeft32(k.Dst.W[3], 16)) * 0x85ebca6b
+// tupleKeyWords is bpf/consts.h's TUPLE_KEY_WORDS: the tuple hash's key words.
+const tupleKeyWords = 10
+
+// tupleKey is the tuple hash's key (bpf/lb.h's cfg_tuple_key), derived from the flow-hash seed.
+type tupleKey [tupleKeyWords]uint32
+
+// tupleKeyDomain separates the tuple hash's key from anything else derived from the seed.
+const tupleKeyDomain = 0x786c622d74757031 // "xlb-tup1"
+
+// tupleKeyOf derives the tuple hash's key from seed: SplitMix64's outputs from a state of the
+// seed and tupleKeyDomain, two words each. Every gateway of a site has the same seed and so the
+// same key (the slots are each gateway's own, but a loader's rebuild must place tuples as its
+// program does); anyone without the seed cannot compute it.
+func tupleKeyOf(seed uint32) tupleKey {
+	var k tupleKey
+	st := uint64(seed) ^ tupleKeyDomain
+	for i := 0; i < tupleKeyWords; i += 2 {
+		st += 0x9e3779b97f4a7c15
+		z := st
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		z ^= z >> 31
+		k[i], k[i+1] = uint32(z), uint32(z>>32)
 	}
-	x = (x ^ (uint32(k.Sport)<<16 | uint32(k.Dport)) ^ uint32(k.Proto)<<8) * 0xc2b2ae35
+	return k
+}
+
+// hash is bpf/lb.h's tuple_hash of forward flow key k under key tk: the live-flow filter's bit is
+// its top bits (liveMask), the handshake table's slot its low bits.
+func (tk *tupleKey) hash(k *xlbFlowKey) uint32 {
+	nh := func(a, b uint32, i int) uint64 { return uint64(a+tk[i]) * uint64(b+tk[i+1]) }
+	h := nh(k.Src.W[0], k.Dst.W[0], 0) + nh(uint32(k.Sport)<<16|uint32(k.Dport), uint32(k.Proto), 8)
+	if k.Family == uint8(datapath.FamilyV6) {
+		h += nh(k.Src.W[1], k.Dst.W[1], 2) + nh(k.Src.W[2], k.Dst.W[2], 4) + nh(k.Src.W[3], k.Dst.W[3], 6)
+	}
+	x := uint32(h>>32) ^ uint32(h)
 	x = (x ^ x>>16) * 0x7feb352d
 	x = (x ^ x>>15) * 0x846ca68b
 	return x ^ x>>16
 }
 
+// tupleHash is the tuple hash of k under the key of seed (tupleKeyOf).
+func tupleHash(k *xlbFlowKey, seed uint32) uint32 {
+	tk := tupleKeyOf(seed)
+	return tk.hash(k)
+}
+
 // liveSlot returns the handshake slot holding k's bit of the live-flow filter in a table of
 // slots slots (a power of two), and the bit in half h's word (bpf/live.h's live_bit, shifted to
-// half h).
+// half h), under the tuple key of seed.
 func liveSlot(k *xlbFlowKey, seed, slots, h uint32) (slot uint32, mask uint32) {
-	x := tupleHash(k, seed)
+	tk := tupleKeyOf(seed)
+	return tk.liveSlot(k, slots, h)
+}
+
+// liveSlot is liveSlot under key tk.
+func (tk *tupleKey) liveSlot(k *xlbFlowKey, slots, h uint32) (slot uint32, mask uint32) {
+	x := tk.hash(k)
 	return x & (slots - 1), 1 << (h*liveSlotBits + x>>(32-liveSlotLog2))
 }
 
@@ -224,7 +262,7 @@ func (d *Datapath) rebuildLive() error {
 		d.live.keep(i, keep)
 	}
 	now := monotonicNow()
-	seed := uint32(d.opts.Seed)
+	tk := tupleKeyOf(d.opts.Seed)
 	mark := func(k *xlbFlowKey, e *xlbCtEntry) {
 		if e.Flags&ctFlagReverse != 0 {
 			return // a SYN and a datagram ask the filter of their own forward tuple
@@ -239,7 +277,7 @@ func (d *Datapath) rebuildLive() error {
 		if e.LastSeen < now && now-e.LastSeen > uint64(timeout+liveSkew) {
 			return // idle past its timeout: the datapath would treat it as gone
 		}
-		slot, mask := liveSlot(k, seed, d.live.slots, next)
+		slot, mask := tk.liveSlot(k, d.live.slots, next)
 		d.live.set(slot, mask)
 	}
 	if err := d.walkConntrack(mark); err != nil {

@@ -2,7 +2,10 @@
 package gateway
 
 import (
+	"math/bits"
+	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +181,97 @@ func stampBack(t *testing.T, stamp uint64, d time.Duration) uint64 {
 	t.Logf("a stamp %v after boot cannot move %v back: waiting %v", time.Duration(stamp), d, wait)
 	time.Sleep(wait)
 	return 0
+}
+
+// chainTupleHash is the tuple hash of the builds before hs_layout version 2: the words chained
+// through multiplies and xors, IPv6's last three address words folded with rotations.
+func chainTupleHash(k *xlbFlowKey, seed uint32) uint32 {
+	x := (k.Src.W[0] ^ seed) * 0x9e3779b1
+	x = (x ^ k.Dst.W[0]) * 0x85ebca6b
+	if k.Family == uint8(datapath.FamilyV6) {
+		x = (x ^ k.Src.W[1] ^ bits.RotateLeft32(k.Src.W[2], 8) ^ bits.RotateLeft32(k.Src.W[3], 16)) * 0x9e3779b1
+		x = (x ^ k.Dst.W[1] ^ bits.RotateLeft32(k.Dst.W[2], 8) ^ bits.RotateLeft32(k.Dst.W[3], 16)) * 0x85ebca6b
+	}
+	x = (x ^ (uint32(k.Sport)<<16 | uint32(k.Dport)) ^ uint32(k.Proto)<<8) * 0xc2b2ae35
+	x = (x ^ x>>16) * 0x7feb352d
+	x = (x ^ x>>15) * 0x846ca68b
+	return x ^ x>>16
+}
+
+// TestTupleHashKeyed: someone who shares a victim's network (its IPv6 /64, its IPv4 /24) and
+// knows its tuple must not be able to pick a tuple of its own that lands on the victim's
+// handshake slot and live-flow bit whatever the seed, as the chained hash allowed: an IPv6 client
+// with the victim's interface identifier folded to the same word (its last two words swapped
+// and rotated, or a bit of each flipped where the rotations line them up), and an IPv4 client
+// with the top bit of its last octet and of its port's low byte flipped (a multiply carries a
+// top-bit difference through unchanged, so the next word's cancels it). The check: under the chained hash each forgery collides
+// fully for every seed; under the tuple hash, for none of the seeds tried.
+func TestTupleHashKeyed(t *testing.T) {
+	vip4 := netip.AddrPortFrom(netip.MustParseAddr("198.18.100.1"), 80)
+	vip6 := netip.AddrPortFrom(netip.MustParseAddr("2001:db8:100::1"), 443)
+	r := rand.New(rand.NewPCG(5, 6))
+	type forgery struct {
+		name  string
+		forge func(v xlbFlowKey) xlbFlowKey
+	}
+	forgeries := []forgery{
+		{"IPv6 same /64, interface id refolded", func(v xlbFlowKey) xlbFlowKey {
+			// x ^ w2<<<8 ^ w3<<<16 is unchanged with w2' = w3<<<8, w3' = w2>>>8.
+			f := v
+			f.Src.W[2], f.Src.W[3] = bits.RotateLeft32(v.Src.W[3], 8), bits.RotateLeft32(v.Src.W[2], -8)
+			return f
+		}},
+		{"IPv6 same /64, a bit of two words the fold lines up", func(v xlbFlowKey) xlbFlowKey {
+			f := v
+			f.Src.W[2] ^= 1 << 31 // bit 7 once rotated by 8
+			f.Src.W[3] ^= 1 << 23 // bit 7 once rotated by 16
+			return f
+		}},
+		{"IPv4 same /24, top bits of the address and port", func(v xlbFlowKey) xlbFlowKey {
+			f := v
+			f.Src.W[0] ^= 1 << 31 // the last octet's top bit (words are read in memory order)
+			f.Sport ^= 1 << 15    // the port word's top bit: the port's low byte's top bit
+			return f
+		}},
+	}
+	for _, fg := range forgeries {
+		chained, keyed := 0, 0
+		tries := 0
+		for range 200 {
+			var v xlbFlowKey
+			if strings.HasPrefix(fg.name, "IPv6") {
+				a := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 5, 0, 7, byte(r.Uint32()), byte(r.Uint32()),
+					byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32())})
+				v, _ = wireKey(netip.AddrPortFrom(a, uint16(1024+r.IntN(60000))), vip6, datapath.TCP)
+			} else {
+				a := netip.AddrFrom4([4]byte{198, 19, 7, byte(r.Uint32())})
+				v, _ = wireKey(netip.AddrPortFrom(a, uint16(1024+r.IntN(60000))), vip4, datapath.TCP)
+			}
+			f := fg.forge(v)
+			if f == v {
+				continue
+			}
+			seed := r.Uint32()
+			tries++
+			if chainTupleHash(&f, seed) == chainTupleHash(&v, seed) {
+				chained++
+			}
+			if tupleHash(&f, seed) == tupleHash(&v, seed) {
+				keyed++
+			}
+		}
+		if chained != tries {
+			t.Errorf("%s: the chained hash collided for %d of %d seeds, want all (the forgery is not the one the test means)", fg.name, chained, tries)
+		}
+		if keyed != 0 {
+			t.Errorf("%s: the tuple hash collided for %d of %d seeds, want none", fg.name, keyed, tries)
+		}
+	}
+	// The key is the seed's: another seed, another key, every word.
+	a, b := tupleKeyOf(1), tupleKeyOf(2)
+	for i := range a {
+		if a[i] == b[i] {
+			t.Errorf("tuple key word %d is %#x for seeds 1 and 2", i, a[i])
+		}
+	}
 }

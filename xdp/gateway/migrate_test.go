@@ -221,3 +221,88 @@ func TestLoadKeepsSlotConnections(t *testing.T) {
 		t.Errorf("conntrack after the table was replaced: %d entries, want 2 (not the idle connection, not the handshake)", n)
 	}
 }
+
+// TestLoadRescuesSlotsOfAnotherLayout: where a tuple's handshake slot is depends on the tuple
+// hash and its seed, which the kernel cannot see in the pinned map. Load records both in the
+// pinned map hs_layout; a restart with the same records adopts the table, connections and all,
+// and one whose program would look for the tuples elsewhere — another seed (SiteSettings
+// changed it), another tuple hash, or a table pinned without hs_layout (the builds before the
+// keyed tuple hash) — replaces the table after moving its live connections into conntrack,
+// rather than losing them to slots it would never read.
+func TestLoadRescuesSlotsOfAnotherLayout(t *testing.T) {
+	dir, opts := pinnedOptions(t, "y")
+	opts.Settings.HandshakeSize = 256
+	c := hsCases()[1] // IPv6: the words the old hash folded
+	put := func(d *Datapath, port uint16) xlbFlowKey {
+		t.Helper()
+		k := hsKey(c, port)
+		e := xlbHsEntry{Key: k, SynTime: uint32(monotonicNow() >> hsTimeShift), BackendId: 4, VipId: 4}
+		e.Key.Pad[0] = hsStConn
+		slot, _ := liveSlot(&k, d.opts.Seed, d.live.slots, 0)
+		must(t, d.objs.HsSlots.Put(slot, &e))
+		return k
+	}
+	layout := func(d *Datapath) xlbHsLayout {
+		t.Helper()
+		var l xlbHsLayout
+		must(t, d.objs.HsLayout.Lookup(uint32(0), &l))
+		return l
+	}
+	rescued := func(d *Datapath, k xlbFlowKey) bool {
+		t.Helper()
+		var e xlbCtEntry
+		err := d.objs.Conntrack.Lookup(&k, &e)
+		if err == nil && (e.BackendId != 4 || e.VipId != 4) {
+			t.Fatalf("rescued entry %+v, want backend 4 of VIP 4", e)
+		}
+		return err == nil
+	}
+
+	opts.Settings.Seed = 1
+	d, err := Load(opts)
+	must(t, err)
+	if l := layout(d); l != (xlbHsLayout{Version: hsLayoutVersion, Seed: 1}) {
+		t.Fatalf("hs_layout after Load: %+v, want version %d, seed 1", l, hsLayoutVersion)
+	}
+	k := put(d, 42001)
+	must(t, d.Close())
+
+	// The same seed: adopted as it is.
+	d, err = Load(opts)
+	must(t, err)
+	if conns := slotConns(t, d); len(conns) != 1 || rescued(d, k) {
+		t.Fatalf("after a restart with the same seed: slot connections %+v, in conntrack %v; want the slot's, adopted", conns, rescued(d, k))
+	}
+	must(t, d.Close())
+
+	// Another seed: the connection moves into conntrack, the table is new.
+	opts.Settings.Seed = 2
+	d, err = Load(opts)
+	must(t, err)
+	if conns := slotConns(t, d); len(conns) != 0 || !rescued(d, k) {
+		t.Fatalf("after a restart with another seed: slot connections %+v, in conntrack %v; want it moved into conntrack", conns, rescued(d, k))
+	}
+	if l := layout(d); l.Seed != 2 {
+		t.Fatalf("hs_layout after the seed changed: %+v", l)
+	}
+	k = put(d, 42002)
+	must(t, d.Close())
+
+	// A table pinned by a build before hs_layout (its tuple hash was the chained one).
+	must(t, os.Remove(filepath.Join(dir, xlbMapHsLayout)))
+	d, err = Load(opts)
+	must(t, err)
+	if conns := slotConns(t, d); len(conns) != 0 || !rescued(d, k) {
+		t.Fatalf("after adopting a table pinned without hs_layout: slot connections %+v, in conntrack %v; want it moved into conntrack", conns, rescued(d, k))
+	}
+	k = put(d, 42003)
+	// Another tuple hash version.
+	must(t, d.objs.HsLayout.Put(uint32(0), xlbHsLayout{Version: hsLayoutVersion - 1, Seed: 2}))
+	must(t, d.Close())
+	d, err = Load(opts)
+	must(t, err)
+	defer d.Close()
+	if conns := slotConns(t, d); len(conns) != 0 || !rescued(d, k) {
+		t.Fatalf("after adopting a table of tuple hash version %d: slot connections %+v, in conntrack %v; want it moved into conntrack", hsLayoutVersion-1, conns, rescued(d, k))
+	}
+}

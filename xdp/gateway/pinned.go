@@ -270,6 +270,28 @@ func (p *Pinned) Settings() (st datapath.Settings, iface string, err error) {
 	return st, iface, nil
 }
 
+// PinnedSeed returns the flow-hash seed of the program attached through the links pinned under
+// dir (an xlb PinPath), as [Pinned.Settings] reads it, but without opening the pinned maps: it
+// reads the program of an earlier build too, whatever its maps' layout, so that an upgrade can
+// keep the seed the site runs with.
+func PinnedSeed(dir string) (uint32, error) {
+	links, err := readPinnedLinks(dir)
+	if err != nil {
+		return 0, fmt.Errorf("read the datapath's seed: %w", err)
+	}
+	for _, l := range links {
+		if x := l.info.XDP(); x == nil || x.Ifindex == 0 {
+			continue // its interface was deleted: nothing forwards through it
+		}
+		st, err := readSettings(l.info.Program)
+		if err != nil {
+			return 0, fmt.Errorf("program %d attached to %s: %w", l.info.Program, l.name, err)
+		}
+		return st.Seed, nil
+	}
+	return 0, fmt.Errorf("read the datapath's seed in %s: %w", dir, ErrNotAttached)
+}
+
 // readSettings reads the load-time constants of program id from its .rodata map.
 func readSettings(id ebpf.ProgramID) (datapath.Settings, error) {
 	prog, err := ebpf.NewProgramFromID(id)

@@ -168,6 +168,12 @@ type xlbHsEntry struct {
 	Live      uint32
 }
 
+type xlbHsLayout struct {
+	_       structs.HostLayout
+	Version uint32
+	Seed    uint32
+}
+
 type xlbIpv6Ext struct {
 	_        structs.HostLayout
 	Off      uint32
@@ -362,6 +368,7 @@ const (
 	xlbMapFragBudget          = "frag_budget"
 	xlbMapFragScratch         = "frag_scratch"
 	xlbMapFrags               = "frags"
+	xlbMapHsLayout            = "hs_layout"
 	xlbMapHsSlots             = "hs_slots"
 	xlbMapIfRoles             = "if_roles"
 	xlbMapMaglevSlots         = "maglev_slots"
@@ -400,6 +407,7 @@ const (
 	xlbVarCfgNhCacheNs        = "cfg_nh_cache_ns"
 	xlbVarCfgTcpClosingNs     = "cfg_tcp_closing_ns"
 	xlbVarCfgTcpEstablishedNs = "cfg_tcp_established_ns"
+	xlbVarCfgTupleKey         = "cfg_tuple_key"
 	xlbVarCfgUdpNs            = "cfg_udp_ns"
 )
 
@@ -479,6 +487,7 @@ type xlbMapSpecs struct {
 	FragBudget   *ebpf.MapSpec `ebpf:"frag_budget"`
 	FragScratch  *ebpf.MapSpec `ebpf:"frag_scratch"`
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
+	HsLayout     *ebpf.MapSpec `ebpf:"hs_layout"`
 	HsSlots      *ebpf.MapSpec `ebpf:"hs_slots"`
 	IfRoles      *ebpf.MapSpec `ebpf:"if_roles"`
 	MaglevSlots  *ebpf.MapSpec `ebpf:"maglev_slots"`
@@ -509,6 +518,7 @@ type xlbVariableSpecs struct {
 	CfgNhCacheNs        *ebpf.VariableSpec `ebpf:"cfg_nh_cache_ns"`
 	CfgTcpClosingNs     *ebpf.VariableSpec `ebpf:"cfg_tcp_closing_ns"`
 	CfgTcpEstablishedNs *ebpf.VariableSpec `ebpf:"cfg_tcp_established_ns"`
+	CfgTupleKey         *ebpf.VariableSpec `ebpf:"cfg_tuple_key"`
 	CfgUdpNs            *ebpf.VariableSpec `ebpf:"cfg_udp_ns"`
 }
 
@@ -546,6 +556,7 @@ type xlbMaps struct {
 	FragBudget   *ebpf.Map `ebpf:"frag_budget"`
 	FragScratch  *ebpf.Map `ebpf:"frag_scratch"`
 	Frags        *ebpf.Map `ebpf:"frags"`
+	HsLayout     *ebpf.Map `ebpf:"hs_layout"`
 	HsSlots      *ebpf.Map `ebpf:"hs_slots"`
 	IfRoles      *ebpf.Map `ebpf:"if_roles"`
 	MaglevSlots  *ebpf.Map `ebpf:"maglev_slots"`
@@ -581,6 +592,7 @@ func (m *xlbMaps) Close() error {
 		m.FragBudget,
 		m.FragScratch,
 		m.Frags,
+		m.HsLayout,
 		m.HsSlots,
 		m.IfRoles,
 		m.MaglevSlots,
@@ -612,6 +624,7 @@ type xlbVariables struct {
 	CfgNhCacheNs        *ebpf.Variable `ebpf:"cfg_nh_cache_ns"`
 	CfgTcpClosingNs     *ebpf.Variable `ebpf:"cfg_tcp_closing_ns"`
 	CfgTcpEstablishedNs *ebpf.Variable `ebpf:"cfg_tcp_established_ns"`
+	CfgTupleKey         *ebpf.Variable `ebpf:"cfg_tuple_key"`
 	CfgUdpNs            *ebpf.Variable `ebpf:"cfg_udp_ns"`
 }
 

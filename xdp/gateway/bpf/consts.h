@@ -131,6 +131,15 @@
  * port, with its own random ISN) is rarely taken for this one. */
 #define HS_SEQ_WINDOW (1u << 30)
 
+/* TUPLE_KEY_WORDS: the tuple hash's key words (cfg_tuple_key, lb.h): one per word of an IPv6
+ * flow key's addresses, its port word and its protocol. */
+#define TUPLE_KEY_WORDS 10
+
+/* HS_LAYOUT_VERSION names how tuples are placed in hs_slots (the tuple hash, tuple_hash), for
+ * map hs_layout: 2, the keyed NH hash; 1 (a pinned hs_slots without hs_layout), the chain of
+ * multiplies before it. A new placement takes a new number. */
+#define HS_LAYOUT_VERSION 2
+
 /* The state of a handshake slot (its key's first padding byte: hs_state). 0: a handshake in
  * flight (a SYN seen) or a datagram flow's first datagram. HS_ST_CONN: the handshake's ACK came
  * and the connection lives on in the slot instead of in conntrack, with conntrack's timeouts,

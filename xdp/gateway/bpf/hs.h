@@ -174,10 +174,12 @@ __noinline __u32 hs_pick(const struct flow_key *fk, __u32 hash, __u64 now, __u32
  * HS_PROBE_HOLDS when the slot holds a whole entry for fk (its tuple, and a check word that
  * matches its fields), ored with the entry's backend if the packet may use it (hs_backend: match
  * and seq are mseq's high and low 32 bits). Of a connection the slot holds (HS_ST_CONN), any
- * packet may use the backend while the connection is live, of this VIP and the backend usable,
- * except a SYN once the connection is closing (a new connection on a reused port): then
- * HS_PROBE_CONN is set too. A global function: the verifier checks it once, and the paths near
- * its limits that call it see only its result. */
+ * packet may use the backend while the connection is live (hs_conn_live: a closing one for the
+ * closing timeout), of this VIP and the backend usable: then HS_PROBE_CONN is set too, and a SYN
+ * makes a closing connection live again (its time refreshed), as it does a conntrack entry
+ * (stage_new.h: a FIN or RST with any sequence number marks a connection closing, so a SYN after
+ * a forged one must not move it). A global function: the verifier checks it once, and the paths
+ * near its limits that call it see only its result. */
 __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, __u64 now,
 			  __u64 mseq)
 {
@@ -194,9 +196,12 @@ __noinline __u64 hs_probe(const struct flow_key *fk, __u32 hash, __u32 vip_id, _
 	if (!e || !hs_whole(e, fk, hash))
 		return 0;
 	if (hs_state(e) & HS_ST_CONN) {
-		if (!hs_conn_live(e, now) || e->vip_id != vip_id || !backend_get(e->backend_id) ||
-		    ((mseq >> 32) == HS_MATCH_SYN && (hs_state(e) & HS_ST_CLOSING)))
+		if (!hs_conn_live(e, now) || e->vip_id != vip_id || !backend_get(e->backend_id))
 			return holds;
+		if ((mseq >> 32) == HS_MATCH_SYN && (hs_state(e) & HS_ST_CLOSING)) {
+			hs_state(e) &= ~HS_ST_CLOSING;
+			e->syn_time = hs_time(now);
+		}
 		return holds | HS_PROBE_CONN | e->backend_id;
 	}
 	return holds | hs_backend(e, vip_id, now, mseq >> 32, (__u32)mseq);

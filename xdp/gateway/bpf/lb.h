@@ -18,6 +18,9 @@ volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
  * cfg_mid_flow_rate. */
 volatile const __u64 cfg_new_flow_rate = 250000;
 volatile const __u64 cfg_mid_flow_rate = 31250;
+/* The tuple hash's key (tuple_hash), derived by Go from cfg_hash_seed: TUPLE_KEY_WORDS random
+ * words, one added to each word of the tuple. */
+volatile const __u32 cfg_tuple_key[TUPLE_KEY_WORDS] = {};
 /* hs_slots' size minus one (a power of two minus one): a tuple's slot is tuple_hash & this. */
 volatile const __u32 cfg_hs_mask = DEFAULT_HS_SIZE - 1;
 /* How long a next-hop cache entry is trusted; 0 = always ask bpf_fib_lookup. */
@@ -35,26 +38,34 @@ static __always_inline int flow_key_eq(const struct flow_key *a, const struct fl
 					  a->dst.w[2] == b->dst.w[2] && a->dst.w[3] == b->dst.w[3]);
 }
 
-/* tuple_hash is a seeded multiplicative hash of every word of a forward flow key, for the live-
- * flow filter (its top bits, live.h) and the handshake table's slot (its low bits, hs.h). It only
- * spreads tuples: a collision costs a conntrack lookup, a handshake's slot or a connection's move
- * from its slot into conntrack, never a wrong answer. The words are chained through multiplies,
- * whose low bits depend only on low bits, so the last step is a full avalanche (lowbias32's
- * finalizer): without it the ports, in the high half of their word, reached few of the slot bits
- * (the 16,384 ports of one client address fell on 8,192 slots of 65,536). Go computes the same
- * (tupleHash in xdp/gateway/live.go). */
+/* tuple_nh is one term of tuple_hash: words a and b of the tuple, each plus its key word (key
+ * words i and i + 1), multiplied as 64-bit numbers. */
+static __always_inline __u64 tuple_nh(__u32 a, __u32 b, const int i)
+{
+	return (__u64)(__u32)(a + cfg_tuple_key[i]) * (__u32)(b + cfg_tuple_key[i + 1]);
+}
+
+/* tuple_hash is a keyed hash of every word of a forward flow key, for the live-flow filter (its
+ * top bits, live.h) and the handshake table's slot (its low bits, hs.h). It only spreads tuples:
+ * a collision costs a conntrack lookup, a handshake's slot or a connection's move from its slot
+ * into conntrack, never a wrong answer; but a collision someone can aim (a SYN flood onto the
+ * slot pair of a victim's connection) must need the key. So it is NH (the universal hash of
+ * UMAC, RFC 4418): the words in pairs, each plus a secret key word (cfg_tuple_key, from the
+ * seed), multiplied to 64 bits and summed; two different tuples of a family collide for about
+ * one key in 2^32, whichever words differ — where a chain of multiplies and xors let a top-bit
+ * difference in one word cancel one in the next whatever the seed (a client in the victim's /64,
+ * or /24, could match its slot). The sum's halves folded, the last step is a full avalanche
+ * (lowbias32's finalizer), so the slot's low bits depend on every bit. IPv4 costs two multiplies,
+ * IPv6 five. Go computes the same (tupleKey.hash in xdp/gateway/live.go). */
 static __always_inline __u32 tuple_hash(const struct flow_key *fk)
 {
-	__u32 x = (fk->src.w[0] ^ cfg_hash_seed) * 0x9e3779b1u;
+	__u32 ports = (__u32)fk->sport << 16 | fk->dport, x;
+	__u64 h = tuple_nh(fk->src.w[0], fk->dst.w[0], 0) + tuple_nh(ports, fk->proto, 8);
 
-	x = (x ^ fk->dst.w[0]) * 0x85ebca6bu;
-	if (fk->family == FAMILY_V6) {
-		x = (x ^ fk->src.w[1] ^ rotl32(fk->src.w[2], 8) ^ rotl32(fk->src.w[3], 16)) *
-		    0x9e3779b1u;
-		x = (x ^ fk->dst.w[1] ^ rotl32(fk->dst.w[2], 8) ^ rotl32(fk->dst.w[3], 16)) *
-		    0x85ebca6bu;
-	}
-	x = (x ^ ((__u32)fk->sport << 16 | fk->dport) ^ ((__u32)fk->proto << 8)) * 0xc2b2ae35u;
+	if (fk->family == FAMILY_V6)
+		h += tuple_nh(fk->src.w[1], fk->dst.w[1], 2) + tuple_nh(fk->src.w[2], fk->dst.w[2], 4) +
+		     tuple_nh(fk->src.w[3], fk->dst.w[3], 6);
+	x = (__u32)(h >> 32) ^ (__u32)h;
 	x = (x ^ (x >> 16)) * 0x7feb352du;
 	x = (x ^ (x >> 15)) * 0x846ca68bu;
 	return x ^ (x >> 16);

@@ -119,6 +119,19 @@ struct {
 	PIN;
 } hs_slots SEC(".maps");
 
+/* hs_layout: what placed the entries of hs_slots where they are (struct hs_layout): the tuple
+ * hash's version (HS_LAYOUT_VERSION) and seed. Written by Go after each load, read by the next
+ * one: a pinned hs_slots of another layout (or pinned without this map, by an earlier build) is
+ * replaced, its connections moved into conntrack first, rather than read at the wrong slots. The
+ * datapath never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct hs_layout);
+	__uint(max_entries, 1);
+	PIN;
+} hs_layout SEC(".maps");
+
 /* frags: datagram {src, dst, id, proto} -> its ports and first-fragment time, written by the
  * datapath (frag.h) when it forwards a first fragment to a backend, or reverse-NATs a backend's,
  * so that the later fragments find the same flow (and so the same backend); read by later

@@ -101,13 +101,19 @@ static __always_inline int lb_new(struct xdp_md *ctx, struct packet *p, void *da
 	 * that backend is the one holding the half-open connection. Otherwise Maglev chooses. */
 	bid = 0;
 	if (syn) {
-		/* A SYN on the tuple of a live flow (not closing, not idle past its timeout, its
-		 * backend usable) goes to that flow's backend, which answers it with a challenge ACK
-		 * (RFC 5961) while the connection lives: one spoofed SYN must not re-point an
-		 * established flow. Only a closing or idle entry is balanced again (below). */
+		/* A SYN on the tuple of a live flow (not idle past its timeout, its backend usable)
+		 * goes to that flow's backend, which answers it with a challenge ACK (RFC 5961) while
+		 * the connection lives: one spoofed SYN must not re-point an established flow. Closing
+		 * or not: a FIN or RST marks the flow closing whatever its sequence number (the
+		 * gateway cannot know the backend's window), so a forged one followed by a forged SYN
+		 * would otherwise move a connection its backend kept (it ignored the out-of-window
+		 * RST). A closing flow is live for the closing timeout; a real new connection on a
+		 * reused tuple within it stays on the old backend, as a stateless pick would unless
+		 * the table changed. Only an idle entry, or one whose backend is gone, is balanced
+		 * again (below); the SYN revives a closing entry either way (below). */
 		ct = live_maybe(th) ? bpf_map_lookup_elem(&conntrack, fk) : NULL; /* also below */
-		if (ct && !(ct->flags & (CT_F_REVERSE | CT_F_CLOSING)) && ct->vip_id == vip_id &&
-		    elapsed(now, ct->last_seen) <= ct_timeout(p->proto, 0) &&
+		if (ct && !(ct->flags & CT_F_REVERSE) && ct->vip_id == vip_id &&
+		    elapsed(now, ct->last_seen) <= ct_timeout(p->proto, ct->flags) &&
 		    backend_get(ct->backend_id)) {
 			bid = ct->backend_id;
 			count_reason(REASON_CT_SYN_KEPT);
@@ -122,7 +128,8 @@ static __always_inline int lb_new(struct xdp_md *ctx, struct packet *p, void *da
 		bid = (__u32)r;
 		if (syn && (r & HS_PROBE_CONN)) {
 			/* A SYN on the tuple of a live connection its slot holds: ct_syn_kept, as
-			 * above, and the slot keeps the connection (nothing to record). */
+			 * above, and the slot keeps the connection (nothing to record; hs_probe
+			 * revived it if it was closing). */
 			count_reason(REASON_CT_SYN_KEPT);
 			be = backend_get(bid);
 			if (!be)
@@ -196,11 +203,12 @@ static __always_inline int lb_new(struct xdp_md *ctx, struct packet *p, void *da
 			if (be->flags & BACKEND_F_REVERSE_CT)
 				ct_store(fk, now, bid, be, vip_id, 0, 1);
 		}
-		/* A SYN on a tuple conntrack still holds but closing or idle (client port reuse after
-		 * a FIN, or a FIN that went through another gateway) starts a new connection: the
-		 * entry takes the SYN's backend in place, so the handshake's ACK follows it (a live
-		 * entry already names it, above). Nothing is inserted: a SYN flood still cannot evict
-		 * conntrack entries. ct is the entry looked up above (nothing since wrote conntrack). */
+		/* A SYN on a tuple conntrack still holds starts a connection there: an idle entry
+		 * (client port reuse) takes the SYN's backend in place, so the handshake's ACK follows
+		 * it (a live entry already names it, above); a closing one is live again (the SYN of a
+		 * reused tuple, or a forged RST's victim, whose backend answers a forged SYN with a
+		 * challenge ACK). Nothing is inserted: a SYN flood still cannot evict conntrack
+		 * entries. ct is the entry looked up above (nothing since wrote conntrack). */
 		if (ct && !(ct->flags & CT_F_REVERSE) &&
 		    (ct->backend_id != bid || ct->vip_id != vip_id || ct->flags)) {
 			ct->backend_id = bid;

@@ -124,6 +124,12 @@ struct ct_scratch {
 	struct ct_entry val;
 };
 
+/* Value of hs_layout: how the tuples of hs_slots were placed. */
+struct hs_layout {
+	__u32 version; /* HS_LAYOUT_VERSION of the build that placed them */
+	__u32 seed;    /* the flow-hash seed (cfg_hash_seed) the tuple hash's key came from */
+};
+
 /* Value of frag_budget: the first-fragment budget's window, shared by all CPUs. */
 struct frag_budget {
 	__u64 start; /* ns: start of the current RATE_WINDOW_NS window */

@@ -108,6 +108,10 @@ type SiteStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Seed is the flow-hash seed the gateway's datapath runs with.
 	Seed int64 `json:"seed"`
+	// SeedPublished is true when that seed is a published default (0 or 1): anyone can
+	// compute where a flow lands. Set a random one in SiteSettings site (xlb seed prints one).
+	// +optional
+	SeedPublished bool `json:"seedPublished,omitempty"`
 	// RestartPending lists the settings of the object the gateway runs with other values of
 	// (the seed, the table size, the timeouts): they take effect when it restarts.
 	// +optional
