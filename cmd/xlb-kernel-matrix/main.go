@@ -10,6 +10,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -61,6 +62,7 @@ func main() {
 func run() error {
 	kernels := flag.String("kernels", "", "comma-separated kernels to boot (default all: "+names()+")")
 	only := flag.String("suites", "", "comma-separated packages to test (default all); \"none\" loads the programs only")
+	runRE := flag.String("run", "", "run only the tests matching this regular expression (go test -run) in each chosen package, instead of its usual selection")
 	cache := flag.String("cache", vmtest.DefaultCache, "where fetched kernels are kept")
 	out := flag.String("out", "", "write the markdown table to this file too")
 	timeout := flag.Duration("timeout", 20*time.Minute, "the longest one guest may run")
@@ -97,8 +99,8 @@ func run() error {
 			return err
 		}
 		su := vmtest.Suite{Name: s.pkg, Binary: bin}
-		if s.run != "" {
-			su.Args = []string{"-test.run", s.run}
+		if re := cmp.Or(*runRE, s.run); re != "" {
+			su.Args = []string{"-test.run", re}
 		}
 		ss = append(ss, su)
 	}
