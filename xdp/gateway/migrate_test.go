@@ -151,6 +151,9 @@ func TestLoadReplacesOldHandshakeSlots(t *testing.T) {
 func TestLoadKeepsSlotConnections(t *testing.T) {
 	_, opts := pinnedOptions(t, "k")
 	opts.Settings.HandshakeSize = 256
+	// The closing connection must still be live when the third Load moves it: three Loads take
+	// over 10 s (the default closing timeout) on a slow machine (a guest under QEMU/TCG).
+	opts.Settings.TCPClosingTimeout = 10 * time.Minute
 	d1, err := Load(opts)
 	must(t, err)
 	c := hsCases()[0]
