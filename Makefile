@@ -21,7 +21,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 # machines that do not turn it off).
 XLB_BUILD = $(GO) build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
 
-.PHONY: all deps generate generate-api build vet check-generated kube-bins helm-bin manifests chart test e2e bench lab lab-down image deb clean vagrant-box vagrant-prebuilt vagrant-check
+.PHONY: all deps generate generate-api build vet check-generated kube-bins cluster-bins helm-bin manifests chart test e2e bench lab lab-down image deb clean vagrant-box vagrant-prebuilt vagrant-check
 
 all: build
 
@@ -70,6 +70,13 @@ check-generated: generate
 ## ~3.5 GB of Go caches the first time, a no-op once cached. See docs/kubernetes-testing.md.
 kube-bins:
 	./internal/kubetest/kubebins/build.sh
+
+## cluster-bins: build kubelet, kube-proxy, kube-controller-manager, kube-scheduler, kubectl,
+## agnhost and e2e.test (sig-network specs only) from the Go module proxy into the same cache as
+## kube-bins, for internal/cluster: 6.4 min after kube-bins on this 2-core machine, a no-op once
+## cached.
+cluster-bins: kube-bins
+	./internal/cluster/clusterbins/build.sh
 
 ## helm-bin: build helm from its Go module (helm.sh/helm/v4) into a version-keyed cache
 ## (XLB_HELM_BIN_DIR, default /var/cache/xlb/helm-v4.3.2) for the chart's tests
