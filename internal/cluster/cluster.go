@@ -279,7 +279,8 @@ func (c *Cluster) startControllers() error {
 		"--service-account-private-key-file="+filepath.Join(cd, "sa.key"),
 		"--use-service-account-credentials=false",
 		"--service-cluster-ip-range="+ServiceCIDR4.String(),
-		"--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+		// Every controller 1.37 has (it has no cloud ones left: naming one fails the start).
+		"--controllers=*",
 		"--node-monitor-grace-period=40s",
 		"--v=1",
 	); err != nil {
@@ -374,7 +375,9 @@ func (c *Cluster) Client() (*kubernetes.Clientset, error) {
 // Admin is the admin client configuration (dialing from the control namespace).
 func (c *Cluster) Admin() *rest.Config { return c.Control.Admin() }
 
-// waitNodesReady waits until every node's Node is Ready.
+// waitNodesReady waits until every Node is Ready and schedulable (the node lifecycle controller
+// has lifted its not-ready taint) and the "default" namespace has its ServiceAccount (the
+// controller manager's work: Pods are refused without it).
 func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) error {
 	cs, err := c.Client()
 	if err != nil {
@@ -384,25 +387,37 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 	defer cancel()
 	for {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		ready := 0
+		ready, schedulable := 0, 0
 		if err == nil {
 			for _, nd := range nodes.Items {
+				isReady := false
 				for _, cond := range nd.Status.Conditions {
 					if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-						ready++
+						isReady = true
 					}
 				}
-			}
-			if ready == len(c.Nodes) {
-				return nil
-			}
-		}
-		for _, n := range c.Nodes {
-			for _, d := range n.daemons {
-				if d.exited() {
-					return fmt.Errorf("%s exited:\n%s", d.name, d.tail(30))
+				if !isReady {
+					continue
+				}
+				ready++
+				tainted := false
+				for _, tn := range nd.Spec.Taints {
+					if tn.Key == corev1.TaintNodeNotReady || tn.Key == corev1.TaintNodeUnreachable {
+						tainted = true
+					}
+				}
+				if !tainted {
+					schedulable++
 				}
 			}
+			if schedulable == len(c.Nodes) {
+				if _, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
+					return nil
+				}
+			}
+		}
+		if err := c.CheckAlive(); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
@@ -412,10 +427,25 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 					tails = append(tails, d.name+":\n"+d.tail(15))
 				}
 			}
-			return fmt.Errorf("%d of %d nodes Ready: %w\n%s", ready, len(c.Nodes), ctx.Err(), strings.Join(tails, "\n"))
+			return fmt.Errorf("%d of %d nodes Ready, %d schedulable: %w\n%s", ready, len(c.Nodes), schedulable, ctx.Err(), strings.Join(tails, "\n"))
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// CheckAlive fails with the end of its log when a daemon of the cluster has exited (a
+// controller manager refusing its flags leaves Nodes Ready but tainted, Pods never scheduled).
+func (c *Cluster) CheckAlive() error {
+	all := append([]*proc(nil), c.procs...)
+	for _, n := range c.Nodes {
+		all = append(all, n.daemons...)
+	}
+	for _, d := range all {
+		if d.exited() {
+			return fmt.Errorf("%s exited:\n%s", d.name, d.tail(30))
+		}
+	}
+	return nil
 }
 
 // Dir is the directory holding the cluster's files and logs.
@@ -451,4 +481,14 @@ func (c *Cluster) Close() error {
 		errs = append(errs, os.RemoveAll(c.dir))
 	}
 	return errors.Join(errs...)
+}
+
+// Node is the node named name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
 }

@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -17,8 +20,8 @@ import (
 
 // TestClusterPods brings up a two-node cluster and proves every part is real: the scheduler
 // places one agnhost Pod per node (anti-affinity), the kubelets run them in containerd with
-// Pod IPs from the node's range, the EndpointSlice controller lists both, and a Pod reaches
-// the other node's Pod directly and through the Service's cluster IP (kube-proxy's nftables).
+// Pod IPs from their node's range, and each Pod reaches the other node's Pod directly and the
+// Service's cluster IP reaches both (kube-proxy's nftables), from a node and from inside a Pod.
 func TestClusterPods(t *testing.T) {
 	netlab.RequireRoot(t, "a cluster needs network namespaces, cgroups and containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -38,7 +41,7 @@ func TestClusterPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app": "echo"}
-	var pods []*corev1.Pod
+	created := time.Now()
 	for i := range 2 {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("echo-%d", i), Labels: labels},
@@ -68,56 +71,23 @@ func TestClusterPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		pods = pods[:0]
-		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		running := 0
-		for i := range list.Items {
-			p := &list.Items[i]
-			pods = append(pods, p)
-			if p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-				running++
-			}
-		}
-		if running == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			for _, p := range pods {
-				t.Logf("pod %s on %q: %s %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.ContainerStatuses)
-			}
-			for _, n := range c.Nodes {
-				for _, d := range n.daemons {
-					t.Logf("%s:\n%s", d.name, d.tail(60))
-				}
-			}
-			t.Fatal("pods not Running in 3 min")
-		}
-		time.Sleep(time.Second)
-	}
+	pods := waitPodsRunning(ctx, t, c, labels, 2, 3*time.Minute)
+	t.Logf("2 Pods Running %s after their creation", time.Since(created).Round(100*time.Millisecond))
 	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
 		t.Fatalf("both pods on %s despite anti-affinity", pods[0].Spec.NodeName)
 	}
 	for _, p := range pods {
-		var node *Node
-		for _, n := range c.Nodes {
-			if n.Name == p.Spec.NodeName {
-				node = n
-			}
-		}
-		if node == nil || !strings.HasPrefix(p.Status.PodIP, strings.TrimSuffix(node.PodCIDR4.Addr().String(), "0")) {
-			t.Errorf("pod %s IP %s not in its node %s's range", p.Name, p.Status.PodIP, p.Spec.NodeName)
+		node := c.Node(p.Spec.NodeName)
+		ip, err := netip.ParseAddr(p.Status.PodIP)
+		if node == nil || err != nil || !node.PodCIDR4.Contains(ip) {
+			t.Errorf("pod %s IP %q not in its node %q's range", p.Name, p.Status.PodIP, p.Spec.NodeName)
 		}
 	}
-	// From node 1's namespace (kube-proxy's rules apply there too): the remote Pod, then the
+	// From node 1's namespace (kube-proxy's rules apply there too): both Pods, then the
 	// Service until both Pods have answered.
 	n1 := c.Nodes[0]
-	get := func(url string) (string, error) {
-		out, err := n1.Cmd("curl", "-s", "--max-time", "5", url).CombinedOutput()
+	get := func(u string) (string, error) {
+		out, err := n1.Cmd("curl", "-s", "--max-time", "5", u).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
 	for _, p := range pods {
@@ -127,13 +97,89 @@ func TestClusterPods(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i := 0; i < 40 && len(seen) < 2; i++ {
-		out, err := get("http://" + svc.Spec.ClusterIP + "/hostname")
-		if err == nil {
+		if out, err := get("http://" + svc.Spec.ClusterIP + "/hostname"); err == nil {
 			seen[out] = true
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if len(seen) != 2 {
-		t.Errorf("Service %s reached %v, want both pods", svc.Spec.ClusterIP, seen)
+	if !seen[pods[0].Name] || !seen[pods[1].Name] || len(seen) != 2 {
+		t.Errorf("Service %s from node %s reached %v, want both pods", svc.Spec.ClusterIP, n1.Name, seen)
+	}
+	// From inside Pod 0 (agnhost's /dial makes the Pod itself connect): the other node's Pod,
+	// then the cluster IP, several times so that both endpoints answer.
+	dial := func(host string, port, tries int) ([]string, error) {
+		q := url.Values{"request": {"hostname"}, "protocol": {"http"}, "host": {host},
+			"port": {fmt.Sprint(port)}, "tries": {fmt.Sprint(tries)}}
+		out, err := get("http://" + pods[0].Status.PodIP + ":8080/dial?" + q.Encode())
+		if err != nil {
+			return nil, fmt.Errorf("dial %s:%d from %s: %w (%s)", host, port, pods[0].Name, err, out)
+		}
+		var resp struct {
+			Responses []string `json:"responses"`
+			Errors    []string `json:"errors"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); err != nil {
+			return nil, fmt.Errorf("dial %s:%d from %s: %q: %w", host, port, pods[0].Name, out, err)
+		}
+		if len(resp.Errors) > 0 {
+			return resp.Responses, fmt.Errorf("dial %s:%d from %s: %v", host, port, pods[0].Name, resp.Errors)
+		}
+		return resp.Responses, nil
+	}
+	if got, err := dial(pods[1].Status.PodIP, 8080, 1); err != nil || len(got) != 1 || got[0] != pods[1].Name {
+		t.Errorf("pod %s to pod %s on the other node: %v, %v", pods[0].Name, pods[1].Name, got, err)
+	}
+	seen = map[string]bool{}
+	for i := 0; i < 5 && len(seen) < 2; i++ {
+		got, err := dial(svc.Spec.ClusterIP, 80, 10)
+		if err != nil {
+			t.Logf("%v", err)
+		}
+		for _, h := range got {
+			seen[h] = true
+		}
+	}
+	if !seen[pods[0].Name] || !seen[pods[1].Name] || len(seen) != 2 {
+		t.Errorf("Service %s from pod %s reached %v, want both pods", svc.Spec.ClusterIP, pods[0].Name, seen)
+	}
+}
+
+// waitPodsRunning waits until want Pods with labels in "default" are Running with a Pod IP and
+// returns them, or fails with their state and the nodes' logs.
+func waitPodsRunning(ctx context.Context, t *testing.T, c *Cluster, labels map[string]string, want int, timeout time.Duration) []*corev1.Pod {
+	t.Helper()
+	cs, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: labels})
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pods []*corev1.Pod
+		for i := range list.Items {
+			if p := &list.Items[i]; p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+				pods = append(pods, p)
+			}
+		}
+		if len(pods) == want {
+			return pods
+		}
+		err = c.CheckAlive()
+		if err != nil || time.Now().After(deadline) {
+			for _, p := range list.Items {
+				t.Logf("pod %s on %q: %s %+v %+v", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+			}
+			for _, n := range c.Nodes {
+				for _, d := range n.daemons {
+					t.Logf("%s:\n%s", d.name, d.tail(40))
+				}
+			}
+			t.Fatalf("%d of %d pods Running after %s (%v)", len(pods), want, timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
