@@ -30,11 +30,7 @@ func TestClusterPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("teardown: %v", err)
-		}
-	})
+	t.Cleanup(func() { closeAndCheck(t, c) })
 	t.Logf("cluster up in %s (dir %s)", c.StartDur.Round(time.Second), c.Dir())
 	cs, err := c.Client()
 	if err != nil {
@@ -56,6 +52,12 @@ func TestClusterPods(t *testing.T) {
 					Name: "echo", Image: AgnhostImage, ImagePullPolicy: corev1.PullNever,
 					Args:  []string{"netexec", "--http-port=8080"},
 					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+					// Ready once netexec serves (the kubelet's prober, from the node).
+					ReadinessProbe: &corev1.Probe{
+						ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+							Path: "/healthz", Port: intstr.FromInt32(8080)}},
+						PeriodSeconds: 1,
+					},
 				}},
 			},
 		}
@@ -72,7 +74,7 @@ func TestClusterPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := waitPodsRunning(ctx, t, c, labels, 2, 3*time.Minute)
-	t.Logf("2 Pods Running %s after their creation", time.Since(created).Round(100*time.Millisecond))
+	t.Logf("2 Pods Running and Ready %s after their creation", time.Since(created).Round(100*time.Millisecond))
 	if pods[0].Spec.NodeName == pods[1].Spec.NodeName {
 		t.Fatalf("both pods on %s despite anti-affinity", pods[0].Spec.NodeName)
 	}
@@ -144,7 +146,8 @@ func TestClusterPods(t *testing.T) {
 	}
 }
 
-// waitPodsRunning waits until want Pods with labels in "default" are Running with a Pod IP and
+// waitPodsRunning waits until want Pods with labels in "default" are Running and Ready with a
+// Pod IP and
 // returns them, or fails with their state and the nodes' logs.
 func waitPodsRunning(ctx context.Context, t *testing.T, c *Cluster, labels map[string]string, want int, timeout time.Duration) []*corev1.Pod {
 	t.Helper()
@@ -161,8 +164,12 @@ func waitPodsRunning(ctx context.Context, t *testing.T, c *Cluster, labels map[s
 		}
 		var pods []*corev1.Pod
 		for i := range list.Items {
-			if p := &list.Items[i]; p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
-				pods = append(pods, p)
+			p := &list.Items[i]
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue &&
+					p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+					pods = append(pods, p)
+				}
 			}
 		}
 		if len(pods) == want {
@@ -178,7 +185,7 @@ func waitPodsRunning(ctx context.Context, t *testing.T, c *Cluster, labels map[s
 					t.Logf("%s:\n%s", d.name, d.tail(40))
 				}
 			}
-			t.Fatalf("%d of %d pods Running after %s (%v)", len(pods), want, timeout, err)
+			t.Fatalf("%d of %d pods Running and Ready after %s (%v)", len(pods), want, timeout, err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

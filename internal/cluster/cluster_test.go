@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,15 +54,37 @@ func TestClusterNodes(t *testing.T) {
 		}
 	}
 	closed = true
+	closeAndCheck(t, c)
+}
+
+// closeAndCheck tears the cluster down and fails on what it left: a namespace, a cgroup in
+// any hierarchy, a mount, a process in a node's cgroups.
+func closeAndCheck(t *testing.T, c *Cluster) {
+	t.Helper()
 	if err := c.Close(); err != nil {
 		t.Errorf("teardown: %v", err)
 	}
-	for _, n := range c.Nodes {
-		if _, err := os.Stat("/run/netns/" + n.NetNS); err == nil {
-			t.Errorf("namespace %s left after Close", n.NetNS)
-		}
-		if _, err := os.Stat("/sys/fs/cgroup/pids" + n.cgroupRoot); err == nil {
-			t.Errorf("cgroup %s left after Close", n.cgroupRoot)
+	for _, ns := range append([]string{c.CtlNS}, nodeNetNS(c)...) {
+		if _, err := os.Stat("/run/netns/" + ns); err == nil {
+			t.Errorf("namespace %s left after Close", ns)
 		}
 	}
+	for _, n := range c.Nodes {
+		for _, d := range n.CgroupDirs() {
+			if _, err := os.Stat(d); err == nil {
+				t.Errorf("cgroup %s left after Close", d)
+			}
+		}
+	}
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(mounts), c.Dir()) {
+		t.Errorf("mounts under %s left after Close", c.Dir())
+	}
+}
+
+func nodeNetNS(c *Cluster) []string {
+	var names []string
+	for _, n := range c.Nodes {
+		names = append(names, n.NetNS)
+	}
+	return names
 }

@@ -30,8 +30,21 @@ type Node struct {
 	daemons    []*proc
 }
 
-// cgroupHierarchies are the cgroup v1 hierarchies the kubelet's cgroupRoot must exist in.
-var cgroupHierarchies = []string{"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd", "hugetlb", "net_cls", "net_prio", "perf_event"}
+// cgroupHierarchies are the cgroup v1 hierarchies the kubelet's cgroupRoot must exist in, and
+// the hybrid host's cgroup v2 one ("unified"), where runc mirrors the Pods' cgroups too.
+var cgroupHierarchies = []string{"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd", "hugetlb", "net_cls", "net_prio", "perf_event", "unified"}
+
+// CgroupDirs are the node's cgroupRoot directories in every hierarchy mounted here (whether
+// or not they exist).
+func (n *Node) CgroupDirs() []string {
+	var dirs []string
+	for _, h := range cgroupHierarchies {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", h)); err == nil {
+			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", h, n.cgroupRoot))
+		}
+	}
+	return dirs
+}
 
 // nsArgs is the nsenter prefix that runs a command in the node's network and mount namespaces.
 func (n *Node) nsArgs() []string {
@@ -148,8 +161,8 @@ func (n *Node) stop() error {
 		n.holder.stop(time.Second)
 	}
 	var first error
-	for _, h := range cgroupHierarchies {
-		if err := removeCgroupTree(filepath.Join("/sys/fs/cgroup", h, n.cgroupRoot)); err != nil && first == nil {
+	for _, d := range n.CgroupDirs() {
+		if err := removeCgroupTree(d); err != nil && first == nil {
 			first = err
 		}
 	}
