@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
@@ -25,7 +26,8 @@ import (
 func TestClusterPods(t *testing.T) {
 	netlab.RequireRoot(t, "a cluster needs network namespaces, cgroups and containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	// Cancelled after Close (cleanups run last first): the control plane lives as long as ctx.
+	t.Cleanup(cancel)
 	c, err := Start(ctx, Options{Nodes: 2, Logf: t.Logf, KeepDir: os.Getenv("XLB_CLUSTER_KEEP") != ""})
 	if err != nil {
 		t.Fatal(err)
@@ -38,33 +40,7 @@ func TestClusterPods(t *testing.T) {
 	}
 	labels := map[string]string{"app": "echo"}
 	created := time.Now()
-	for i := range 2 {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("echo-%d", i), Labels: labels},
-			Spec: corev1.PodSpec{
-				Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-					RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-						TopologyKey:   "kubernetes.io/hostname",
-					}},
-				}},
-				Containers: []corev1.Container{{
-					Name: "echo", Image: AgnhostImage, ImagePullPolicy: corev1.PullNever,
-					Args:  []string{"netexec", "--http-port=8080"},
-					Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-					// Ready once netexec serves (the kubelet's prober, from the node).
-					ReadinessProbe: &corev1.Probe{
-						ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-							Path: "/healthz", Port: intstr.FromInt32(8080)}},
-						PeriodSeconds: 1,
-					},
-				}},
-			},
-		}
-		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createEchoPods(ctx, t, cs, "echo", labels, 2)
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{
@@ -143,6 +119,39 @@ func TestClusterPods(t *testing.T) {
 	}
 	if !seen[pods[0].Name] || !seen[pods[1].Name] || len(seen) != 2 {
 		t.Errorf("Service %s from pod %s reached %v, want both pods", svc.Spec.ClusterIP, pods[0].Name, seen)
+	}
+}
+
+// createEchoPods creates n agnhost netexec Pods name-0, name-1, … in "default" (HTTP on 8080,
+// Ready once it serves), at most one per node.
+func createEchoPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, labels map[string]string, n int) {
+	t.Helper()
+	for i := range n {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Labels: labels},
+			Spec: corev1.PodSpec{
+				Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+						LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+						TopologyKey:   "kubernetes.io/hostname",
+					}},
+				}},
+				Containers: []corev1.Container{{
+					Name: "echo", Image: AgnhostImage, ImagePullPolicy: corev1.PullNever,
+					Args:  []string{"netexec", "--http-port=8080", "--udp-port=8081"},
+					Ports: []corev1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 8081, Protocol: corev1.ProtocolUDP}},
+					// Ready once netexec serves (the kubelet's prober, from the node).
+					ReadinessProbe: &corev1.Probe{
+						ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+							Path: "/healthz", Port: intstr.FromInt32(8080)}},
+						PeriodSeconds: 1,
+					},
+				}},
+			},
+		}
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 func TestClusterNodes(t *testing.T) {
 	netlab.RequireRoot(t, "a cluster needs network namespaces, cgroups and containerd")
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	// Cancelled after Close (cleanups run last first): the control plane lives as long as ctx.
+	t.Cleanup(cancel)
 	c, err := Start(ctx, Options{Nodes: 2, Logf: t.Logf, KeepDir: os.Getenv("XLB_CLUSTER_KEEP") != ""})
 	if err != nil {
 		t.Fatal(err)
