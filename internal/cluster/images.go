@@ -22,13 +22,15 @@ const (
 
 // busyboxApplets are the shell tools the specs run inside agnhost and busybox containers
 // (`/bin/sh -c`, sleep, cat, ...), links to Debian's static busybox.
-var busyboxApplets = []string{"sh", "ash", "cat", "echo", "sleep", "ls", "wget", "ps", "grep", "sed", "hostname", "ip", "true", "false", "test", "date", "env", "mkdir", "rm", "touch", "timeout", "nslookup", "printf", "head", "tail", "awk", "dd", "seq", "kill", "id", "uname", "tr", "cut", "wc", "sort", "uniq", "mv", "cp", "chmod", "ln", "find", "xargs", "tee", "expr", "basename", "dirname", "stat", "nohup", "pwd", "mount", "df", "du", "netstat", "ping", "ping6", "which", "[", "[["}
+var busyboxApplets = []string{"sh", "ash", "cat", "echo", "sleep", "ls", "ps", "grep", "sed", "hostname", "ip", "true", "false", "test", "date", "env", "mkdir", "rm", "touch", "timeout", "nslookup", "printf", "head", "tail", "awk", "dd", "seq", "kill", "id", "uname", "tr", "cut", "wc", "sort", "uniq", "mv", "cp", "chmod", "ln", "find", "xargs", "tee", "expr", "basename", "dirname", "stat", "nohup", "pwd", "mount", "df", "du", "netstat", "ping", "ping6", "which", "[", "[["}
 
 // hostTools are dynamically linked Debian binaries the specs call with options busybox lacks
-// (OpenBSD nc's -v -t -u, curl); they go into the image with the libraries ldd names.
+// (OpenBSD nc's -v -t -u, curl) or where bookworm's busybox fails (its wget dies of SIGSEGV
+// with -T, the timeout every spec passes); they go into the image with the libraries ldd names.
 var hostTools = map[string]string{
 	"usr/bin/curl": "/usr/bin/curl",
 	"usr/bin/nc":   "/bin/nc.openbsd",
+	"usr/bin/wget": "/usr/bin/wget",
 }
 
 // BuildImages writes the pause, agnhost and busybox images into dir from the agnhost binary
@@ -85,7 +87,7 @@ func toolFiles() (map[string]ociimage.Entry, error) {
 	for dst, src := range hostTools {
 		data, err := os.ReadFile(src)
 		if err != nil {
-			return nil, fmt.Errorf("%s for the test images (make deps installs curl and netcat-openbsd): %w", src, err)
+			return nil, fmt.Errorf("%s for the test images (make deps installs curl, netcat-openbsd and wget): %w", src, err)
 		}
 		files[dst] = ociimage.Entry{Data: data, Mode: 0o755}
 		libs, err := sharedLibs(src)

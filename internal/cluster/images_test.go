@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xlb-dev/xlb/internal/netlab"
+)
+
+// TestImageTools unpacks the test images' tools into a directory and runs, chrooted there, the
+// commands the e2e specs run in agnhost Pods, against an HTTP server on loopback: busybox's sh,
+// wget with the timeout every spec passes (bookworm's busybox wget dies of SIGSEGV with -T),
+// curl and OpenBSD nc, each with the libraries it loads.
+func TestImageTools(t *testing.T) {
+	netlab.RequireRoot(t, "chroot")
+	files, err := toolFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for name, e := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if e.Link != "" {
+			if err := os.Symlink(e.Link, p); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		mode := os.FileMode(0o644)
+		if e.Mode != 0 {
+			mode = os.FileMode(e.Mode)
+		}
+		if err := os.WriteFile(p, e.Data, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := l.Addr().String()
+	host, port, _ := net.SplitHostPort(addr)
+	for _, tc := range []struct{ cmd, want string }{
+		{`wget -T 5 -qO- "http://` + addr + `/"`, "hello"},
+		{`wget -T 5 -qO- "` + addr + `"`, "hello"},
+		{`curl -s --max-time 5 http://` + addr + `/`, "hello"},
+		{`echo | nc -v -t -w 2 ` + host + ` ` + port + ` 2>&1`, "succeeded"},
+	} {
+		cmd := exec.Command("chroot", root, "/bin/sh", "-c", tc.cmd)
+		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %q, %v; want %q", tc.cmd, out, err, tc.want)
+		}
+	}
+}
