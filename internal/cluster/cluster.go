@@ -28,7 +28,7 @@ var (
 )
 
 const (
-	// ContainerdDir is where make deps' forky containerd 2.1 is unpacked (Debian bookworm's
+	// ContainerdDir is where make cluster-containerd unpacks forky's containerd 2.1 (Debian bookworm's
 	// 1.6 is older than kubelet 1.37 accepts).
 	ContainerdDir = "/var/cache/xlb/containerd-2.1.9"
 	// cniBinDir is where Debian's containernetworking-plugins are.
@@ -168,7 +168,7 @@ func (c *Cluster) checkTools() error {
 	}
 	for _, p := range need {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("cluster needs %s (make cluster-bins builds the Kubernetes binaries, make deps installs containerd 2.1, runc and the CNI plugins): %w", p, err)
+			return fmt.Errorf("cluster needs %s (make cluster-bins builds the Kubernetes binaries and unpacks containerd 2.1; make deps installs runc and the CNI plugins): %w", p, err)
 		}
 	}
 	return nil
