@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # xlb build, test and benchmark entry points. Everything runs as root on Debian 12 (BPF, netns).
 
 GO      ?= go
@@ -8,9 +9,15 @@ PKGS    ?= ./...
 # containerd and runc: the container runtime xlb's image is proven in, cmd/xlb's TestImage;
 # mmdebstrap: the clean Debian root the package is installed into, internal/lab's TestDebPackage).
 DEB_PKGS = clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool bird2 frr nftables containerd runc mmdebstrap
+# prometheus: the real Prometheus and promtool the dashboards' and alerts' tests run
+# (deploy/monitoring); shellcheck: make check's lint of the shell scripts.
+DEB_PKGS += prometheus shellcheck
 # curl: the lab's pods reach cluster IPs with it (through the node agents); curl and ping are
 # also what a person uses to poke at the lab.
 LAB_PKGS = curl iputils-ping
+# qemu-system-x86 and busybox-static: make kernel-matrix boots Debian's kernels under QEMU (TCG)
+# with a busybox initramfs (internal/vmtest).
+VM_PKGS = qemu-system-x86 busybox-static
 
 export GOTOOLCHAIN ?= local
 
@@ -24,14 +31,43 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 # machines that do not turn it off).
 XLB_BUILD = $(GO) build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
 
-.PHONY: all deps generate generate-api build vet check-generated kube-bins cluster-bins cluster-containerd conformance helm-bin manifests chart test e2e bench lab lab-down image deb clean vagrant-box vagrant-prebuilt vagrant-check
+.PHONY: all help check spdx staticcheck-bin deps generate generate-api build vet check-generated kube-bins cluster-bins cluster-containerd conformance helm-bin manifests chart test e2e bench lab lab-down kernel-matrix image deb clean vagrant-box vagrant-prebuilt vagrant-check
 
 all: build
+
+## help: list the targets, one line each.
+help:
+	@sed -n 's/^## \([a-z][a-z0-9-]*\): \(.*\)/\1\t\2/p' $(firstword $(MAKEFILE_LIST)) | \
+		awk -F'\t' '{ d = $$2; if (d !~ /\.$$/) d = d " ..."; printf "  %-17s %s\n", $$1, d }'
+
+# The pure packages (no kernel, no Kubernetes client), which make check runs under the race
+# detector (internal/doclinks: every link and anchor of the Markdown resolves).
+PURE_PKGS = ./lb ./lb/config ./lb/health ./lb/ipam ./lb/maglev ./lb/reconcile ./bgp ./xdp/datapath \
+	./internal/doclinks
+
+## check: the lint tier, no root needed: gofmt, go vet, staticcheck, shellcheck, the SPDX
+## headers, and the race detector on the pure packages.
+check: staticcheck-bin
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt -w these files:" >&2; echo "$$out" >&2; exit 1; }
+	$(GO) vet $(PKGS)
+	./bin/staticcheck $(PKGS)
+	shellcheck -S warning $$(git ls-files '*.sh') .ci/run
+	$(GO) run ./internal/tools/spdx
+	$(GO) test -race -count=1 $(PURE_PKGS)
+
+## spdx: add the SPDX license header to every source file that lacks it (internal/tools/spdx).
+spdx:
+	$(GO) run ./internal/tools/spdx -fix
+
+## staticcheck-bin: build staticcheck from its module (internal/tools/staticcheck) into bin/.
+staticcheck-bin:
+	$(GO) -C internal/tools/staticcheck build -o ../../../bin/staticcheck honnef.co/go/tools/cmd/staticcheck
 
 ## deps: install the Debian packages the build and the tests need (needs root).
 deps:
 	apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS) $(LAB_PKGS)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VM_PKGS)
 
 ## generate: compile the BPF C with clang-16 and regenerate the bpf2go bindings.
 generate:
@@ -158,8 +194,6 @@ deb:
 	CGO_ENABLED=0 $(GO) build -buildvcs=true -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/xlb-static ./cmd/xlb
 	$(GO) run ./cmd/xlb-deb --binary bin/xlb-static --version $(VERSION) --out bin/xlb.deb
 
-## lab-down: remove what lab sites left behind (namespaces, pins, xlb processes, state under
-## /run/xlb-lab) when their lab process is gone. ALL=1 removes running sites too.
 ## vagrant-box: a Debian 12 vagrant-libvirt box built from apt packages (no box is downloaded).
 VAGRANT_BOX ?= /var/cache/xlb/vagrant/xlb-bookworm64.box
 vagrant-box:
@@ -179,9 +213,18 @@ vagrant-prebuilt: kube-bins
 vagrant-check:
 	./deploy/vagrant/check.sh
 
+## kernel-matrix: boot Debian's kernels (5.10, 6.1, 6.12, newest 7.x) under QEMU/TCG, load every
+## BPF program and run the datapaths' tests in each guest (internal/vmtest); the table goes to
+## stdout and bench/results/kernel-matrix.md. MATRIX_FLAGS passes flags (e.g. --kernels 5.10,6.1).
+kernel-matrix:
+	$(GO) run ./cmd/xlb-kernel-matrix --out bench/results/kernel-matrix.md $(MATRIX_FLAGS)
+
+## lab-down: remove what lab sites left behind (namespaces, pins, xlb processes, state under
+## /run/xlb-lab) when their lab process is gone. ALL=1 removes running sites too.
 lab-down:
 	$(GO) build -o bin/xlb-lab ./cmd/xlb-lab
 	./bin/xlb-lab down $(if $(filter-out 0 no false,$(ALL)),--all)
 
+## clean: empty Go's test cache.
 clean:
 	$(GO) clean -testcache

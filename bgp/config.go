@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package bgp
 
 import (
@@ -77,6 +78,14 @@ type Peer struct {
 	Password string
 	// MultihopTTL, when non-zero, allows an eBGP neighbour that many hops away.
 	MultihopTTL uint8
+	// GTSM turns on the Generalized TTL Security Mechanism (RFC 5082) for a directly
+	// connected neighbour: the session's packets are sent with TTL 255 and the socket accepts
+	// only TTL 255 (IP_MINTTL / IPV6_MINHOPCOUNT), so nothing off-link can reach it. The
+	// neighbour must send with TTL 255 too (BIRD: ttl security; FRR: neighbor ttl-security hops 1).
+	GTSM bool
+	// ExternalBFD, set by the daemon for bgp.bfdProcess, leaves BFD to another process: the
+	// speaker runs none for this peer even with BFD enabled.
+	ExternalBFD bool
 	// HoldTime is the hold time proposed in OPEN (whole seconds, 0 → 9 s, else at least 3 s).
 	HoldTime time.Duration
 	// KeepaliveTime is the keepalive interval (whole seconds, 0 → 3 s, less than HoldTime).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bgp is the vocabulary of xlb's BGP speaker, in pure Go: its configuration ([Config],
 // [Peer], their Validate methods and the timer defaults), the routes it announces ([Route],
 // [LargeCommunity], [ParseCommunity], [ParseLargeCommunity]) and the state of a session

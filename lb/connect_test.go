@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lb
 
 import (
@@ -92,7 +93,7 @@ func TestPlanConnect(t *testing.T) {
 
 // TestPlanConnectOwnership: who has a frontend several services claim. A cluster IP (Owned) is
 // its service's alone, on every port, whatever the other's age or name: the kube-dns takeover
-// of issue 19 (a Service named to sort first, with the kube-dns cluster IP as an external IP on
+// (a Service named to sort first, with the kube-dns cluster IP as an external IP on
 // 53/UDP) fails. Other frontends go to the oldest claimant, per frontend: the loser keeps its
 // other frontends.
 func TestPlanConnectOwnership(t *testing.T) {

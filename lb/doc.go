@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package lb is xlb's service model: the Services an appliance balances, their VIPs, ports and
 // backends, and Plan, which turns them into the desired datapath state (frontends, Maglev tables,
 // reverse NAT) that every gateway computes identically. It is pure Go: no kernel and no

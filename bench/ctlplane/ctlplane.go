@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ctlplane runs the control-plane benchmarks the datapath numbers are printed with: a
 // Maglev table build (lb/maglev), a reconcile of 10,000 services into the real datapath maps,
 // and the latency from an EndpointSlice update to the maps. The last two drive the appliance's

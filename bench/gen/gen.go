@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gen
 
 // The BPF object is compiled by bpf2go and committed (gen_bpfel.go, gen_bpfel.o); `make generate`

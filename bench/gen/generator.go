@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gen is the benchmark's traffic generator: an XDP program run with BPF_PROG_RUN in
 // live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES) inside the generator's namespace, which writes
 // TCP or UDP frames toward the VIP over many flows and transmits them out of a veth, at full

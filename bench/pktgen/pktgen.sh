@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # pktgen.sh: drive the kernel's pktgen (/proc/net/pktgen) toward xlb on real hardware, where the
 # generator is a separate machine with a NIC cabled (or switched) to the gateway's client-facing
 # NIC. It sends 64-byte UDP frames to the VIP with the source address and port varied over many

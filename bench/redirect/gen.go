@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package redirect
 
 // The BPF object is compiled by bpf2go and committed (redirect_bpfel.go, redirect_bpfel.o);

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package redirect is the benchmark's ceiling: an XDP program on the gateway's ingress veth that
 // rewrites the MAC addresses and redirects every frame to the egress veth, with no load-balancing
 // work at all.

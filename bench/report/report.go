@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package report holds the benchmark's results and writes them three ways: a plain-text table,
 // a JSON file and a PNG bar chart.
 package report

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package run runs the benchmark: it puts each datapath under test on the gateway of a
 // topo.Topology in turn, drives the generator against it and measures, at the sink, what got
 // through, with every drop counter the path has.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package sink
 
 // The BPF object is compiled by bpf2go and committed (sink_bpfel.go, sink_bpfel.o); `make

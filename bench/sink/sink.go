@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sink is the benchmark's sink: an XDP program on the sink's veth that counts what
 // arrives, by class, and drops it, so that what it counts is what got through the gateway.
 package sink

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package topo builds the benchmark's three namespaces and the two veth links between them:
 //
 //	generator (Gen) <-veth-> (GwIn) gateway (GwOut) <-veth-> (Sink) sink

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package speaker is xlb's embedded BGP speaker: it announces the gateway's VIPs as host routes
 // (/32, /128) to the upstream routers, with next hop self, so that the routers spread traffic
 // over the gateways with ECMP. Its configuration and routes are package bgp's types

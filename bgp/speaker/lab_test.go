@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package speaker
 
 // The lab for the tests against real routers: namespaces (internal/netlab), BIRD and FRR

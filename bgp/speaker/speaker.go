@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package speaker
 
 import (
@@ -668,7 +669,12 @@ func (s *Speaker) apiPeer(e peerEntry) *api.Peer {
 		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(gr / time.Second)}
 		afi.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
 	}
-	if p.BFD.Enabled && s.armed[p.Address] && !s.suspended(p.Address) {
+	if p.GTSM {
+		// GoBGP sends with TTL 255 and sets IP_MINTTL 255 on the session's socket (dialled,
+		// or accepted: before the OPEN is read).
+		ap.TtlSecurity = &api.TtlSecurity{Enabled: true, TtlMin: 255}
+	}
+	if p.BFD.Enabled && !p.ExternalBFD && s.armed[p.Address] && !s.suspended(p.Address) {
 		b := p.BFD.WithDefaults()
 		ap.Bfd = &api.BfdPeerConfig{
 			Enabled:                  true,

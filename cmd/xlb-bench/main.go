@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb-bench measures the forwarding rate of xlb's XDP datapath next to what a user
 // would use instead, in the same run on the same machine: a plain XDP redirect (the ceiling of
 // the box) and nftables DNAT with kernel forwarding. It builds generator -> gateway -> sink

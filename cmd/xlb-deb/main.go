@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb-deb builds xlb's Debian package (package internal/debpkg) from a static xlb:
 //
 //	xlb-deb --binary bin/xlb-static --version $(git describe) --out bin/xlb.deb

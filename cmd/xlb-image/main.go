@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb-image builds xlb's container image (package internal/ociimage) from a static
 // xlb binary into an OCI archive:
 //

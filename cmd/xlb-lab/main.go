@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb-lab runs a whole xlb edge site in network namespaces on this machine (see
 // docs/lab.md): clients behind a router, gateways running real xlb processes, a cluster L2 with
 // nodes and pods serving HTTP, TCP and UDP.

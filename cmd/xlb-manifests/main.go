@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command xlb-manifests renders the raw manifests deploy/agent.yaml and deploy/rbac.yaml from
 // the Helm chart deploy/helm/xlb with helm template (the chart's default values), so that the
 // two never drift (make manifests; internal/helmtest's TestManifests checks them).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 import (
@@ -41,6 +42,7 @@ type agentOptions struct {
 	dsrFlows     int      // size of the DSR flows LRU (dsr.Options.Flows)
 	dsrTCPPickup int      // DSR's TCP pickup budget a second (dsr.Options.TCPPickupBudget)
 	dsrUDPNew    int      // DSR's new UDP flow budget a second (dsr.Options.UDPNewBudget)
+	dsrSYN       int      // DSR's half-open candidate budget a second (dsr.Options.SYNBudget)
 	dsrHairpin   bool     // the reply rewriter on the interfaces toward the node's Pods too
 	class        string   // the gateways' loadBalancerClass
 	defaultClass bool     // the gateways' defaultClass
@@ -120,6 +122,7 @@ func agentFlags(fs *flag.FlagSet, o *agentOptions) {
 	fs.StringVar(&o.dsrPinPath, "dsr-pin-path", dsr.DefaultPinPath, "bpffs `directory` of direct server return's pins (\"\" pins nothing: DSR stops with the agent)")
 	fs.IntVar(&o.dsrFlows, "dsr-flows", dsr.DefaultFlows, fmt.Sprintf("`entries` of direct server return's flows LRU (flows whose replies are rewritten; ~136 bytes each, preallocated: %d to %d)", dsr.MinFlows, dsr.MaxFlows))
 	fs.IntVar(&o.dsrTCPPickup, "dsr-tcp-pickup-budget", dsr.DefaultTCPPickupBudget, fmt.Sprintf("TCP `flows` a second a carried packet other than a SYN may add to direct server return's flows LRU when the node knows nothing of it (a node that lost its state, forged ACKs); over it the packet is delivered, its replies not rewritten (1 to %d)", dsr.MaxBudget))
+	fs.IntVar(&o.dsrSYN, "dsr-syn-budget", dsr.DefaultSYNBudget, fmt.Sprintf("carried TCP SYNs a second that may add a half-open candidate (their SYN-ACK rewritten); over it the SYN is delivered, its SYN-ACK not rewritten, and the client retransmits (1 to %d). Every budget is also shared: one frontend takes at most half, one client /24 or /48 an eighth", dsr.MaxBudget))
 	fs.IntVar(&o.dsrUDPNew, "dsr-udp-new-budget", dsr.DefaultUDPNewBudget, fmt.Sprintf("new UDP `flows` a second carried datagrams may add to direct server return's flows LRU; over it the datagram is delivered, its replies not rewritten (1 to %d)", dsr.MaxBudget))
 	fs.BoolVar(&o.dsrHairpin, "dsr-hairpin", true, "also rewrite replies on the interfaces toward the node's Pods (a client Pod whose VIP connection went to a Pod on its own node)")
 	fs.StringVar(&o.class, "class", kube.DefaultClass, "the gateways' loadBalancerClass: direct server return serves their LoadBalancer Services")
@@ -235,7 +238,7 @@ func runAgent(ctx context.Context, opts agentOptions, stderr io.Writer) error {
 	}
 	if dsrOn {
 		d, err := dsr.Load(dsr.Options{PinPath: opts.dsrPinPath, Flows: opts.dsrFlows,
-			TCPPickupBudget: opts.dsrTCPPickup, UDPNewBudget: opts.dsrUDPNew})
+			TCPPickupBudget: opts.dsrTCPPickup, UDPNewBudget: opts.dsrUDPNew, SYNBudget: opts.dsrSYN})
 		if err != nil {
 			if sock != nil {
 				closeAll(ln, sock)

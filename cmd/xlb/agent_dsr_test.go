@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 import (
@@ -471,8 +472,11 @@ func TestAgentDSRKube(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "agent.kubeconfig")
-	if err := kubetest.WriteKubeconfig(kubeconfig, cp.As("system:serviceaccount:xlb-system:xlb-agent",
-		"system:serviceaccounts", "system:serviceaccounts:xlb-system")); err != nil {
+	// The agent of n1, as its Pod's bound token names it (the admission policy lets a token
+	// that names no node change no Node).
+	agentCfg := cp.As("system:serviceaccount:xlb-system:xlb-agent", "system:serviceaccounts", "system:serviceaccounts:xlb-system")
+	agentCfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {"n1"}}
+	if err := kubetest.WriteKubeconfig(kubeconfig, agentCfg); err != nil {
 		t.Fatal(err)
 	}
 	for name, cidr := range map[string]string{"n1": "198.18.4.0/24", "n2": "198.18.9.0/24"} {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 import (
@@ -94,7 +95,7 @@ func agentHold(addr string) int {
 // TestAgentE2E runs `xlb agent` against a real kube-apiserver (cluster IPs from a lab range)
 // as its own ServiceAccount with deploy/agent.yaml's RBAC, and a client process in the agent's
 // cgroup reaching a ClusterIP Service whose endpoints are servers in a namespace. A Service
-// claiming that cluster IP as an external IP (issue 19's takeover) does not get its
+// claiming that cluster IP as an external IP (the cluster-IP takeover) does not get its
 // connections, and gets an Event; its allowed external IP is balanced.
 func TestAgentE2E(t *testing.T) {
 	testAgentE2E(t, func(args []string) *exec.Cmd {
@@ -276,7 +277,7 @@ func testAgentE2E(t *testing.T, launch func(args []string) *exec.Cmd) {
 		return len(answers) == 80 && seen["b10"] && seen["b11"] && len(seen) == 2
 	})
 
-	// The takeover of issue 19: a Service named to sort first, its endpoint b66, with web's
+	// The cluster-IP takeover: a Service named to sort first, its endpoint b66, with web's
 	// cluster IP as an external IP on web's port. Its allowed external IP is balanced (the
 	// agent has seen it), its claim on web's cluster IP is not: web's connections still reach
 	// web's endpoints only, and the Service gets its Event from the agent's role.

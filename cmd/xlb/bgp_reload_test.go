@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // The daemon's BGP speaker against BIRD across reloads and restarts, and what `xlb bgp` and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // The daemon's BGP speaker against a real router: BIRD 2 in a fourth namespace, peered with

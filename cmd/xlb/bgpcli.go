@@ -1,47 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/gateway"
 )
 
-// bgpCLI is `xlb bgp [--listen ADDR] [--json]`: it prints the daemon's BGP sessions and
-// announced routes.
+// bgpCLI runs `xlb bgp` with args (after "bgp"); it returns the exit code.
 func bgpCLI(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("xlb bgp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", config.DefaultListen, "the daemon's HTTP `address` (its config's listen)")
-	raw := fs.Bool("json", false, "print the daemon's JSON as it is")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	return execute(append([]string{"bgp"}, args...), stdout, stderr)
+}
+
+// newBGPCmd is `xlb bgp [--listen ADDR] [--json]`: it prints the daemon's BGP sessions and
+// announced routes.
+func newBGPCmd() *cobra.Command {
+	var listen string
+	var raw bool
+	cmd := &cobra.Command{
+		Use:   "bgp [--listen ADDR] [--json]",
+		Short: "Show the running daemon's BGP sessions and announced routes",
+		Long: `Show the running daemon's BGP sessions and announced routes, from its /bgp endpoint on
+ADDR (its config's listen).`,
+		Example: `  xlb bgp
+  xlb bgp --listen 127.0.0.1:9610 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			stdout := cmd.OutOrStdout()
+			body, err := gateway.FetchBGPStatus(listen)
+			if err != nil {
+				return err
+			}
+			if raw {
+				_, _ = stdout.Write(body)
+				return nil
+			}
+			var st gateway.BGPStatus
+			if err := json.Unmarshal(body, &st); err != nil {
+				return fmt.Errorf("http://%s/bgp: %w", listen, err)
+			}
+			if !st.Enabled {
+				fmt.Fprintf(stdout, "the daemon at %s runs no BGP speaker (its config has no bgp section)\n", listen)
+				return nil
+			}
+			gateway.PrintBGPStatus(stdout, st)
+			return nil
+		},
 	}
-	if fs.NArg() != 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	body, err := gateway.FetchBGPStatus(*listen)
-	if err != nil {
-		fmt.Fprintf(stderr, "xlb bgp: %v\n", err)
-		return 1
-	}
-	if *raw {
-		_, _ = stdout.Write(body)
-		return 0
-	}
-	var st gateway.BGPStatus
-	if err := json.Unmarshal(body, &st); err != nil {
-		fmt.Fprintf(stderr, "xlb bgp: http://%s/bgp: %v\n", *listen, err)
-		return 1
-	}
-	if !st.Enabled {
-		fmt.Fprintf(stdout, "the daemon at %s runs no BGP speaker (its config has no bgp section)\n", *listen)
-		return 0
-	}
-	gateway.PrintBGPStatus(stdout, st)
-	return 0
+	cmd.Flags().StringVar(&listen, "listen", config.DefaultListen, "the daemon's HTTP `address` (its config's listen)")
+	cmd.Flags().BoolVar(&raw, "json", false, "print the daemon's JSON as it is")
+	return cmd
 }

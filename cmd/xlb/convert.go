@@ -1,7 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/spf13/cobra"
+
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/kube"
@@ -22,56 +24,71 @@ import (
 // between two of them later without renumbering.
 const convertPriorityStep = 10
 
-// convertCLI is `xlb convert`: the Kubernetes objects equivalent to a gateway file's sections
-// that belong in the cluster, as a YAML stream for kubectl apply: pools → AddressPool; bgp
-// peers → BGPPeer (selecting this gateway by name; an MD5 password file → a Secret);
-// the bgp section's route attributes → a BGPAdvertisement for this gateway.
+// convertCLI runs `xlb convert` with args (after "convert"); it returns the exit code.
 func convertCLI(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("xlb convert", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "the gateway's YAML configuration `file` (required)")
-	gateway := fs.String("gateway", "", "the gateway's `name` the BGP objects select (default: the file's kubernetes.gatewayName, else the host name)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *cfgPath == "" || fs.NArg() != 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		fmt.Fprintf(stderr, "xlb convert: %v\n", err)
-		return 1
-	}
-	name, namespace := *gateway, "xlb-system"
-	if cfg.Kubernetes != nil {
-		namespace = cfg.Kubernetes.LeaderElection.Namespace
-		if name == "" {
-			if name, err = cfg.Kubernetes.Identity(); err != nil {
-				fmt.Fprintf(stderr, "xlb convert: %v\n", err)
-				return 1
+	return execute(append([]string{"convert"}, args...), stdout, stderr)
+}
+
+// newConvertCmd is `xlb convert`: the Kubernetes objects equivalent to a gateway file's
+// sections that belong in the cluster, as a YAML stream for kubectl apply: pools →
+// AddressPool; bgp peers → BGPPeer (selecting this gateway by name; an MD5 password file → a
+// Secret); the bgp section's route attributes → a BGPAdvertisement for this gateway.
+func newConvertCmd() *cobra.Command {
+	var cfgPath, gateway string
+	cmd := &cobra.Command{
+		Use:   "convert --config FILE [--gateway NAME]",
+		Short: "Print the cluster objects equivalent to a gateway file's pools and BGP peers",
+		Long: `Print, as YAML for kubectl apply, the objects (xlb.dev/v1alpha1) equivalent to FILE's
+sections that belong in the cluster in Kubernetes mode: pools → AddressPools (in file order);
+bgp.peers → BGPPeers selecting this gateway (NAME, default kubernetes.gatewayName or the host
+name), each passwordFile → a Secret; the bgp section's communities, localPref and med → a
+BGPAdvertisement for this gateway.
+
+Apply the output, then remove those sections from the file and reload it (SIGHUP): no address
+changes hands and no session is reset, but a session with a password once (its password now
+comes from the Secret).`,
+		Example: `  xlb convert --config /etc/xlb/xlb.yaml | kubectl apply -f -`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			stderr := cmd.ErrOrStderr()
+			if cfgPath == "" {
+				return usagef("--config is required")
 			}
-		}
+			cfg, err := config.Load(cfgPath)
+			if err != nil {
+				return err
+			}
+			name, namespace := gateway, "xlb-system"
+			if cfg.Kubernetes != nil {
+				namespace = cfg.Kubernetes.LeaderElection.Namespace
+				if name == "" {
+					if name, err = cfg.Kubernetes.Identity(); err != nil {
+						return err
+					}
+				}
+			}
+			if name == "" && cfg.BGP != nil {
+				if name, err = os.Hostname(); err != nil {
+					return fmt.Errorf("--gateway is needed (no kubernetes.gatewayName, no host name: %w)", err)
+				}
+			}
+			out, secrets, err := convertConfig(cfg, name, namespace)
+			if err != nil {
+				return err
+			}
+			if out == "" {
+				fmt.Fprintf(stderr, "xlb convert: %s has no pools and no bgp section: nothing to convert\n", cfgPath)
+			}
+			if secrets > 0 {
+				fmt.Fprintf(stderr, "xlb convert: the output holds %d Secret(s) with BGP passwords (namespace %s): handle it as you handle them\n", secrets, namespace)
+			}
+			fmt.Fprint(cmd.OutOrStdout(), out)
+			return nil
+		},
 	}
-	if name == "" && cfg.BGP != nil {
-		if name, err = os.Hostname(); err != nil {
-			fmt.Fprintf(stderr, "xlb convert: --gateway is needed (no kubernetes.gatewayName, no host name: %v)\n", err)
-			return 1
-		}
-	}
-	out, secrets, err := convertConfig(cfg, name, namespace)
-	if err != nil {
-		fmt.Fprintf(stderr, "xlb convert: %v\n", err)
-		return 1
-	}
-	if out == "" {
-		fmt.Fprintf(stderr, "xlb convert: %s has no pools and no bgp section: nothing to convert\n", *cfgPath)
-	}
-	if secrets > 0 {
-		fmt.Fprintf(stderr, "xlb convert: the output holds %d Secret(s) with BGP passwords (namespace %s): handle it as you handle them\n", secrets, namespace)
-	}
-	fmt.Fprint(stdout, out)
-	return 0
+	cmd.Flags().StringVar(&cfgPath, "config", "", "the gateway's YAML configuration `file` (required)")
+	cmd.Flags().StringVar(&gateway, "gateway", "", "the gateway's `name` the BGP objects select (default: the file's kubernetes.gatewayName, else the host name)")
+	return cmd
 }
 
 // convertConfig returns cfg's pools as AddressPool objects (in file order, priorities 0, 10,

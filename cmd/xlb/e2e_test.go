@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // End-to-end test of the daemon: the real `xlb run` process, in the gateway namespace of a

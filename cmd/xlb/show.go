@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 // `xlb show`: what the datapath pinned under a directory is doing, read-only (xdp/inspect). This
@@ -7,13 +8,15 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/xlb-dev/xlb/xdp/datapath"
 	"github.com/xlb-dev/xlb/xdp/dsr"
@@ -31,70 +34,105 @@ var showParts = map[string][]string{"services": {"vip"}, "flows": {"vip", "limit
 
 // showCLI runs `xlb show` with args (after "show"), printing to stdout; it returns the exit code.
 func showCLI(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("xlb show", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	pin := fs.String("pin-path", gateway.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+"; dsr: default "+dsr.DefaultPinPath+")")
-	asJSON := fs.Bool("json", false, "print JSON")
-	limit := fs.Int("limit", DefaultShowLimit, "print at most `N` conntrack entries, or dsr flows (0: all)")
-	vip := fs.String("vip", "", "only the services and flows of this VIP `address`")
-	client := fs.String("client", "", "flow: the client's `address:port`")
-	to := fs.String("to", "", "flow: the `address:port` the client sends to (a VIP's)")
-	proto := fs.String("proto", "tcp", "flow: the `protocol`, tcp or udp")
-	seed := fs.String("seed", "", "flow: the flow-hash `seed` (default: the attached program's)")
-	// The part may come before, between or after the flags.
-	what := ""
-	for {
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if what != "" {
-			fmt.Fprintf(stderr, "xlb show: unexpected argument %q after %q\n", fs.Arg(0), what)
-			return 2
-		}
-		what, args = fs.Arg(0), fs.Args()[1:]
+	return execute(append([]string{"show"}, args...), stdout, stderr)
+}
+
+// showOptions are the flags of `xlb show`.
+type showOptions struct {
+	pin, vip, client, to, proto, seed string
+	asJSON                            bool
+	limit                             int
+}
+
+func newShowCmd() *cobra.Command {
+	var o showOptions
+	cmd := &cobra.Command{
+		Use:   "show [services|flows|reasons|flow|agent|dsr] [flags]",
+		Short: "Show what the pinned XDP datapath is doing, from its maps",
+		Long: `Show what the datapath pinned in --pin-path is doing, from its maps alone (read-only; no
+daemon needed). The part may come before, between or after the flags:
+
+  services  the services with their backends' Maglev shares and counters, and the backends in
+            no table (the default); --vip keeps one VIP's. Port * is all ports (the client's
+            port kept).
+  flows     at most --limit flows (0: all; the most recently used first; expired ones are
+            listed until the LRU reuses them): a TCP connection from its handshake's ACK, held
+            in its handshake slot until a SYN of another tuple needs the slot, then in
+            conntrack; a UDP flow from its second datagram. --vip keeps one VIP's.
+  reasons   the verdict counters.
+  flow      where one flow's packets go (--client, --to, --proto): its frontend, source
+            ranges, the Maglev slot of a new connection (the seed read from the attached
+            program unless --seed), its conntrack entry and its handshake-table entry. Run it
+            on each gateway to see that they agree.
+  agent     a node agent's cluster-IP frontends, their endpoints and its counters (default
+            --pin-path ` + socklb.DefaultPinPath + `).
+  dsr       a node agent's direct server return: the interfaces it is attached to, the
+            {frontend, endpoint} pairs it accepts carriers for, its counters and at most
+            --limit recorded flows (default --pin-path ` + dsr.DefaultPinPath + `).`,
+		Example: `  xlb show
+  xlb show flows --vip 198.18.100.1 --limit 20
+  xlb show flow --client 198.18.0.10:40000 --to 198.18.100.1:80
+  xlb show dsr --json`,
+		ValidArgs: []string{"services", "flows", "reasons", "flow", "agent", "dsr"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := ""
+			if len(args) > 0 {
+				what = args[0]
+			}
+			if len(args) > 1 {
+				return usagef("unexpected argument %q after %q", args[1], what)
+			}
+			return runShow(cmd, cmp.Or(what, "services"), o)
+		},
 	}
-	what = cmp.Or(what, "services")
+	f := cmd.Flags()
+	f.StringVar(&o.pin, "pin-path", gateway.DefaultPinPath, "the bpffs `directory` the datapath is pinned in (agent: default "+socklb.DefaultPinPath+"; dsr: default "+dsr.DefaultPinPath+")")
+	f.BoolVar(&o.asJSON, "json", false, "print JSON")
+	f.IntVar(&o.limit, "limit", DefaultShowLimit, "print at most `N` conntrack entries, or dsr flows (0: all)")
+	f.StringVar(&o.vip, "vip", "", "only the services and flows of this VIP `address`")
+	f.StringVar(&o.client, "client", "", "flow: the client's `address:port`")
+	f.StringVar(&o.to, "to", "", "flow: the `address:port` the client sends to (a VIP's)")
+	f.StringVar(&o.proto, "proto", "tcp", "flow: the `protocol`, tcp or udp")
+	f.StringVar(&o.seed, "seed", "", "flow: the flow-hash `seed` (default: the attached program's)")
+	return cmd
+}
+
+// runShow prints the part what of the datapath, as o says.
+func runShow(cmd *cobra.Command, what string, o showOptions) error {
+	stdout := cmd.OutOrStdout()
 	// Each part and its own flags: flags of one part given to another are mistakes, not no-ops.
 	own, ok := showParts[what]
 	if !ok {
-		fmt.Fprintf(stderr, "xlb show: unknown part %q: services, flows, reasons, flow, agent or dsr\n", what)
-		return 2
+		return usagef("unknown part %q: services, flows, reasons, flow, agent or dsr", what)
 	}
 	var wrong []string
 	pinSet := false
-	fs.Visit(func(f *flag.Flag) {
+	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch {
 		case f.Name == "pin-path":
 			pinSet = true
-		case f.Name != "json" && !slices.Contains(own, f.Name):
+		case f.Name != "json" && f.Name != "help" && !slices.Contains(own, f.Name):
 			wrong = append(wrong, "--"+f.Name)
 		}
 	})
 	if len(wrong) > 0 {
-		fmt.Fprintf(stderr, "xlb show %s: %s: not a flag of this part\n", what, strings.Join(wrong, ", "))
-		return 2
+		return usagef("%s: %s: not a flag of this part", what, strings.Join(wrong, ", "))
 	}
 	var q inspect.FlowQuery
 	if what == "flow" {
 		var err error
-		if q, err = parseFlowQuery(*client, *to, *proto, *seed); err != nil {
-			fmt.Fprintf(stderr, "xlb show flow: %v\n", err)
-			return 2
+		if q, err = parseFlowQuery(o.client, o.to, o.proto, o.seed); err != nil {
+			return usagef("flow: %w", err)
 		}
 	}
-	if *limit < 0 {
-		fmt.Fprintf(stderr, "xlb show: --limit %d: want 0 (all) or more\n", *limit)
-		return 2
+	if o.limit < 0 {
+		return usagef("--limit %d: want 0 (all) or more", o.limit)
 	}
 	var only netip.Addr
-	if *vip != "" {
-		a, err := netip.ParseAddr(*vip)
+	if o.vip != "" {
+		a, err := netip.ParseAddr(o.vip)
 		if err != nil {
-			fmt.Fprintf(stderr, "xlb show: --vip: %v\n", err)
-			return 2
+			return usagef("--vip: %w", err)
 		}
 		only = a
 	}
@@ -104,27 +142,26 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 	case "agent":
 		dir := socklb.DefaultPinPath
 		if pinSet {
-			dir = *pin
+			dir = o.pin
 		}
 		doc, err = inspect.ReadAgent(dir)
 	case "dsr":
 		dir := dsr.DefaultPinPath
 		if pinSet {
-			dir = *pin
+			dir = o.pin
 		}
-		doc, err = inspect.ReadDSR(dir, *limit)
+		doc, err = inspect.ReadDSR(dir, o.limit)
 	default:
-		p, perr := gateway.OpenPinned(*pin)
+		p, perr := gateway.OpenPinned(o.pin)
 		if perr != nil {
-			fmt.Fprintf(stderr, "xlb show: %v\n", perr)
-			return 1
+			return perr
 		}
 		defer p.Close()
 		switch what {
 		case "services":
 			doc, err = inspect.ReadServices(p, only)
 		case "flows":
-			doc, err = inspect.ReadFlows(p, only, *limit)
+			doc, err = inspect.ReadFlows(p, only, o.limit)
 		case "reasons":
 			doc, err = inspect.ReadReasons(p)
 		case "flow":
@@ -135,21 +172,14 @@ func showCLI(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "xlb show %s: %v\n", what, err)
-		return 1
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if *asJSON {
+	if o.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		err = enc.Encode(doc)
-	} else {
-		err = doc.WriteText(stdout)
+		return enc.Encode(doc)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "xlb show: %v\n", err)
-		return 1
-	}
-	return 0
+	return doc.WriteText(stdout)
 }
 
 // parseFlowQuery parses the flags of `xlb show flow`.

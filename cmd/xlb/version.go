@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package main
 
 import (
@@ -6,6 +7,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/spf13/cobra"
 )
 
 // version is xlb's release version, set when linking (make: -ldflags "-X main.version=$(git
@@ -80,4 +83,20 @@ func printVersion(w io.Writer, b BuildInfo, asJSON bool) {
 			fmt.Fprintf(w, "%s=%s\n", k, v)
 		}
 	}
+}
+
+func newVersionCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "version [--json]",
+		Short: "Print the version, the commit and the build settings",
+		Long: `Print xlb's version, the commit it was built from (and whether the tree had uncommitted
+changes), the Go version, the platform and the build settings.`,
+		Args: cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			printVersion(cmd.OutOrStdout(), buildInfo(), asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # build-box.sh builds a Debian 12 vagrant-libvirt box from apt packages alone (no box is
 # downloaded): mmdebstrap -> ext4 on a whole raw disk, booted by extlinux -> qcow2 -> box tar.
 #
@@ -21,6 +22,17 @@ mirror="${XLB_BOX_MIRROR:-http://deb.debian.org/debian}"
 size=8G
 
 log() { echo "build-box: $*" >&2; }
+
+# What the build runs, from apt when missing (as check.sh does): vagrant for its insecure key,
+# mmdebstrap for the root, e2fsprogs, extlinux and qemu-img for the disk.
+deps="vagrant mmdebstrap e2fsprogs extlinux syslinux-common qemu-utils"
+# shellcheck disable=SC2086 # deps is a list of words
+if ! dpkg -s $deps >/dev/null 2>&1; then
+	log "installing $deps from apt"
+	apt-get update -q
+	# shellcheck disable=SC2086
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $deps
+fi
 
 key=""
 for k in /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub \

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # check.sh (`make vagrant-check`) proves the Vagrant lab on this machine: it installs Vagrant,
 # vagrant-libvirt and QEMU from apt, builds the box if missing (build-box.sh), builds the heavy
 # binaries on the host (`make vagrant-prebuilt`), starts libvirtd if it is not running, then

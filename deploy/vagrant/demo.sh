@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The Vagrant VM's last provisioning step: the lab's demonstration (build a site, show it
 # forwarding, remove it). With binaries put in place by provision.sh (XLB_VAGRANT_PREBUILT) they
 # are run as they are; otherwise `make lab DEMO=1` builds them with the guest's Go.

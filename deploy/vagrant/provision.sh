@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Provisions the Vagrant VM (see ../../Vagrantfile) as the xlb lab and test host: what a fresh
 # Debian 12 machine needs beyond `make deps`. Idempotent: `vagrant provision` runs it again.
 #

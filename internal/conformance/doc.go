@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package conformance holds the scenarios every datapath must pass when a reconciler drives it
 // through the datapath contract (xdp/datapath): a plan written exactly, nothing written twice,
 // state adopted from an earlier process, failures contained and retried, the order of writes

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package containerdtest runs a private containerd for tests (Debian's containerd and runc):
 // its own root, state, sockets and namespace under the test's temporary directory, nothing
 // shared with a containerd the machine may run, killed and removed when the test ends; Ctr

@@ -1,7 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package debpkg builds xlb's Debian package for appliance gateways with dpkg-deb: /usr/bin/xlb
 // (the static binary), the systemd unit (deploy/deb/xlb.service), /etc/xlb/xlb.yaml as a
-// conffile (deploy/xlb.example.yaml: an upgrade never overwrites the operator's edits), a man
-// page made from the binary's own --help (so the two match), and the copyright file. The
+// conffile (deploy/xlb.example.yaml: an upgrade never overwrites the operator's edits), the man
+// pages the binary writes from the definitions of its --help (xlb man), and the copyright file. The
 // package does not start the daemon: its configuration names the site's interfaces and
 // routers, which the operator writes first.
 package debpkg
@@ -59,9 +61,9 @@ func Build(o Options) error {
 	if err != nil {
 		return err
 	}
-	help, err := exec.Command(o.Binary, "--help").CombinedOutput()
+	mans, err := manPages(o.Binary)
 	if err != nil {
-		return fmt.Errorf("%s --help: %w", o.Binary, err)
+		return err
 	}
 	unit, err := os.ReadFile(o.Unit)
 	if err != nil {
@@ -101,8 +103,13 @@ Description: XDP load balancer appliance for bare-metal Kubernetes
 		"lib/systemd/system/xlb.service": {unit, 0o644},
 		"etc/xlb/xlb.yaml":               {conf, 0o644},
 		"usr/share/doc/xlb/copyright":    {copyright, 0o644},
-		"usr/share/man/man8/xlb.8.gz":    {manPage(string(help), version), 0o644},
 		"usr/share/doc/xlb/changelog.gz": {gz([]byte("xlb (" + version + ") stable; urgency=medium\n\n  * Built from " + o.Version + ".\n\n -- xlb developers <dev@xlb.dev>  " + time.Unix(0, 0).UTC().Format(time.RFC1123Z) + "\n")), 0o644},
+	}
+	for name, page := range mans {
+		files["usr/share/man/man8/"+name+".gz"] = struct {
+			data []byte
+			mode os.FileMode
+		}{gz(page), 0o644}
 	}
 	for p, f := range files {
 		full := filepath.Join(stage, p)
@@ -124,17 +131,36 @@ Description: XDP load balancer appliance for bare-metal Kubernetes
 	return nil
 }
 
-// manPage is xlb(8): its --help as the synopsis and description, gzipped.
-func manPage(help, version string) []byte {
-	esc := strings.NewReplacer(`\`, `\\`, "\n.", "\n\\&.", "\n'", "\n\\&'")
-	var b strings.Builder
-	fmt.Fprintf(&b, ".TH XLB 8 \"\" \"xlb %s\" \"System Administration\"\n", version)
-	b.WriteString(".SH NAME\nxlb \\- XDP load balancer appliance and node agent\n")
-	b.WriteString(".SH SYNOPSIS AND DESCRIPTION\n.nf\n")
-	b.WriteString(esc.Replace("\n" + strings.TrimRight(help, "\n"))[1:])
-	b.WriteString("\n.fi\n.SH FILES\n/etc/xlb/xlb.yaml (the configuration), /lib/systemd/system/xlb.service,\n/sys/fs/bpf/xlb (the pinned datapath)\n")
-	b.WriteString(".SH SEE ALSO\nhttps://github.com/xlb-dev/xlb (README.md, docs/)\n")
-	return gz([]byte(b.String()))
+// manPages returns the binary's manual pages (section 8: xlb.8, xlb-run.8, ...) by name, as
+// `xlb man` writes them from the same definitions as its --help.
+func manPages(binary string) (map[string][]byte, error) {
+	dir, err := os.MkdirTemp("", "xlb-man-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if out, err := exec.Command(binary, "man", "--dir", dir).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("%s man: %w: %s", binary, err, out)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string][]byte{}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".8") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		pages[e.Name()] = b
+	}
+	if pages["xlb.8"] == nil {
+		return nil, fmt.Errorf("%s man wrote no xlb.8", binary)
+	}
+	return pages, nil
 }
 
 // gz compresses b reproducibly (no name, no time).

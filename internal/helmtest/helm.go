@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package helmtest runs helm on xlb's chart, deploy/helm/xlb: the helm binary that
 // helmbin/build.sh builds from its Go module into a version-keyed cache (make helm-bin), the
 // chart's rendering, and the raw manifests deploy/agent.yaml and deploy/rbac.yaml that are

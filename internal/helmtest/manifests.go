@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package helmtest
 
 import (
@@ -55,6 +56,9 @@ func ManifestList() []Manifest {
 	}
 }
 
+// manifestLicense is each manifest's first line: the chart's license (internal/tools/spdx).
+const manifestLicense = "# SPDX-License-Identifier: Apache-2.0\n"
+
 // generatedNotice follows each manifest's header.
 const generatedNotice = `#
 # Generated from the Helm chart deploy/helm/xlb by make manifests (helm template with the
@@ -88,6 +92,7 @@ func RenderManifests(ctx context.Context, h Helm, repo string) (map[string][]byt
 	used := make(map[string]bool)
 	for _, m := range list {
 		var b bytes.Buffer
+		b.WriteString(manifestLicense)
 		b.WriteString(m.Header)
 		b.WriteString("\n")
 		b.WriteString(generatedNotice)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package kubetest
 
 import (
@@ -46,7 +47,8 @@ func (cp *ControlPlane) As(user string, groups ...string) *rest.Config {
 
 // WriteKubeconfig writes cfg as a kubeconfig file at path, for another process (xlb run,
 // kubectl) to connect with. Only the address, CA, bearer token and impersonation are kept (not
-// a Dial function: the other process connects from its own network namespace).
+// a Dial function: the other process connects from its own network namespace). The
+// impersonated user's extra (e.g. the node name a bound ServiceAccount token carries) is kept.
 func WriteKubeconfig(path string, cfg *rest.Config) error {
 	const name = "xlb-kubetest"
 	kc := clientcmdapi.NewConfig()
@@ -56,10 +58,11 @@ func WriteKubeconfig(path string, cfg *rest.Config) error {
 		CertificateAuthority:     cfg.CAFile,
 	}
 	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{
-		Token:             cfg.BearerToken,
-		TokenFile:         cfg.BearerTokenFile,
-		Impersonate:       cfg.Impersonate.UserName,
-		ImpersonateGroups: cfg.Impersonate.Groups,
+		Token:                cfg.BearerToken,
+		TokenFile:            cfg.BearerTokenFile,
+		Impersonate:          cfg.Impersonate.UserName,
+		ImpersonateGroups:    cfg.Impersonate.Groups,
+		ImpersonateUserExtra: cfg.Impersonate.Extra,
 	}
 	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
 	kc.CurrentContext = name

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubetest runs a real Kubernetes control plane (etcd and kube-apiserver, built from
 // the Go module proxy by kubebins/build.sh) on 127.0.0.1 for tests, or in a network namespace
 // bound to a lab address for the lab (Options.NetNS, Options.Address).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 import (
@@ -78,15 +79,10 @@ func (s *Site) startAgents() error {
 		if err := kubetest.ApplyFile(ctx, k.CP.Admin(), filepath.Join(k.DeployDir, "agent.yaml")); err != nil {
 			return err
 		}
-		kubeconfig := filepath.Join(s.Dir, "agent.kubeconfig")
-		if err := kubetest.WriteKubeconfig(kubeconfig, k.CP.As(agentUser, "system:serviceaccounts", "system:serviceaccounts:xlb-system")); err != nil {
-			return err
-		}
 		var err error
 		if root, err = socklb.RootCgroup(); err != nil {
 			return fmt.Errorf("lab: node agents: %w", err)
 		}
-		base = []string{"--kubeconfig", kubeconfig}
 	} else {
 		if err := os.WriteFile(s.agentConfigPath(), []byte(s.agentConfigYAML(s.Backends())), 0o644); err != nil {
 			return err
@@ -99,6 +95,15 @@ func (s *Site) startAgents() error {
 		a := &NodeAgent{Node: n, site: s, LogPath: filepath.Join(s.Dir, "agent-"+n.Name+".log")}
 		a.args = append([]string{"agent", "--node", n.Name, "--listen", agentListen, "--cleanup-on-exit"}, base...)
 		if s.Opts.Mode == Kubernetes {
+			// Each agent's own identity, as a Pod's bound ServiceAccount token gives it: the
+			// admission policy lets it change its own Node only, and no Node without one.
+			cfg := s.Kube.CP.As(agentUser, "system:serviceaccounts", "system:serviceaccounts:xlb-system")
+			cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {n.Name}}
+			kubeconfig := filepath.Join(s.Dir, "agent-"+n.Name+".kubeconfig")
+			if err := kubetest.WriteKubeconfig(kubeconfig, cfg); err != nil {
+				return err
+			}
+			a.args = append(a.args, "--kubeconfig", kubeconfig)
 			a.Cgroup, a.PinPath = filepath.Join(root, s.agentName(n)), filepath.Join(bpffsRoot, s.agentName(n))
 			if err := os.Mkdir(a.Cgroup, 0o755); err != nil {
 				return fmt.Errorf("lab: node %s: agent cgroup: %w", n.Name, err)

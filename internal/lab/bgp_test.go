@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // The BGP tests: the router runs BIRD (Routing BIRD) or FRR (Routing FRR) and learns the VIPs

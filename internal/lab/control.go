@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // Scripting a running site: its description as JSON (site.json in its state directory) and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // Direct server return, end to end (docs/dsr.md): the site's default topology, in which the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // The end-to-end suite: a whole site (client, router with ECMP, two gateways running the real

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
-// Hard gateway failure with BFD (issue 20): a gateway dies without a word, the router takes it
+// Hard gateway failure with BFD: a gateway dies without a word, the router takes it
 // out of ECMP within BFD's detection time (300 ms × 3), and every connection that crossed it
 // carries on through the other gateway, to the same pod (every gateway computes the same Maglev
 // tables; direct server return: the replies never crossed a gateway). Then it comes back and

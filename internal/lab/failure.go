@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // A gateway's hard failure, as the rest of the site sees it: its links go silent (every frame

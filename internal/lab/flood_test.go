@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 import (
@@ -207,7 +208,7 @@ func getOnce(ctx context.Context, c *Client, dst netip.AddrPort) (Answer, error)
 }
 
 // TestFlood floods the gateways while clients use the site, and sends full-size traffic
-// across a narrower link and fragmented datagrams through a first-fragment flood (issue 19).
+// across a narrower link and fragmented datagrams through a first-fragment flood.
 // One site: three clients (c1 holds the idle connections, c2 is the attacker, c3 runs the
 // steady load), two gateways whose new-flow budget is
 // floodBudget, the demo service and two more over the same pods' port (shared endpoints).

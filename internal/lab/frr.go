@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 // Routing FRR: the router runs FRR's zebra (kernel routes), bfdd and bgpd as user frr, each in the

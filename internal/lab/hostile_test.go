@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
 import (
@@ -22,6 +23,7 @@ const (
 	markSiteSrc  = 61200 // SYNs to a VIP from the site's own addresses, from the client side
 	markUnserved = 61400 // a VIP address's unserved port and protocol
 	markICMP     = 61600 // the client port quoted by ICMP errors about flows that do not exist
+	markBadCsum  = 61800 // SYNs to a VIP whose IPv4 header checksum is wrong
 	markSpan     = 200
 )
 
@@ -143,7 +145,7 @@ func macOf(t *testing.T, ns *netlab.NS, ifname string) net.HardwareAddr {
 // client prove that none was forwarded; each drop is on its named counter, once per packet (no
 // loop); 50 idle keep-alive connections stay on their pods and a steady request load is served
 // throughout. The floods, path MTU and fragments are TestFlood's; spoofed SYNs on live tuples
-// are not yet here (issue 19, open).
+// are not yet here.
 func TestHostile(t *testing.T) {
 	s := NewT(t, Options{XLB: xlbBin})
 	waitHealthy(t, s, s.Pods...)
@@ -179,7 +181,8 @@ func TestHostile(t *testing.T) {
 	for _, p := range s.Pods {
 		stop, err := Capture(ctx, p.NS, "eth0", func(f []byte) bool {
 			if _, sp, dp, ok := l4Ports(f); ok {
-				return marked(sp, markSiteSrc) || marked(dp, markReflect) || marked(sp, markUnserved) || marked(dp, markICMP)
+				return marked(sp, markSiteSrc) || marked(dp, markReflect) || marked(sp, markUnserved) || marked(dp, markICMP) ||
+					marked(sp, markBadCsum)
 			}
 			// An ICMPv4 error quoting a marked flow: relayed to a backend.
 			if len(f) < 34 || binary.BigEndian.Uint16(f[12:14]) != 0x0800 || f[23] != 1 {
@@ -243,7 +246,8 @@ func TestHostile(t *testing.T) {
 	}
 
 	// 1. Reflector: "replies" from every pod's HTTP endpoint to the client, handed to each
-	// gateway's client-facing interface by the router's links.
+	// gateway's client-facing interface by the router's links; and SYNs with a corrupted IPv4
+	// header checksum.
 	sent := map[string]int{}
 	for _, g := range s.Gateways {
 		gMAC, rMAC := macOf(t, g.NS, "up0"), macOf(t, s.Router.NS, g.Name)
@@ -256,6 +260,15 @@ func TestHostile(t *testing.T) {
 					frameL4(t, rMAC, gMAC, netip.AddrPortFrom(p.Addr6, TargetHTTP), netip.AddrPortFrom(c.Addr6, port), false, "SA"),
 					frameL4(t, rMAC, gMAC, netip.AddrPortFrom(p.Addr4, TargetHTTP), netip.AddrPortFrom(c.Addr4, port), true, ""))
 			}
+		}
+		// SYNs to the VIP whose IPv4 header checksum is wrong, handed to the gateway by the
+		// router's link (the router's kernel would drop them itself): a gateway must not
+		// launder them (a right checksum on the way out, the carrier's insertion included),
+		// so the node's kernel drops them and no pod sees one.
+		for i := range markSpan {
+			f := frameL4(t, rMAC, gMAC, netip.AddrPortFrom(c.Addr4, uint16(markBadCsum+i)), netip.AddrPortFrom(VIP4, PortHTTP), false, "S")
+			f[14+11] ^= 0x5a
+			frames = append(frames, f)
 		}
 		if err := SendFrames(s.Router.NS, g.Name, frames); err != nil {
 			t.Fatal(err)

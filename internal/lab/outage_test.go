@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 package lab
 
-// An apiserver outage (issue 20): the gateways keep forwarding, health-checking and announcing
+// An apiserver outage: the gateways keep forwarding, health-checking and announcing
 // on what they last knew; nothing is withdrawn; the controller catches up when the apiserver is
 // back.
 

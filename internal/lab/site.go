@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package lab builds a whole xlb edge site in network namespaces: clients behind an upstream
 // router that spreads the VIP prefix over the gateways with ECMP; gateways that each run a real
 // `xlb run` process with XDP on their upstream-facing and cluster-facing veths; a cluster L2

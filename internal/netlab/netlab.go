@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package netlab builds throwaway network namespaces for tests: named namespaces with veth
 // links, addresses, routes and neighbours, all removed when the test ends, even when it fails.
 // Only lab addresses (198.18.0.0/15, 2001:db8::/32) belong in them.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ociimage builds xlb's container image from a static xlb binary, without a
 // container daemon: one layer holding /usr/bin/xlb (nothing else: xlb needs no libc, no shell,
 // no CA certificates), entrypoint /usr/bin/xlb, labelled with the binary's own `xlb version
@@ -26,6 +28,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
+
+// Licenses is the SPDX expression of the image's licenses (its label
+// org.opencontainers.image.licenses): xlb is Apache-2.0, the BPF programs it loads are
+// GPL-2.0-only OR BSD-2-Clause.
+const Licenses = "Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)"
 
 // buildInfo is what the image takes from `xlb version --json`.
 type buildInfo struct {
@@ -91,6 +98,8 @@ func Build(bin, out, name string) (string, v1.Hash, error) {
 		"org.opencontainers.image.revision": info.Commit,
 		"org.opencontainers.image.created":  created.Format(time.RFC3339),
 		"org.opencontainers.image.source":   "https://github.com/xlb-dev/xlb",
+		// The binary's licenses: Apache-2.0, and the BPF programs built into it dual-licensed.
+		"org.opencontainers.image.licenses": Licenses,
 		"dev.xlb.modified":                  fmt.Sprint(info.Modified),
 	}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package ociimage
 
 import (
@@ -57,6 +58,7 @@ func TestBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cf.Config.Labels["org.opencontainers.image.version"] != "v1.2.3" || cf.Config.Labels["org.opencontainers.image.revision"] != "0123456789abcdef" ||
+		cf.Config.Labels["org.opencontainers.image.licenses"] != "Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)" ||
 		cf.Config.Entrypoint[0] != "/usr/bin/xlb" || cf.Architecture != "amd64" || cf.Created.Format("2006-01-02") != "2026-11-30" {
 		t.Errorf("config: %+v", cf)
 	}

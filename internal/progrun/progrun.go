@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package progrun runs a BPF program once with BPF_PROG_TEST_RUN and returns what the kernel
 // reports, including the run's duration, which cilium/ebpf's Program.Run does not expose.
 package progrun

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package proxyhealth plays kube-proxy's two health servers, for the lab and the tests: the
 // node server (kube-proxy's --healthz-bind-address, port 10256: /healthz and /livez) and the
 // per-Service server on a Service's healthCheckNodePort. xlb probes both on every node for

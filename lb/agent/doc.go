@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent is the node agent (xlb agent). In Kubernetes mode it watches every Service and
 // EndpointSlice of the cluster through lb/kube's Agent, which plans the node's cluster IP
 // frontends (lb.PlanConnect: which external IPs pass the policy, who has a frontend several

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package agent
 
 import (
@@ -26,7 +27,7 @@ import (
 // TestRunFrontendOwnership runs two agents (nodes n1 and n2, each on its own in-memory
 // datapath) against a real kube-apiserver whose service CIDR they learn from its ServiceCIDR
 // object alone (no --service-cidr), with external IPs allowed in 198.18.99.0/24:
-//   - the takeover of issue 19: a Service aaa-tenant/evil, named to sort first, with the
+//   - the cluster-IP takeover: a Service aaa-tenant/evil, named to sort first, with the
 //     kube-dns cluster IP as an external IP on 53/UDP, does not get kube-dns's frontends; it
 //     gets one ExternalIPRefused Event (one for both agents, and not one per pass), the agents
 //     count it on /metrics, and evil's own cluster IP serves;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package config
 
 import (
@@ -61,6 +62,10 @@ type Config struct {
 	// upstream routers; nil when the file has no bgp section (the VIPs are then routed to the
 	// gateway some other way, and the daemon speaks no BGP).
 	BGP *BGP
+	// L2 (key l2; optional) configures L2 mode: the VIPs (all, or those of its prefixes) are
+	// announced by answering ARP and NDP on the client-facing interface, one gateway of the
+	// segment owning each; nil when the file has no l2 section.
+	L2 *L2
 	// Pools (key pools; Kubernetes mode only, and deprecated there: AddressPool objects are the
 	// place for pools, and `xlb convert` writes them from this section) are the address pools
 	// the Kubernetes controller hands VIPs out of, in file order: the order they are tried,

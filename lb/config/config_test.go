@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package config
 
 import (
@@ -281,6 +282,7 @@ func schemaKeys() map[string]bool {
 	add("services.healthCheck", healthCheckFields)
 	add("bgp", bgpFields)
 	add("bgp.peers", bgpPeerFields)
+	add("l2", l2Fields)
 	add("services.bgp", routeAttributeFields)
 	add("pools", poolFields)
 	add("pools.bgp", routeAttributeFields)
@@ -289,12 +291,12 @@ func schemaKeys() map[string]bool {
 	return keys
 }
 
-// TestExampleCoversSchema checks that example.yaml, which the README walks through, sets every
+// TestExampleCoversSchema checks that example.yaml, which docs/appliance.md walks through, sets every
 // field the parser knows.
 func TestExampleCoversSchema(t *testing.T) {
 	seen := map[string]bool{}
 	// The Kubernetes example shows the keys of pools and kubernetes.
-	for _, file := range []string{"../../deploy/xlb.example.yaml", "../../deploy/xlb.kubernetes.example.yaml"} {
+	for _, file := range []string{"../../deploy/xlb.example.yaml", "../../deploy/xlb.kubernetes.example.yaml", "../../deploy/xlb.l2.example.yaml"} {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -336,7 +338,7 @@ func walkKeys(n *yaml.Node, path string, seen map[string]bool) {
 func TestFieldDocs(t *testing.T) {
 	fset := token.NewFileSet()
 	docs := map[string]string{} // struct name → its field comments; struct.Field → that field's
-	for _, file := range []string{"config.go", "pools.go", "kubernetes.go"} {
+	for _, file := range []string{"config.go", "pools.go", "kubernetes.go", "l2.go"} {
 		f, err := parser.ParseFile(fset, file, nil, parser.ParseComments)
 		if err != nil {
 			t.Fatal(err)
@@ -369,7 +371,7 @@ func TestFieldDocs(t *testing.T) {
 		fields []string
 	}{
 		{"Config", topFields}, {"Interface", interfaceFields}, {"Datapath", datapathFields},
-		{"Log", logFields}, {"HealthCheck", healthCheckFields}, {"BGP", bgpFields},
+		{"Log", logFields}, {"HealthCheck", healthCheckFields}, {"BGP", bgpFields}, {"L2", l2Fields},
 		{"BGP.Peers", bgpPeerFields}, // an item of peers is a bgp.Peer: its keys are listed on the field
 		{"Pool", poolFields}, {"Kubernetes", kubernetesFields}, {"LeaderElection", leaderElectionFields},
 	} {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config parses the standalone daemon's YAML config file into a [Config]: the
 // interfaces to attach to, the datapath's load options, the HTTP listen address, logging, the
 // services, as lb.Service values ready for lb.Plan, with their health checks, and the BGP

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package config
 
 import (
@@ -57,7 +58,7 @@ func TestErrors(t *testing.T) {
 		{"unknown top-level field, close", "interfaces: [{name: ext0, role: both}]\nservice: []\n",
 			`xlb.yaml:2: service: unknown field (did you mean "services"?)`},
 		{"unknown top-level field, far", "interfaces: [{name: ext0, role: both}]\nbackends: []\n",
-			"xlb.yaml:2: backends: unknown field (known fields: interfaces, datapath, listen, log, services, bgp, pools, kubernetes)"},
+			"xlb.yaml:2: backends: unknown field (known fields: interfaces, datapath, listen, log, services, bgp, l2, pools, kubernetes)"},
 		{"field set twice", "interfaces: [{name: ext0, role: both}]\nlisten: 127.0.0.1:1\nlisten: 127.0.0.1:2\n",
 			"xlb.yaml:3: listen: set twice (first on line 2)"},
 		{"field name not a string", "interfaces: [{name: ext0, role: both}]\n[a]: 1\n", "xlb.yaml:2: field name a list is not a string"},

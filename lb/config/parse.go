@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package config
 
 import (
@@ -25,7 +26,7 @@ import (
 
 // The fields of each mapping of the file, in the order the documentation gives them.
 var (
-	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "pools", "kubernetes"}
+	topFields       = []string{"interfaces", "datapath", "listen", "log", "services", "bgp", "l2", "pools", "kubernetes"}
 	interfaceFields = []string{"name", "mode", "role"}
 	datapathFields  = []string{"kind", "pinPath", "conntrackSize", "handshakeSize", "maglevSlots", "maglevTableSize", "seed",
 		"tcpEstablishedTimeout", "tcpClosingTimeout", "udpTimeout", "newFlowRate", "nextHopCacheTTL", "backendWarmup", "forwarding", "dsrFallback",
@@ -121,6 +122,9 @@ func (d *decoder) config(root *yaml.Node) *Config {
 	}
 	if n := o.get("bgp"); n != nil {
 		cfg.BGP = d.bgp(n, "bgp", o.get("kubernetes") != nil)
+	}
+	if n := o.get("l2"); n != nil {
+		cfg.L2 = d.l2(n, "l2", cfg.Interfaces)
 	}
 	d.poolsAndKubernetes(o, cfg)
 	return cfg

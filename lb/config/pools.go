@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package config
 
 import (
@@ -14,7 +15,7 @@ import (
 )
 
 // The fields of a pool (an item of pools).
-var poolFields = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "bgp"}
+var poolFields = []string{"name", "addresses", "autoAssign", "avoidBuggyIPs", "namespaces", "serviceSelector", "crossNamespaceSharing", "bgp"}
 
 // DefaultAutoAssign is pools[].autoAssign when absent: a pool hands out addresses to every
 // Service it admits.
@@ -49,6 +50,11 @@ type Pool struct {
 	// values, quoted when they look like numbers or booleans. Absent or empty admits every
 	// Service.
 	ServiceSelector map[string]string
+	// CrossNamespaceSharing (key crossNamespaceSharing) lets Services of different
+	// namespaces share an address of the pool under one xlb.dev/allow-shared-ip key; default
+	// false: an address is shared only among Services of one namespace (a sharing key is a
+	// word any tenant can write).
+	CrossNamespaceSharing bool
 	// Route (key bgp) holds the BGP route attributes (communities, largeCommunities,
 	// localPref, med) the VIPs of the pool are announced with, on top of the bgp section's; it
 	// becomes the lb.Service.Route of the Services given its addresses.
@@ -58,7 +64,8 @@ type Pool struct {
 // IPAM returns the pool as the allocator takes it.
 func (p Pool) IPAM() ipam.Pool {
 	return ipam.Pool{Name: p.Name, Ranges: slices.Clone(p.Addresses), AutoAssign: p.AutoAssign,
-		AvoidBuggyIPs: p.AvoidBuggyIPs, Namespaces: slices.Clone(p.Namespaces), ServiceSelector: p.ServiceSelector}
+		AvoidBuggyIPs: p.AvoidBuggyIPs, Namespaces: slices.Clone(p.Namespaces), ServiceSelector: p.ServiceSelector,
+		CrossNamespaceSharing: p.CrossNamespaceSharing}
 }
 
 // IPAMPools returns the pools as the allocator takes them, in configuration order.
@@ -122,6 +129,9 @@ func (d *decoder) pools(n *yaml.Node, path string) ([]Pool, []poolRange) {
 		}
 		if v := o.get("namespaces"); v != nil {
 			p.Namespaces = d.namespaces(v, o.at("namespaces"))
+		}
+		if v := o.get("crossNamespaceSharing"); v != nil {
+			p.CrossNamespaceSharing, _ = d.boolean(v, o.at("crossNamespaceSharing"))
 		}
 		if v := o.get("serviceSelector"); v != nil {
 			p.ServiceSelector = d.selector(v, o.at("serviceSelector"))

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // /bgp: the BGP speaker's sessions and announced routes as JSON, served next to /metrics, and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gateway is the appliance's control loop, what `xlb run` runs on a gateway host: the
 // sources of desired state (the YAML file's services and, in Kubernetes mode, the cluster's
 // LoadBalancer Services) with their health-check verdicts and the backend warm-up → the lb
@@ -193,6 +195,9 @@ type Gateway struct {
 	// announced: the VIP prefixes of the last SetRoutes (loop goroutine only, for the log).
 	announced map[netip.Prefix]bool
 
+	// l2 is L2 mode's announcer (config section l2), nil otherwise.
+	l2 *l2Mode
+
 	// warm holds back backends new to a serving service (loop goroutine only).
 	warm warmup
 	// warmTimer wakes the loop when the first held-back backend is due.
@@ -259,6 +264,23 @@ func (g *Gateway) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
+	if cfg.L2 != nil {
+		name := "gateway"
+		if cfg.Kubernetes != nil {
+			name, _ = cfg.Kubernetes.Identity()
+		} else if h, err := os.Hostname(); err == nil {
+			name = h
+		}
+		m, err := newL2Mode(cfg.L2, name, g.log, g.reg)
+		if err != nil {
+			return err
+		}
+		g.l2 = m
+		wg.Add(1)
+		go func() { defer wg.Done(); m.run(ctx) }()
+		g.log.Info("l2: announcing VIPs by ARP and NDP", "interface", cfg.L2.Interface, "address", cfg.L2.Address,
+			"peers", len(cfg.L2.Peers), "dead_after", cfg.L2.DeadAfter(), "failback", cfg.L2.Failback)
+	}
 	if cfg.Kubernetes != nil {
 		if err := g.startKube(ctx, cfg, &wg); err != nil {
 			return err

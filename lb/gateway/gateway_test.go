@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway_test
 
 // The appliance loop's tests: gateway.Run with a configuration file, on a gateway datapath held

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -23,6 +24,7 @@ func (g *Gateway) serveHTTP(addr string) (*http.Server, error) {
 	mux.Handle("/metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
 		ErrorLog: promLog{g.log}}))
 	mux.HandleFunc("/bgp", g.serveBGP)
+	mux.HandleFunc("/l2", g.serveL2)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !g.ready.Load() {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -7,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xlb-dev/xlb/bgp"
 	"github.com/xlb-dev/xlb/lb"
 	"github.com/xlb-dev/xlb/lb/config"
 	"github.com/xlb-dev/xlb/lb/health"
@@ -134,8 +136,16 @@ func (g *Gateway) Reconcile() error {
 	g.known = known
 	bgpCfg := g.bgpCfg
 	g.mu.Unlock()
+	if g.l2 != nil {
+		g.l2.setCandidates(l2Candidates(desired, cfg.L2), own)
+	}
 	if g.speaker != nil {
-		if err := g.announce(vipRoutes(desired, bgpCfg)); err != nil {
+		routes := vipRoutes(desired, bgpCfg)
+		if cfg.L2 != nil {
+			// A mixed site: the VIPs L2 mode announces are not BGP's.
+			routes = slices.DeleteFunc(routes, func(r bgp.Route) bool { return cfg.L2.Announces(r.Prefix.Addr()) })
+		}
+		if err := g.announce(routes); err != nil {
 			return err
 		}
 	}

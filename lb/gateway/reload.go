@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -65,6 +66,7 @@ func (g *Gateway) reload() {
 		g.log.Error("config reload rejected: pools; still serving the previous config", "config", g.opts.ConfigPath, "error", err)
 		return
 	}
+	g.reloadL2(cfg)
 	if cfg.Datapath.Kind != g.cfg.Datapath.Kind {
 		g.log.Warn("datapath kind changed; it takes effect at the next restart", "kind", g.cfg.Datapath.Kind,
 			"next", cfg.Datapath.Kind)
@@ -95,4 +97,24 @@ func (g *Gateway) reload() {
 	}
 	warnSharedEndpoints(g.log, cfg.Services, cfg.Datapath.Forwarding)
 	g.trigger()
+}
+
+// reloadL2 keeps the running L2 announcer's section in a reloaded cfg: its prefixes and
+// minHealthyBackends apply at once, the rest (interface, address, peers, port, timers,
+// failback) at the next restart, as do adding or removing the section.
+func (g *Gateway) reloadL2(cfg *config.Config) {
+	switch {
+	case g.l2 == nil && cfg.L2 != nil:
+		g.log.Warn("l2 section added; L2 mode starts at the next restart")
+		cfg.L2 = nil
+	case g.l2 != nil && cfg.L2 == nil:
+		g.log.Warn("l2 section removed; L2 mode keeps its settings until the next restart")
+		cfg.L2 = g.l2.cfg
+	case g.l2 != nil:
+		a, b := *cfg.L2, *g.l2.cfg
+		a.Prefixes, b.Prefixes, a.MinHealthyBackends, b.MinHealthyBackends = nil, nil, 0, 0
+		if !reflect.DeepEqual(a, b) {
+			g.log.Warn("l2 interface, address, peers, port, heartbeat timers or failback changed; they take effect at the next restart")
+		}
+	}
 }

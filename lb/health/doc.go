@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package health is xlb's active backend health checker. It probes every backend it is given
 // (TCP connect, HTTP or HTTPS GET, or a UDP request and reply), turns the results into a
 // healthy/unhealthy verdict with rise and fall thresholds, and tells its caller, the reconciler,

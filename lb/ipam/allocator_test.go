@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package ipam
 
 import (
@@ -204,7 +205,7 @@ func TestSharing(t *testing.T) {
 	a := newAlloc(t, pool("edge", "198.18.100.1-198.18.100.9"))
 	web := v4("web")
 	web.SharingKey = "k"
-	dns := Request{Service: "default/dns", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{datapath.UDP, 53}, {datapath.TCP, 53}}}
+	dns := Request{Service: "default/dns", Namespace: "default", Families: []Family{IPv4}, SharingKey: "k", Ports: []Port{{datapath.UDP, 53}, {datapath.TCP, 53}}}
 	assign(t, a, web)
 	// Same key, no clash: the shared address is preferred to a free one.
 	if got := assign(t, a, dns); !reflect.DeepEqual(got, ips("198.18.100.1")) {
@@ -551,4 +552,61 @@ func TestDeterminism(t *testing.T) {
 			t.Fatalf("runs disagree:\n%v\n%v", first, got)
 		}
 	}
+}
+
+// TestSharingAcrossNamespaces: a refusal names no Service and no sharing key of another
+// namespace, and a sharing key shares an address across namespaces only in a pool that allows
+// it. On the code before, the refusal quoted tenant-a/web and its key, and tenant b, retrying
+// with that key, got tenant a's VIP (and could take :80 beside its :443).
+func TestSharingAcrossNamespaces(t *testing.T) {
+	cross := pool("cross", "198.18.101.0/24")
+	cross.CrossNamespaceSharing, cross.AutoAssign = true, false
+	a := newAlloc(t, pool("edge", "198.18.100.0/24"), cross)
+	victim := Request{Service: "tenant-a/web", Namespace: "tenant-a", Families: []Family{IPv4}, SharingKey: "acme-7f3",
+		Ports: []Port{{datapath.TCP, 443}}}
+	vip := assign(t, a, victim)
+	attacker := func(key string) Request {
+		return Request{Service: "tenant-b/grab", Namespace: "tenant-b", Families: []Family{IPv4}, SharingKey: key,
+			Addresses: vip, Ports: []Port{{datapath.TCP, 80}}}
+	}
+	want := "service tenant-b/grab: address 198.18.100.0 is in use by a Service of another namespace " +
+		"(addresses are shared across namespaces only in pools with crossNamespaceSharing)"
+	for _, key := range []string{"", "guess", "acme-7f3"} {
+		_, err := a.Assign(attacker(key), nil)
+		wantErr(t, err, ReasonAddressInUse, want)
+		var e *Error
+		if errors.As(err, &e) && e.Other != "" {
+			t.Errorf("key %q: Other = %q, want another namespace's Service unnamed", key, e.Other)
+		}
+	}
+	if o := a.Owners(vip[0]); !reflect.DeepEqual(o, []string{"tenant-a/web"}) {
+		t.Errorf("owners of %s = %v, want tenant-a/web alone", vip[0], o)
+	}
+	// Allocating with the key does not land on the victim's address either.
+	grab := attacker("acme-7f3")
+	grab.Addresses = nil
+	if got := assign(t, a, grab); slices.Equal(got, vip) {
+		t.Errorf("tenant-b/grab with tenant a's key was given its VIP %v", got)
+	}
+	a.Release("tenant-b/grab")
+
+	// A pool that allows it shares under one key; a wrong key or none gets the same message.
+	shared := victim
+	shared.Service, shared.Pool = "tenant-a/api", "cross"
+	cvip := assign(t, a, shared)
+	other := Request{Service: "tenant-b/api", Namespace: "tenant-b", Families: []Family{IPv4}, SharingKey: "acme-7f3",
+		Pool: "cross", Ports: []Port{{datapath.TCP, 80}}}
+	if got := assign(t, a, other); !slices.Equal(got, cvip) {
+		t.Errorf("tenant-b/api in a crossNamespaceSharing pool got %v, want the shared %v", got, cvip)
+	}
+	for _, key := range []string{"", "guess"} {
+		r := other
+		r.Service, r.SharingKey, r.Addresses = "tenant-b/other", key, cvip
+		_, err := a.Assign(r, nil)
+		wantErr(t, err, ReasonAddressInUse, "service tenant-b/other: address 198.18.101.0 is in use by a Service of another namespace")
+	}
+	clashing := other
+	clashing.Service, clashing.Addresses, clashing.Ports = "tenant-b/tls", cvip, []Port{{datapath.TCP, 443}}
+	_, err := a.Assign(clashing, nil)
+	wantErr(t, err, ReasonPortsClash, "service tenant-b/tls: address 198.18.101.0 is shared with a Service of another namespace, which already uses 443/TCP")
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package ipam
 
 import (
@@ -157,6 +158,11 @@ func (a *Allocator) keep(req *Request, cur []netip.Addr, f Family) (netip.Addr, 
 }
 
 // conflict says why req's Service cannot hold addr next to its other owners, or nil.
+//
+// Services of one namespace share addr under one sharing key when no port clashes. Services of
+// different namespaces share it only in a pool with CrossNamespaceSharing, and a refusal never
+// tells a Service about another namespace's: its name, its sharing key, or whether it has one
+// (one message whatever the reason, so that guessing keys teaches nothing).
 func (a *Allocator) conflict(req *Request, addr netip.Addr) *Error {
 	for _, o := range a.owners[addr] {
 		if o == req.Service {
@@ -164,6 +170,24 @@ func (a *Allocator) conflict(req *Request, addr netip.Addr) *Error {
 		}
 		other := a.allocs[o].req
 		var e *Error
+		if other.Namespace != req.Namespace {
+			p := a.poolOf(addr)
+			cross := p != nil && p.CrossNamespaceSharing
+			if !cross || req.SharingKey == "" || req.SharingKey != other.SharingKey {
+				e = req.fail(ReasonAddressInUse, "address %s is in use by a Service of another namespace", addr)
+				if !cross {
+					e.Detail += " (addresses are shared across namespaces only in pools with crossNamespaceSharing)"
+				}
+			} else if q, ok := clash(req.Ports, other.Ports); ok {
+				e = req.fail(ReasonPortsClash, "address %s is shared with a Service of another namespace, which already uses %s", addr, q)
+				e.Port = q
+			}
+			if e != nil {
+				e.Addr = addr
+				return e
+			}
+			continue
+		}
 		switch {
 		case req.SharingKey == "" && other.SharingKey == "":
 			e = req.fail(ReasonAddressInUse, "address %s is in use by service %s (give both Services the same sharing key to share it)", addr, o)
@@ -174,17 +198,9 @@ func (a *Allocator) conflict(req *Request, addr netip.Addr) *Error {
 		case req.SharingKey != other.SharingKey:
 			e = req.fail(ReasonSharingKeyMismatch, "address %s is shared by service %s under sharing key %q, not %q", addr, o, other.SharingKey, req.SharingKey)
 		default:
-			for _, p := range req.Ports {
-				for _, q := range other.Ports {
-					if p.clashes(q) {
-						e = req.fail(ReasonPortsClash, "address %s is shared with service %s, which already uses %s", addr, o, q)
-						e.Port = q
-						break
-					}
-				}
-				if e != nil {
-					break
-				}
+			if q, ok := clash(req.Ports, other.Ports); ok {
+				e = req.fail(ReasonPortsClash, "address %s is shared with service %s, which already uses %s", addr, o, q)
+				e.Port = q
 			}
 		}
 		if e != nil {
@@ -193,6 +209,18 @@ func (a *Allocator) conflict(req *Request, addr netip.Addr) *Error {
 		}
 	}
 	return nil
+}
+
+// clash returns the first port of theirs that one of ours clashes with.
+func clash(ours, theirs []Port) (Port, bool) {
+	for _, p := range ours {
+		for _, q := range theirs {
+			if p.clashes(q) {
+				return q, true
+			}
+		}
+	}
+	return Port{}, false
 }
 
 // allocate finds a new address of family f for req.

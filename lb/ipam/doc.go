@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ipam hands out the VIPs of LoadBalancer Services from address pools: xlb's IP address
 // manager. It is pure Go (no kernel, no Kubernetes): the controller turns Services into
 // [Request] values and writes the answers into their status.

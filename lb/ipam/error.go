@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package ipam
 
 import (
@@ -27,7 +28,8 @@ const (
 	// ReasonPoolExhausted: every pool that admits the Service is full.
 	ReasonPoolExhausted Reason = "PoolExhausted"
 	// ReasonAddressInUse: the address belongs to another Service and one of the two has no
-	// sharing key. Other names it.
+	// sharing key, or the other is of another namespace and may not share with this one. Other
+	// names it when it is of the same namespace.
 	ReasonAddressInUse Reason = "AddressInUse"
 	// ReasonSharingKeyMismatch: the address is shared by Services with another sharing key.
 	// Other names one of them.
@@ -47,7 +49,8 @@ type Error struct {
 	Addr netip.Addr
 	// Pool is the pool concerned, when there is one.
 	Pool string
-	// Other is the other Service involved (in use, key mismatch, port clash), or "".
+	// Other is the other Service involved (in use, key mismatch, port clash) when it is of the
+	// asker's namespace, or "": another namespace's Service is never named.
 	Other string
 	// Port is the clashing port (ReasonPortsClash).
 	Port Port

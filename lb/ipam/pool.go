@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package ipam
 
 import (
@@ -30,7 +31,14 @@ type Pool struct {
 	Namespaces []string
 	// ServiceSelector, if not empty, is a label selector (matchLabels): a Service may use the
 	// pool only if it carries every label with the given value. Empty admits every Service.
+	// Labels are the Service author's to write: this selects, it does not protect (Namespaces
+	// is the boundary).
 	ServiceSelector map[string]string
+	// CrossNamespaceSharing lets Services of different namespaces share an address of this
+	// pool under one sharing key. false (the default) shares an address only among Services
+	// of one namespace: a sharing key is a word any tenant can write, and an address shared
+	// across tenants lets one take ports of another's VIP.
+	CrossNamespaceSharing bool
 }
 
 // poolName is what a pool name must look like (an RFC 1123 label).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kube turns Kubernetes Services, EndpointSlices and Nodes into the lb model and runs
 // xlb's LoadBalancer-class controller.
 //

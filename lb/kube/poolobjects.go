@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package kube
 
 import (
@@ -115,6 +116,8 @@ func PoolOf(o *v1alpha1.AddressPool) (Pool, error) {
 		AutoAssign:    o.Spec.AutoAssign == nil || *o.Spec.AutoAssign,
 		AvoidBuggyIPs: o.Spec.AvoidBuggyIPs,
 		Namespaces:    slices.Clone(o.Spec.Namespaces),
+
+		CrossNamespaceSharing: o.Spec.CrossNamespaceSharing,
 	}}
 	if len(o.Spec.ServiceSelector) > 0 {
 		p.ServiceSelector = make(map[string]string, len(o.Spec.ServiceSelector))
@@ -206,6 +209,8 @@ func AddressPoolObject(p Pool, priority int32) v1alpha1.AddressPool {
 			AvoidBuggyIPs: p.AvoidBuggyIPs,
 			Namespaces:    slices.Clone(p.Namespaces),
 			Priority:      priority,
+
+			CrossNamespaceSharing: p.CrossNamespaceSharing,
 		},
 	}
 	for _, r := range p.Ranges {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package kube
 
 // Regression tests from a review of the controller: each Test* reproduces a bug that was

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package maglev builds Maglev lookup tables (Eisenbud et al., "Maglev: A Fast and Reliable
 // Software Network Load Balancer", NSDI 2016) for the XDP datapath.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package maglev
 
 // The hash of (seed, name) that places a backend's permutation. It is part of the table format:

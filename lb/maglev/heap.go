@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package maglev
 
 // due is a backend's place in populateHeap's queue: the round of its next turn.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package maglev
 
 // turn is one weighted backend's state in the population loop.

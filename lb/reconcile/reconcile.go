@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package reconcile drives xlb's datapaths from the desired states the lb model computes:
 // Reconciler a gateway's (lb.Plan: VIPs, backends, Maglev tables, reverse NAT) and
 // ConnectReconciler the node agent's socket load balancer (lb.PlanConnect: cluster IP frontends

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package afxdp
 
 import (
@@ -93,11 +94,19 @@ func insertCarrier(frame []byte, p *packet, d *forward.Decision) []byte {
 	copy(frame[at+len(c):], frame[at:n])
 	copy(frame[at:], c)
 	if !p.v6 {
+		// The header checksum is updated, not recomputed: a header whose checksum was wrong
+		// stays wrong (a gateway must not launder a corrupted header, RFC 1812), as
+		// dsr_insert4 does.
 		ip := frame[ethLen:]
+		w0, tot := ne.Uint16(ip[0:]), ne.Uint16(ip[2:])
 		ip[0] = 0x40 | byte((ipv4MinLen+len(c))/4)
 		binary.BigEndian.PutUint16(ip[2:], binary.BigEndian.Uint16(ip[2:])+uint16(len(c)))
-		binary.BigEndian.PutUint16(ip[10:], 0)
-		ne.PutUint16(ip[10:], ipChecksum(ip[:ipv4MinLen+len(c)]))
+		diff := diff16(0, w0, ne.Uint16(ip[0:]))
+		diff = diff16(diff, tot, ne.Uint16(ip[2:]))
+		for i := 0; i+1 < len(c); i += 2 {
+			diff = diff16(diff, 0, ne.Uint16(c[i:]))
+		}
+		ne.PutUint16(ip[10:], csumApply(ne.Uint16(ip[10:]), diff))
 	}
 	p.l4 += len(c)
 	p.ipLen += len(c)

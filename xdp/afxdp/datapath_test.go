@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package afxdp
 
 // The AF_XDP datapath end to end: a gateway namespace between a client and a backend namespace,

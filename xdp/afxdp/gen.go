@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package afxdp
 
 // The BPF object is compiled by bpf2go and committed (steer_bpfel.go, steer_bpfel.o); `make

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package afxdp
 
 // Parity with the XDP datapath: the same configuration in both, the same frames through the XDP

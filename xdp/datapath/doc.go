@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package datapath is the contract between xlb's control plane and its datapaths: the words
 // both speak (frontends, backends, endpoints, protocols, ids, flows, counters), the limits of
 // the ids and tables, the settings every gateway of a site must share, the flow hash that picks

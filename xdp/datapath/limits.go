@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package datapath
 
 // The limits of a gateway datapath's ids and tables. datapath.h defines the same numbers for the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package datapath
 
 import (
@@ -184,7 +185,8 @@ type Handshake struct {
 	// ISN is the SYN's sequence number: another SYN on the tuple is another connection (0 for
 	// a datagram flow).
 	ISN uint32
-	// Age is how long ago the SYN (or first datagram) was seen.
+	// Age is how long ago the SYN (or first datagram) was seen; AgeUnknown when the entry's time
+	// is further ahead of the clock than CPUs' clocks differ (the datapath ignores such an entry).
 	Age time.Duration
 }
 
@@ -300,3 +302,7 @@ func (f ConnectFrontend) Equal(g ConnectFrontend) bool {
 	}
 	return true
 }
+
+// AgeUnknown is the Age of a handshake entry whose time no clock reading of this boot explains:
+// older than any timeout.
+const AgeUnknown = time.Duration(1<<63 - 1)

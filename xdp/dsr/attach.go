@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package dsr
 
 import (
@@ -122,7 +123,9 @@ func (d *Datapath) Attach(ifname string, dir Direction) error {
 		}
 		d.links[a] = l
 	}
-	return nil
+	// The node's addresses, as seen where its interfaces are: ICMP errors from them about a
+	// local Pod's flow are rewritten (icmp_foreign otherwise).
+	return d.refreshNodeAddresses()
 }
 
 // Detach detaches the programs of each direction in dir from interface ifname, and removes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package dsr
 
 import (
@@ -26,6 +27,12 @@ var counterNames = [...]string{
 	"drop_rewrite_failed",      // a rewrite failed half-way: dropped rather than sent half done
 	"tcp_pickup_over_budget",   // carried non-SYN TCP packet of no known flow over Options.TCPPickupBudget: passed, not recorded
 	"udp_new_over_budget",      // carried UDP datagram of a new flow over Options.UDPNewBudget: passed, not recorded
+	"carrier_conflict",         // carried non-SYN naming another frontend than its tuple's live flow: passed, the flow kept
+	"syn_over_budget",          // carried SYN of a new candidate over Options.SYNBudget: passed, not recorded
+	"budget_frontend_spent",    // of the *_over_budget: the frontend's share of the budget was spent
+	"budget_prefix_spent",      // of the *_over_budget: the client prefix's share of the budget was spent
+	"flow_repointed",           // the Pod's SYN-ACK moved a tuple's flow to the frontend of its new connection
+	"icmp_foreign",             // ICMP error about a recorded flow from neither the quoted Pod nor the node: left alone
 }
 
 // CounterNames returns the names Counters uses, in the programs' order.

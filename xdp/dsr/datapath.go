@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dsr is the node side of direct server return: two TC programs the node agent attaches
 // with TCX links to the node's interfaces. On ingress, a packet a gateway DNATed to a Pod on
 // this node carries the VIP frontend it was sent to (the carrier, datapath.h's DSR_OPT*): the
@@ -14,8 +16,10 @@
 package dsr
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -64,6 +68,9 @@ func halfOpenSize(flows int) int { return max(flows/16, MinHalfOpen) }
 const (
 	DefaultTCPPickupBudget = 8192
 	DefaultUDPNewBudget    = 65536
+	// DefaultSYNBudget is Options.SYNBudget's default: as many candidates a second as the
+	// default half_open holds.
+	DefaultSYNBudget = DefaultFlows / 16
 	// MaxBudget bounds both budgets.
 	MaxBudget = 1 << 24
 )
@@ -96,6 +103,20 @@ type Options struct {
 	// udp_new_over_budget). Refreshing a recorded flow takes no budget. 0 means
 	// DefaultUDPNewBudget; 1 to MaxBudget.
 	UDPNewBudget int
+	// SYNBudget is how many carried TCP SYNs a second (over all CPUs) may add a candidate to
+	// half_open; over it the SYN is delivered and records nothing, its SYN-ACK leaves
+	// unrewritten (counter syn_over_budget) and the client retransmits. 0 means
+	// DefaultSYNBudget; 1 to MaxBudget.
+	//
+	// Every budget is also shared: one frontend may take at most half of it a second, one
+	// client prefix (IPv4 /24, IPv6 /48) an eighth (counters budget_frontend_spent,
+	// budget_prefix_spent), so that a flood to one Service or from one network leaves the rest
+	// to the others.
+	SYNBudget int
+
+	// budgetSeed, when not 0, keys the budgets' shares instead of a random value (tests: which
+	// frontends and prefixes share a bucket is then fixed).
+	budgetSeed uint32
 }
 
 // withDefaults returns o with its zero fields set, or says what is wrong with it.
@@ -118,10 +139,13 @@ func (o Options) withDefaults() (Options, error) {
 	if o.UDPNewBudget == 0 {
 		o.UDPNewBudget = DefaultUDPNewBudget
 	}
+	if o.SYNBudget == 0 {
+		o.SYNBudget = DefaultSYNBudget
+	}
 	for _, b := range []struct {
 		name string
 		v    int
-	}{{"TCP pickup", o.TCPPickupBudget}, {"UDP new-flow", o.UDPNewBudget}} {
+	}{{"TCP pickup", o.TCPPickupBudget}, {"UDP new-flow", o.UDPNewBudget}, {"SYN", o.SYNBudget}} {
 		if b.v < 1 || b.v > MaxBudget {
 			return o, fmt.Errorf("dsr: %s budget %d a second: want 1 to %d: %w", b.name, b.v, MaxBudget, datapath.ErrOutOfRange)
 		}
@@ -167,10 +191,12 @@ func Load(opts Options) (*Datapath, error) {
 	spec.Maps["flows"].MaxEntries = uint32(opts.Flows)
 	spec.Maps["half_open"].MaxEntries = uint32(halfOpenSize(opts.Flows))
 	for name, v := range map[string]any{
-		"cfg_tcp_ns":     uint64(opts.TCPTimeout),
-		"cfg_udp_ns":     uint64(opts.UDPTimeout),
-		"cfg_tcp_pickup": uint32(opts.TCPPickupBudget),
-		"cfg_udp_new":    uint32(opts.UDPNewBudget),
+		"cfg_tcp_ns":      uint64(opts.TCPTimeout),
+		"cfg_udp_ns":      uint64(opts.UDPTimeout),
+		"cfg_tcp_pickup":  uint32(opts.TCPPickupBudget),
+		"cfg_udp_new":     uint32(opts.UDPNewBudget),
+		"cfg_syn":         uint32(opts.SYNBudget),
+		"cfg_budget_seed": cmp.Or(opts.budgetSeed, rand.Uint32()),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("dsr: set %s: %w", name, err)
@@ -181,12 +207,16 @@ func Load(opts Options) (*Datapath, error) {
 		if err := spec.LoadAndAssign(&d.objs, nil); err != nil {
 			return nil, fmt.Errorf("dsr: load programs: %w", kernelinfo.VerifierHint(err))
 		}
-		return d, nil
+	} else {
+		if err := d.lock(); err != nil {
+			return nil, err
+		}
+		if err := d.loadPinned(spec); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
-	if err := d.lock(); err != nil {
-		return nil, err
-	}
-	if err := d.loadPinned(spec); err != nil {
+	if err := d.refreshNodeAddresses(); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -239,3 +269,11 @@ func (d *Datapath) Program(dir Direction) *ebpf.Program {
 	}
 	return d.objs.DsrIngress
 }
+
+// FrontendShareDiv and PrefixShareDiv are the budgets' shares (FRONTEND_SHARE_DIV and
+// PREFIX_SHARE_DIV in bpf/maps.h): one frontend may take 1/FrontendShareDiv of a budget a
+// second, one client prefix (IPv4 /24, IPv6 /48) 1/PrefixShareDiv.
+const (
+	FrontendShareDiv = 2
+	PrefixShareDiv   = 8
+)

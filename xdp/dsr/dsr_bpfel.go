@@ -39,7 +39,13 @@ const (
 	dsrDsrStatSTAT_DROP_REWRITE_FAILED    dsrDsrStat = 14
 	dsrDsrStatSTAT_TCP_PICKUP_OVER_BUDGET dsrDsrStat = 15
 	dsrDsrStatSTAT_UDP_NEW_OVER_BUDGET    dsrDsrStat = 16
-	dsrDsrStatSTAT_MAX                    dsrDsrStat = 17
+	dsrDsrStatSTAT_CARRIER_CONFLICT       dsrDsrStat = 17
+	dsrDsrStatSTAT_SYN_OVER_BUDGET        dsrDsrStat = 18
+	dsrDsrStatSTAT_BUDGET_FRONTEND_SPENT  dsrDsrStat = 19
+	dsrDsrStatSTAT_BUDGET_PREFIX_SPENT    dsrDsrStat = 20
+	dsrDsrStatSTAT_FLOW_REPOINTED         dsrDsrStat = 21
+	dsrDsrStatSTAT_ICMP_FOREIGN           dsrDsrStat = 22
+	dsrDsrStatSTAT_MAX                    dsrDsrStat = 23
 )
 
 type dsrDsrSvcKey struct {
@@ -116,23 +122,37 @@ type dsrFragValue struct {
 	SeenNs uint64
 }
 
+type dsrNodeAddrKey struct {
+	_    structs.HostLayout
+	Addr struct {
+		_ structs.HostLayout
+		W [4]uint32
+	}
+	Family uint8
+	Pad    [3]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	dsrMapBudgets      = "budgets"
-	dsrMapEpFilter     = "ep_filter"
-	dsrMapFlows        = "flows"
-	dsrMapFrags        = "frags"
-	dsrMapHalfOpen     = "half_open"
-	dsrMapServices     = "services"
-	dsrMapStats        = "stats"
-	dsrProgDsrEgress   = "dsr_egress"
-	dsrProgDsrIngress  = "dsr_ingress"
-	dsrVarCfgTcpNs     = "cfg_tcp_ns"
-	dsrVarCfgTcpPickup = "cfg_tcp_pickup"
-	dsrVarCfgUdpNew    = "cfg_udp_new"
-	dsrVarCfgUdpNs     = "cfg_udp_ns"
+	dsrMapBudgetShares  = "budget_shares"
+	dsrMapBudgets       = "budgets"
+	dsrMapEpFilter      = "ep_filter"
+	dsrMapFlows         = "flows"
+	dsrMapFrags         = "frags"
+	dsrMapHalfOpen      = "half_open"
+	dsrMapNodeAddrs     = "node_addrs"
+	dsrMapServices      = "services"
+	dsrMapStats         = "stats"
+	dsrProgDsrEgress    = "dsr_egress"
+	dsrProgDsrIngress   = "dsr_ingress"
+	dsrVarCfgBudgetSeed = "cfg_budget_seed"
+	dsrVarCfgSyn        = "cfg_syn"
+	dsrVarCfgTcpNs      = "cfg_tcp_ns"
+	dsrVarCfgTcpPickup  = "cfg_tcp_pickup"
+	dsrVarCfgUdpNew     = "cfg_udp_new"
+	dsrVarCfgUdpNs      = "cfg_udp_ns"
 )
 
 // loadDsr returns the embedded CollectionSpec for dsr.
@@ -185,23 +205,27 @@ type dsrProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dsrMapSpecs struct {
-	Budgets  *ebpf.MapSpec `ebpf:"budgets"`
-	EpFilter *ebpf.MapSpec `ebpf:"ep_filter"`
-	Flows    *ebpf.MapSpec `ebpf:"flows"`
-	Frags    *ebpf.MapSpec `ebpf:"frags"`
-	HalfOpen *ebpf.MapSpec `ebpf:"half_open"`
-	Services *ebpf.MapSpec `ebpf:"services"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
+	BudgetShares *ebpf.MapSpec `ebpf:"budget_shares"`
+	Budgets      *ebpf.MapSpec `ebpf:"budgets"`
+	EpFilter     *ebpf.MapSpec `ebpf:"ep_filter"`
+	Flows        *ebpf.MapSpec `ebpf:"flows"`
+	Frags        *ebpf.MapSpec `ebpf:"frags"`
+	HalfOpen     *ebpf.MapSpec `ebpf:"half_open"`
+	NodeAddrs    *ebpf.MapSpec `ebpf:"node_addrs"`
+	Services     *ebpf.MapSpec `ebpf:"services"`
+	Stats        *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // dsrVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type dsrVariableSpecs struct {
-	CfgTcpNs     *ebpf.VariableSpec `ebpf:"cfg_tcp_ns"`
-	CfgTcpPickup *ebpf.VariableSpec `ebpf:"cfg_tcp_pickup"`
-	CfgUdpNew    *ebpf.VariableSpec `ebpf:"cfg_udp_new"`
-	CfgUdpNs     *ebpf.VariableSpec `ebpf:"cfg_udp_ns"`
+	CfgBudgetSeed *ebpf.VariableSpec `ebpf:"cfg_budget_seed"`
+	CfgSyn        *ebpf.VariableSpec `ebpf:"cfg_syn"`
+	CfgTcpNs      *ebpf.VariableSpec `ebpf:"cfg_tcp_ns"`
+	CfgTcpPickup  *ebpf.VariableSpec `ebpf:"cfg_tcp_pickup"`
+	CfgUdpNew     *ebpf.VariableSpec `ebpf:"cfg_udp_new"`
+	CfgUdpNs      *ebpf.VariableSpec `ebpf:"cfg_udp_ns"`
 }
 
 // dsrObjects contains all objects after they have been loaded into the kernel.
@@ -224,22 +248,26 @@ func (o *dsrObjects) Close() error {
 //
 // It can be passed to loadDsrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dsrMaps struct {
-	Budgets  *ebpf.Map `ebpf:"budgets"`
-	EpFilter *ebpf.Map `ebpf:"ep_filter"`
-	Flows    *ebpf.Map `ebpf:"flows"`
-	Frags    *ebpf.Map `ebpf:"frags"`
-	HalfOpen *ebpf.Map `ebpf:"half_open"`
-	Services *ebpf.Map `ebpf:"services"`
-	Stats    *ebpf.Map `ebpf:"stats"`
+	BudgetShares *ebpf.Map `ebpf:"budget_shares"`
+	Budgets      *ebpf.Map `ebpf:"budgets"`
+	EpFilter     *ebpf.Map `ebpf:"ep_filter"`
+	Flows        *ebpf.Map `ebpf:"flows"`
+	Frags        *ebpf.Map `ebpf:"frags"`
+	HalfOpen     *ebpf.Map `ebpf:"half_open"`
+	NodeAddrs    *ebpf.Map `ebpf:"node_addrs"`
+	Services     *ebpf.Map `ebpf:"services"`
+	Stats        *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *dsrMaps) Close() error {
 	return _DsrClose(
+		m.BudgetShares,
 		m.Budgets,
 		m.EpFilter,
 		m.Flows,
 		m.Frags,
 		m.HalfOpen,
+		m.NodeAddrs,
 		m.Services,
 		m.Stats,
 	)
@@ -249,10 +277,12 @@ func (m *dsrMaps) Close() error {
 //
 // It can be passed to loadDsrObjects or ebpf.CollectionSpec.LoadAndAssign.
 type dsrVariables struct {
-	CfgTcpNs     *ebpf.Variable `ebpf:"cfg_tcp_ns"`
-	CfgTcpPickup *ebpf.Variable `ebpf:"cfg_tcp_pickup"`
-	CfgUdpNew    *ebpf.Variable `ebpf:"cfg_udp_new"`
-	CfgUdpNs     *ebpf.Variable `ebpf:"cfg_udp_ns"`
+	CfgBudgetSeed *ebpf.Variable `ebpf:"cfg_budget_seed"`
+	CfgSyn        *ebpf.Variable `ebpf:"cfg_syn"`
+	CfgTcpNs      *ebpf.Variable `ebpf:"cfg_tcp_ns"`
+	CfgTcpPickup  *ebpf.Variable `ebpf:"cfg_tcp_pickup"`
+	CfgUdpNew     *ebpf.Variable `ebpf:"cfg_udp_new"`
+	CfgUdpNs      *ebpf.Variable `ebpf:"cfg_udp_ns"`
 }
 
 // dsrPrograms contains all programs after they have been loaded into the kernel.

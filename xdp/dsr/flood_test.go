@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package dsr
 
 import (
@@ -44,7 +45,9 @@ func tcpFlows(t *testing.T, d *Datapath) (full, half int) {
 // replies are still rewritten after it, and so is the SYN-ACK of a flooded tuple (from
 // half_open). Before half_open, the SYNs evicted the established flow.
 func TestSYNFloodSparesFlows(t *testing.T) {
-	d := newDP(t, Options{Flows: MinFlows})
+	// The SYN budget the most: the flood comes from one /24, whose share would stop it (what
+	// TestBudgetShares checks); here every SYN reaches half_open.
+	d := newDP(t, Options{Flows: MinFlows, SYNBudget: MaxBudget})
 	vip, pod := ap(vip4, 80), ap(pod4, 8080)
 	allow(t, d, vip, datapath.TCP, pod)
 
@@ -138,11 +141,13 @@ func TestHandshakePromotes(t *testing.T) {
 func TestTCPPickupBudget(t *testing.T) {
 	for _, fam := range families {
 		t.Run(fam.name, func(t *testing.T) {
-			d := newDP(t, Options{TCPPickupBudget: pickupBudget})
+			d := newDP(t, Options{TCPPickupBudget: pickupBudget, budgetSeed: testSeed})
 			vip, pod := ap(fam.vip, 80), ap(fam.pod, 8080)
 			allow(t, d, vip, datapath.TCP, pod)
+			allow(t, d, ap(fam.vip, 81), datapath.TCP, pod)
+			// Two frontends and a client prefix each: no share stops them, the budget does.
 			ackOf := func(i int) pk {
-				return pk{Src: ap(fam.client, uint16(50000+i)), Dst: pod, Proto: layers.IPProtocolTCP, Flags: "A", Carrier: vip}
+				return pk{Src: ap(inPrefix(fam.client, i), uint16(50000+i)), Dst: pod, Proto: layers.IPProtocolTCP, Flags: "A", Carrier: ap(fam.vip, uint16(80+i%2))}
 			}
 			for i := range budgetTries {
 				a := ackOf(i)
@@ -166,11 +171,12 @@ func TestTCPPickupBudget(t *testing.T) {
 func TestUDPNewBudget(t *testing.T) {
 	for _, fam := range families {
 		t.Run(fam.name, func(t *testing.T) {
-			d := newDP(t, Options{UDPNewBudget: pickupBudget})
+			d := newDP(t, Options{UDPNewBudget: pickupBudget, budgetSeed: testSeed})
 			vip, pod := ap(fam.vip, 53), ap(fam.pod, 5353)
 			allow(t, d, vip, datapath.UDP, pod)
+			allow(t, d, ap(fam.vip, 54), datapath.UDP, pod)
 			dgram := func(i int) pk {
-				return pk{Src: ap(fam.client, uint16(50000+i)), Dst: pod, Proto: layers.IPProtocolUDP, Payload: []byte("q"), Carrier: vip}
+				return pk{Src: ap(inPrefix(fam.client, i), uint16(50000+i)), Dst: pod, Proto: layers.IPProtocolUDP, Payload: []byte("q"), Carrier: ap(fam.vip, uint16(53+i%2))}
 			}
 			for i := range budgetTries {
 				q := dgram(i)
@@ -185,7 +191,7 @@ func TestUDPNewBudget(t *testing.T) {
 			expect(t, d, Ingress, "recorded flow's next datagram", first.bytes(t), actOK, first.without().bytes(t))
 			answer := pk{Src: pod, Dst: first.Src, Proto: layers.IPProtocolUDP, Payload: []byte("a")}
 			answerWant := answer
-			answerWant.Src = vip
+			answerWant.Src = first.Carrier
 			expect(t, d, Egress, "reply of a recorded flow", answer.bytes(t), actOK, answerWant.bytes(t))
 			over := answer
 			over.Dst = dgram(budgetTries - 1).Src

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package dsr
 
 import (
@@ -33,6 +34,8 @@ func newDP(t testing.TB, opts Options) *Datapath {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	// The test node's own addresses: its ICMP errors about a local Pod's flow are rewritten.
+	must(t, d.SetNodeAddresses([]netip.Addr{node4, node6}))
 	return d
 }
 

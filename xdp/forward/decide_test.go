@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package forward
 
 // The decision's rules, one by one, on the balancer alone (no kernel). The parity tests in

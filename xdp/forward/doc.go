@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package forward is xlb's forwarding decision in Go: a gateway datapath's tables (VIP
 // frontends, backends, Maglev tables, reverse NAT entries) and flow state (conntrack, the
 // handshake table, the new-flow rate guard) held in memory, and the function that decides, from

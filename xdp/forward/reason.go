@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package forward
 
 // Reason says why a Go datapath gave a frame its verdict; each has a counter. The names are the

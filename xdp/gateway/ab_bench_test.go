@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -6,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,49 +20,74 @@ import (
 	"github.com/xlb-dev/xlb/xdp/datapath"
 )
 
-// The A/B benchmark measures the committed object against a base build (testdata/ab, the object
-// as it was before the connection-setup work of issue 23) in one process: the same gateway set-up
+// The A/B benchmark measures the committed object against a base build (testdata/ab: the object
+// as it was before the datapath was cut into stages, one program per stage) in one process: the same gateway set-up
 // loaded twice, one with each object, the cases run in rounds, base and new alternating within
 // each round, each packet net of a trivial program run next to it (as benchPackets). It reports
 // the median and the min-max of the rounds' ns per packet (or per connection) for both, and the
 // ratio of the medians. It takes minutes and ignores b.N, so `go test -bench .` (make bench)
 // skips it unless XLB_BENCH_LONG is set:
 //
-//	XLB_BENCH_LONG=1 go test -run '^$' -bench BenchmarkAB -benchtime 1x ./xdp/
+//	XLB_BENCH_LONG=1 go test -run '^$' -bench BenchmarkAB -benchtime 1x ./xdp/gateway/
 //
 // Refresh testdata/ab/xlb_base_bpfel.o (git show <commit>:xdp/gateway/xlb_bpfel.o) to compare against
-// another base; it must be loadable by today's loader (see baseSpec).
+// another base. The base's programs run over the gateway's own maps (baseProgram): its maps must
+// have today's layout, and its tail-call table is filled in the layout baseStages names.
 
 //go:embed testdata/ab/xlb_base_bpfel.o
 var baseObject []byte
 
-// baseSpec loads the base object, with the maps it lacks taken from the committed one (its
-// programs do not use them; the loader sizes and wires them all). Load skips the variables it
-// lacks (loadingBase).
-func baseSpec() (*ebpf.CollectionSpec, error) {
-	old, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(baseObject))
+// baseStages is the base object's tail-call table: its programs by index (a table the object
+// does not fill itself).
+var baseStages = []string{"xlb_icmp", "xlb_full", "xlb_dsr", "xlb_too_big_client", "xlb_too_big_backend"}
+
+// baseProgram loads the base object's programs over g's maps (each map both objects declare,
+// sized as g's), with a tail-call table of its own, and returns its attached program.
+func baseProgram(b *testing.B, g *gw) *ebpf.Program {
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(baseObject))
 	if err != nil {
-		return nil, fmt.Errorf("load base object: %w", err)
+		b.Fatalf("load base object: %v", err)
 	}
-	cur, err := loadXlb()
-	if err != nil {
-		return nil, err
+	cur := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(&g.dp.objs.xlbMaps).Elem()
+	for i := range v.NumField() {
+		cur[v.Type().Field(i).Tag.Get("ebpf")] = v.Field(i).Interface().(*ebpf.Map)
 	}
-	for name, m := range cur.Maps {
-		if _, ok := old.Maps[name]; !ok {
-			old.Maps[name] = m
+	repl := map[string]*ebpf.Map{}
+	for name, ms := range spec.Maps {
+		ms.Pinning = ebpf.PinNone
+		if m := cur[name]; m != nil && ms.Type != ebpf.ProgramArray {
+			ms.MaxEntries = m.MaxEntries()
+			repl[name] = m
 		}
 	}
-	return old, nil
+	for name, val := range loadVariables(g.dp.opts) {
+		if vs := spec.Variables[name]; vs != nil {
+			if err := vs.Set(val); err != nil {
+				b.Fatalf("base object: set %s: %v", name, err)
+			}
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		b.Fatalf("load base object over the gateway's maps: %+v", err)
+	}
+	b.Cleanup(coll.Close)
+	for i, name := range baseStages {
+		if p := coll.Programs[name]; p != nil {
+			must(b, coll.Maps["progs"].Put(uint32(i), p))
+		}
+	}
+	return coll.Programs["xlb_xdp"]
 }
 
-// abGW loads a benchmark gateway (benchGW) with the base object when base is set.
+// abGW loads a benchmark gateway (benchGW), running the base object's program when base is set.
 func abGW(b *testing.B, base bool) *gw {
+	g := benchGW(b)
 	if base {
-		loadSpec, loadingBase = baseSpec, true
-		defer func() { loadSpec, loadingBase = loadXlb, false }()
+		g.prog = baseProgram(b, g)
 	}
-	return benchGW(b)
+	return g
 }
 
 // abCase is one A/B case: setup prepares a gateway (once per object), next returns the packets of
@@ -221,7 +248,7 @@ const (
 // abMeasure runs units [from, from+n) of c on g and returns the mean net ns per unit.
 func abMeasure(b *testing.B, g *gw, c abCase, units [][][]byte, from, n int) float64 {
 	base := passProgram(b)
-	prog := g.dp.Program()
+	prog := g.program()
 	var net time.Duration
 	err := g.do(func() error {
 		for i := from; i < from+n; i++ {

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
-// The gateway's cost of direct server return (issue 18): the same packets to a VIP whose
+// The gateway's cost of direct server return: the same packets to a VIP whose
 // backends are of DSR and to one whose backends are not, measured in one loop, alternately, so
 // that the machine's noise falls on both alike. Run:
 //

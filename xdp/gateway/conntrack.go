@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -42,29 +43,32 @@ const (
 )
 
 // slotConnEntry returns the connection handshake slot e holds (state hsStConn) as the conntrack
-// entry the datapath's hs_promote would make of it at time now (its key's padding zero), and
-// false when the slot holds none (empty, a handshake in flight, a first datagram).
-func slotConnEntry(e *xlbHsEntry, now uint64) (xlbFlowKey, xlbCtEntry, bool) {
+// entry the datapath's hs_promote would make of it at time now (its key's padding zero), with how
+// long it has been idle (slotAge), and false when the slot holds none (empty, a handshake in
+// flight, a first datagram). Callers judge idleness by the age, never by now - LastSeen: a slot's
+// LastSeen is 0 when its age reaches back before the clock's zero.
+func slotConnEntry(e *xlbHsEntry, now uint64) (xlbFlowKey, xlbCtEntry, time.Duration, bool) {
 	if e.Key.Family == 0 || e.Key.Pad[0]&hsStConn == 0 {
-		return xlbFlowKey{}, xlbCtEntry{}, false
+		return xlbFlowKey{}, xlbCtEntry{}, 0, false
 	}
 	k := e.Key
 	k.Pad = [2]uint8{}
-	ce := xlbCtEntry{LastSeen: synSeen(e.SynTime, now), BackendId: e.BackendId, VipId: e.VipId, VipPort: k.Dport}
+	age := slotAge(e.SynTime, now)
+	ce := xlbCtEntry{LastSeen: readingBefore(now, age), BackendId: e.BackendId, VipId: e.VipId, VipPort: k.Dport}
 	if e.Key.Pad[0]&hsStClosing != 0 {
 		ce.Flags = ctFlagClosing
 	}
-	return k, ce, true
+	return k, ce, age, true
 }
 
 // slotConn is slotConnEntry as a forward Flow with InSlot set.
 func slotConn(e *xlbHsEntry, now uint64) (xlbFlowKey, datapath.Flow, bool) {
-	k, ce, ok := slotConnEntry(e, now)
+	k, ce, age, ok := slotConnEntry(e, now)
 	if !ok {
 		return k, datapath.Flow{}, false
 	}
 	f := flowOf(k, ce, now)
-	f.InSlot = true
+	f.Idle, f.InSlot = age, true
 	return k, f, true
 }
 
@@ -81,12 +85,12 @@ func rescueSlotConns(m *ebpf.Map, s datapath.Settings) ([]ctRecord, error) {
 	now := monotonicNow()
 	var out []ctRecord
 	err := walkHandshakes(m, func(_ uint32, e *xlbHsEntry) {
-		k, ce, ok := slotConnEntry(e, now)
+		k, ce, age, ok := slotConnEntry(e, now)
 		if !ok {
 			return
 		}
-		timeout := s.Timeout(datapath.TCP, ce.Flags&ctFlagClosing != 0)
-		if now-min(now, ce.LastSeen) <= uint64(timeout) {
+		// As hs_conn_live: idle for at most its timeout, judged by the slot's age.
+		if age <= s.Timeout(datapath.TCP, ce.Flags&ctFlagClosing != 0) {
 			out = append(out, ctRecord{k, ce})
 		}
 	})
@@ -236,7 +240,9 @@ func (d *Datapath) flushHandshakes(match func(datapath.Flow) bool) (int, error) 
 		}
 		_, f, conn := slotConn(e, now)
 		if !conn {
-			f = flowOf(e.Key, xlbCtEntry{LastSeen: synSeen(e.SynTime, now), BackendId: e.BackendId, VipId: e.VipId}, now)
+			age := slotAge(e.SynTime, now)
+			f = flowOf(e.Key, xlbCtEntry{LastSeen: readingBefore(now, age), BackendId: e.BackendId, VipId: e.VipId}, now)
+			f.Idle = age
 		}
 		if match == nil || match(f) {
 			slots = append(slots, i)

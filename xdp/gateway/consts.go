@@ -1,15 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // Sizes and flags mirrored from bpf/consts.h (TestConstantsMatchBPF checks they agree). The
 // limits every datapath shares are datapath.MaxVIPs and the like (datapath.h).
 const (
-	progICMP = 0
-	progFull = 1
-	progDSR  = 2
-	// progTooBigClient and progTooBigBackend answer a packet too big for its path (pmtu.h).
+	// The tail-call table's indexes, one per stage and family (bpf/consts.h PROG_*).
+	progFull4         = 0
+	progFull6         = 1
+	progDSR           = 2
 	progTooBigClient  = 3
 	progTooBigBackend = 4
-	progsMax          = 5
+	progICMP4         = 5
+	progICMP6         = 6
+	progNew4          = 7
+	progNew6          = 8
+	progReply4        = 9
+	progReply6        = 10
+	progEgress4       = 11
+	progEgress6       = 12
+	progsMax          = 13
 	addrFilterLog2    = 16
 	addrFilterBits    = 1 << addrFilterLog2
 	addrFilterWords   = addrFilterBits / 64

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -101,14 +102,6 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// loadSpec returns the object Load loads: the committed one. An A/B benchmark swaps in an
-// earlier build to measure it against this one in the same process, and sets loadingBase while
-// it does: Load then skips the load-time variables that build does not declare.
-var (
-	loadSpec    = loadXlb
-	loadingBase bool
-)
-
 // Load loads the datapath program and creates its maps, or adopts the maps pinned under
 // opts.PinPath by an earlier process (their contents, and so forwarding, carry on). Links
 // pinned there are adopted by Attach.
@@ -117,7 +110,7 @@ func Load(opts Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
 	opts = opts.withDefaults()
-	spec, err := loadSpec()
+	spec, err := loadXlb()
 	if err != nil {
 		return nil, fmt.Errorf("load datapath: %w", err)
 	}
@@ -134,21 +127,8 @@ func Load(opts Options) (_ *Datapath, err error) {
 	}
 	// flow_cache holds FLOW_CACHE_SLOTS entries per CPU (see bpf/maps.h).
 	spec.Maps[xlbMapFlowCache].MaxEntries = uint32(cpus) * spec.Maps[xlbMapFlowCache].MaxEntries
-	vars := map[string]any{
-		xlbVarCfgHashSeed:         opts.Seed,
-		xlbVarCfgTcpEstablishedNs: uint64(opts.TCPEstablishedTimeout),
-		xlbVarCfgTcpClosingNs:     uint64(opts.TCPClosingTimeout),
-		xlbVarCfgUdpNs:            uint64(opts.UDPTimeout),
-		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
-		xlbVarCfgMidFlowRate:      midFlowVar(opts.Settings),
-		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
-		xlbVarCfgHsMask:           hsSlots(opts.HandshakeSize) - 1,
-	}
-	for name, v := range vars {
+	for name, v := range loadVariables(opts) {
 		vs := spec.Variables[name]
-		if vs == nil && loadingBase {
-			continue
-		}
 		if vs == nil {
 			return nil, fmt.Errorf("load datapath: the BPF object declares no variable %s", name)
 		}
@@ -242,6 +222,20 @@ func Load(opts Options) (_ *Datapath, err error) {
 	return d, nil
 }
 
+// loadVariables returns the object's load-time variables for opts (defaults applied).
+func loadVariables(opts Options) map[string]any {
+	return map[string]any{
+		xlbVarCfgHashSeed:         opts.Seed,
+		xlbVarCfgTcpEstablishedNs: uint64(opts.TCPEstablishedTimeout),
+		xlbVarCfgTcpClosingNs:     uint64(opts.TCPClosingTimeout),
+		xlbVarCfgUdpNs:            uint64(opts.UDPTimeout),
+		xlbVarCfgNewFlowRate:      uint64(opts.NewFlowRate),
+		xlbVarCfgMidFlowRate:      midFlowVar(opts.Settings),
+		xlbVarCfgNhCacheNs:        uint64(opts.NextHopCacheTTL),
+		xlbVarCfgHsMask:           hsSlots(opts.HandshakeSize) - 1,
+	}
+}
+
 // checkLimits checks that the object's maps hold the ids and tables the contract promises
 // (datapath.MaxVIPs and the like, which datapath.h gives the C side).
 func checkLimits(spec *ebpf.CollectionSpec) error {
@@ -257,20 +251,9 @@ func checkLimits(spec *ebpf.CollectionSpec) error {
 // start wires the loaded objects together and rebuilds the loader's derived state from the maps
 // (empty ones, or those adopted from pins).
 func (d *Datapath) start() error {
-	if err := d.objs.Progs.Put(uint32(progICMP), d.objs.XlbIcmp); err != nil {
-		return fmt.Errorf("install ICMP program in tail-call table: %w", err)
-	}
-	if err := d.objs.Progs.Put(uint32(progFull), d.objs.XlbFull); err != nil {
-		return fmt.Errorf("install full-path program in tail-call table: %w", err)
-	}
-	if err := d.objs.Progs.Put(uint32(progDSR), d.objs.XlbDsr); err != nil {
-		return fmt.Errorf("install the direct server return program in tail-call table: %w", err)
-	}
-	if err := d.objs.Progs.Put(uint32(progTooBigClient), d.objs.XlbTooBigClient); err != nil {
-		return fmt.Errorf("install the client's too-big program in tail-call table: %w", err)
-	}
-	if err := d.objs.Progs.Put(uint32(progTooBigBackend), d.objs.XlbTooBigBackend); err != nil {
-		return fmt.Errorf("install the backend's too-big program in tail-call table: %w", err)
+	// The tail-call table (progs) came filled with the object's stages (bpf/maps.h).
+	if err := d.checkProgs(); err != nil {
+		return err
 	}
 	if err := d.filter.rebuild(&d.objs); err != nil {
 		return fmt.Errorf("rebuild address filter from maps: %w", err)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gateway loads and drives the gateway's XDP datapath: the BPF program in bpf/ that balances
 // client -> VIP traffic over backends with per-VIP Maglev tables and conntrack, DNATs straight to
 // Pod IPs, and restores the VIP as the source of the backends' replies.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // End-to-end tests: the datapath attached to a gateway namespace between a client namespace and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // The BPF object is compiled by bpf2go and committed (xlb_bpfel.go, xlb_bpfel.o); `make generate`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -96,7 +97,7 @@ func ageFlows(t *testing.T, dp *Datapath, d time.Duration) {
 	must(t, it.Err())
 	for _, k := range keys {
 		must(t, dp.objs.Conntrack.Lookup(&k, &e))
-		e.LastSeen -= uint64(d)
+		e.LastSeen = stampBack(t, e.LastSeen, d)
 		must(t, dp.objs.Conntrack.Put(&k, &e))
 	}
 	must(t, dp.invalidateCaches())
@@ -324,8 +325,12 @@ func TestGoldenClockFallback(t *testing.T) {
 	d.stopClock()
 	<-d.clockDone
 	d.stopClock = nil
-	stale := monotonicNow() - uint64(time.Hour)
+	// A clock that stopped a second ago: a real reading (never "now minus an hour", which is
+	// before the clock's zero on a host booted less than an hour ago), then left to go stale
+	// (CLOCK_STALE_NS is 200 ms).
+	stale := monotonicNow()
 	must(t, d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: stale, Gen: d.gen}))
+	time.Sleep(time.Second)
 	in := pk{SrcMAC: macClient, DstMAC: macExt, Src: ap(client4, 8000), Dst: ap(vip4, 53), Proto: layers.IPProtocolUDP}
 	// More than CLOCK_CHECK_EVERY packets on one CPU or another: every CPU has checked by then.
 	for range 600 {
@@ -333,11 +338,14 @@ func TestGoldenClockFallback(t *testing.T) {
 	}
 	must(t, d.invalidateCaches()) // tick() writes a fresh clock: put the stale one back
 	must(t, d.objs.Clock.Put(uint32(0), &xlbClockValue{Ns: stale, Gen: d.gen}))
+	sent := monotonicNow()
 	g.run(t, in.bytes(t), g.ext)
 	flows, err := d.Flows()
 	must(t, err)
-	if len(flows) != 1 || flows[0].Idle > time.Minute {
-		t.Fatalf("flow timestamp follows the stale clock: %+v", flows)
+	// Stamped by the stale clock, the flow would be idle since stale, longer than the second
+	// between stale and sent; stamped by the kernel's clock, since about sent.
+	if lag := time.Duration(sent - stale); len(flows) != 1 || flows[0].Idle >= lag {
+		t.Fatalf("flow timestamp follows the stale clock (%v behind): %+v", lag, flows)
 	}
 }
 

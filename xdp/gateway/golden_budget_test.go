@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -131,6 +132,7 @@ func TestGoldenFloodBudgets(t *testing.T) {
 		// entry was still trusted there).
 		short := settings
 		short.TCPEstablishedTimeout = 10 * time.Second
+		awaitClock(t, short.TCPEstablishedTimeout+time.Second) // a test guest may be seconds old
 		g := newGW(t, Options{Settings: short})
 		services(t, g)
 		// VIPs 9 (vip4:81) and 10 (vip4:82) share be2v4:9000.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 // Direct server return at the gateway: the carrier (dsr.h) on the packets that open a flow

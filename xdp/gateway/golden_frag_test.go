@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -8,7 +9,7 @@ import (
 	"github.com/google/gopacket/layers"
 )
 
-// Fragments (issue 19, item 7; frag.h): the fragments table remembers only first fragments the
+// Fragments (frag.h): the fragments table remembers only first fragments the
 // datapath accepted, for FRAG_TIMEOUT_NS, at most FRAG_BUDGET per second.
 
 // fragTimeout and fragBudget mirror FRAG_TIMEOUT_NS and FRAG_BUDGET (consts.h): the tests below

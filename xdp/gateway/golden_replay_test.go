@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -476,9 +477,9 @@ func fullPathOnly(c replayCase, v fastVariant, in pk) bool {
 
 // TestGoldenFastPath: xlb_xdp first tries fast_path, which handles the common packets of
 // recorded flows, replies and traffic that is none of ours, and tail-calls the full path
-// (xlb_full) for the rest. Two gateways with the same services see the same packets; then each
+// (xlb_full4, xlb_full6) for the rest. Two gateways with the same services see the same packets; then each
 // variant of each kind of flow goes to xlb_xdp on one, with the full path out of the tail-call
-// table for that packet, and to xlb_full alone on the other. What fast_path must leave is passed untouched
+// table for that packet, and to the full path of its family alone on the other. What fast_path must leave is passed untouched
 // (pass_tail_call); what it takes gets exactly the full path's verdict, bytes and counters.
 func TestGoldenFastPath(t *testing.T) {
 	gx, gf := newGW(t, Options{}), newGW(t, Options{})
@@ -535,9 +536,12 @@ func TestGoldenFastPath(t *testing.T) {
 				if v.raw != nil {
 					b = v.raw(b)
 				}
-				must(t, gx.dp.objs.Progs.Delete(uint32(progFull)))
+				for _, i := range []uint32{progFull4, progFull6} {
+					must(t, gx.dp.objs.Progs.Delete(i))
+				}
 				got, gotReasons := runOn(t, gx, gx.dp.Program(), bytes.Clone(b), c.ifindex(gx))
-				must(t, gx.dp.objs.Progs.Put(uint32(progFull), gx.dp.objs.XlbFull))
+				must(t, gx.dp.objs.Progs.Put(uint32(progFull4), gx.dp.objs.XlbFull4))
+				must(t, gx.dp.objs.Progs.Put(uint32(progFull6), gx.dp.objs.XlbFull6))
 				if fullPathOnly(c, v, in) {
 					want := map[Reason]uint64{ReasonPassTailCall: 1}
 					if got.Verdict != xdpPass || !bytes.Equal(got.Data, b) || !maps.Equal(gotReasons, want) {
@@ -546,7 +550,7 @@ func TestGoldenFastPath(t *testing.T) {
 					}
 					return
 				}
-				full, fullReasons := runOn(t, gf, gf.dp.objs.XlbFull, bytes.Clone(b), c.ifindex(gf))
+				full, fullReasons := runOn(t, gf, gf.dp.fullPath(b), bytes.Clone(b), c.ifindex(gf))
 				if got.Verdict != full.Verdict {
 					t.Errorf("verdict %s, the full path's %s", verdictNames[got.Verdict], verdictNames[full.Verdict])
 				}
@@ -564,4 +568,23 @@ func TestGoldenFastPath(t *testing.T) {
 			})
 		}
 	}
+}
+
+// fullPath returns the full path program xlb_xdp tail-calls for frame b: xlb_full6 for IPv6
+// (after a VLAN tag at most), else xlb_full4.
+func (d *Datapath) fullPath(b []byte) *ebpf.Program {
+	et := func(off int) uint16 {
+		if len(b) < off+2 {
+			return 0
+		}
+		return uint16(b[off])<<8 | uint16(b[off+1])
+	}
+	proto := et(12)
+	if proto == 0x8100 || proto == 0x88a8 {
+		proto = et(16)
+	}
+	if proto == 0x86dd {
+		return d.objs.XlbFull6
+	}
+	return d.objs.XlbFull4
 }

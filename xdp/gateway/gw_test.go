@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -6,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/xlb-dev/xlb/internal/netlab"
@@ -50,7 +52,16 @@ var (
 type gw struct {
 	ns       *netlab.NS
 	dp       *Datapath
-	ext, int int // ifindexes
+	ext, int int           // ifindexes
+	prog     *ebpf.Program // run instead of dp's program, when set (an A/B benchmark's base)
+}
+
+// program is the program run on the gateway's packets.
+func (g *gw) program() *ebpf.Program {
+	if g.prog != nil {
+		return g.prog
+	}
+	return g.dp.Program()
 }
 
 func newGW(t testing.TB, opts Options) *gw {
@@ -160,7 +171,7 @@ func (g *gw) run(t testing.TB, pkt []byte, ifindex int) progrun.Result {
 	var res progrun.Result
 	err := g.do(func() error {
 		var err error
-		res, err = progrun.XDP(g.dp.Program(), pkt, ifindex, 1)
+		res, err = progrun.XDP(g.program(), pkt, ifindex, 1)
 		return err
 	})
 	if err != nil {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -123,20 +124,38 @@ func liveSlot(k *xlbFlowKey, seed, slots, h uint32) (slot uint32, mask uint32) {
 	return x & (slots - 1), 1 << (h*liveSlotBits + x>>(32-liveSlotLog2))
 }
 
-// synSeen returns the clock reading (ns) of a handshake slot's SYN time t (its units, bpf/lb.h's
-// hs_time), now being a recent reading: the start of the most recent unit before now that t
-// names (at most one unit before the SYN), or now for a time up to a second after now (another
-// CPU's clock, as bpf/lb.h's hs_fresh allows).
-func synSeen(t uint32, now uint64) uint64 {
-	nowUnits := now >> hsTimeShift
-	back := uint32(nowUnits) - t
-	if d := int32(back); d < 0 && d >= -int32(time.Second>>hsTimeShift) {
-		return now
+// slotAge returns how long before now (a recent clock reading) a handshake slot's SYN time t
+// (its units, bpf/lb.h's hs_time) was written, exactly as bpf/hs.h computes a slot's age: the
+// difference of the units taken as a signed 32-bit number. That is right whatever the clock
+// reads — in the first minutes after boot as after months — because it never subtracts a
+// duration from the clock: it only compares two readings. A time up to a second after now
+// (another CPU's clock, as hs_fresh allows) is 0; one further ahead (a slot silent for more than
+// the ~26 days the signed units span, or written by no clock of this boot) is slotAgeUnknown,
+// which the datapath treats as neither fresh nor live.
+func slotAge(t uint32, now uint64) time.Duration {
+	d := int32(uint32(now>>hsTimeShift) - t)
+	switch {
+	case d >= 0:
+		return time.Duration(uint64(d) << hsTimeShift)
+	case d >= -int32(time.Second>>hsTimeShift):
+		return 0
+	default:
+		return slotAgeUnknown
 	}
-	if uint64(back) > nowUnits {
+}
+
+// slotAgeUnknown is the age of a slot whose time is further ahead of the clock than CPUs' clocks
+// ever differ: older than anything a timeout allows.
+const slotAgeUnknown = datapath.AgeUnknown
+
+// readingBefore returns the clock reading age before now, as bpf/lb.h's hs_promote stamps a
+// connection it moves into conntrack, or 0 when that would be before the clock's zero (an age
+// this boot cannot have produced: a time written by a test, or one of unknown age).
+func readingBefore(now uint64, age time.Duration) uint64 {
+	if age < 0 || uint64(age) > now {
 		return 0
 	}
-	return (nowUnits - uint64(back)) << hsTimeShift
+	return now - uint64(age)
 }
 
 // openLive maps the handshake table into the loader's memory and takes the half map clock names.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -75,21 +76,32 @@ func TestLiveFilterRebuiltAtLoad(t *testing.T) {
 	}
 }
 
-// TestSynSeen: a handshake slot's coarse SYN time reads back as a clock reading no later than
-// now and less than one unit (2^hsTimeShift ns) before the SYN; a time a little after now (another
-// CPU) reads as now, as the datapath counts it fresh.
-func TestSynSeen(t *testing.T) {
+// TestSlotAge: a handshake slot's coarse SYN time reads back as an age less than one unit
+// (2^hsTimeShift ns) from the true one, whatever the clock reads — seconds
+// after boot (where a time written "two hours ago" wrapped the units below zero) as after weeks;
+// a time a little after now (another CPU) is age 0, as the datapath counts it fresh; one far after
+// now is older than any timeout.
+func TestSlotAge(t *testing.T) {
 	const unit = 1 << hsTimeShift
-	now := uint64(5_000_000_000_000) // about 83 minutes of uptime
-	for _, ago := range []uint64{0, 1, unit - 1, unit, 59 * 1_000_000_000, 3600 * 1_000_000_000} {
-		syn := now - ago
-		got := synSeen(uint32(syn>>hsTimeShift), now)
-		if got > syn || syn-got >= unit {
-			t.Errorf("a SYN %d ns ago reads back as %d ns ago", ago, now-got)
+	for _, now := range []uint64{3_000_000_000, 5_000_000_000_000, 20 * 24 * 3600 * 1_000_000_000} {
+		for _, ago := range []uint64{0, 1, unit - 1, unit, 59 * 1_000_000_000, 2 * 3600 * 1_000_000_000} {
+			// The units of the reading ago before now, as the datapath wrote them (hs_time),
+			// wrapped below zero when that reading would be before the clock's zero.
+			t0 := uint32((int64(now) - int64(ago)) >> hsTimeShift)
+			got := slotAge(t0, now)
+			if diff := int64(got) - int64(ago); diff <= -unit || diff >= unit {
+				t.Errorf("clock at %d ns: a SYN %d ns ago reads back as %d ns ago", now, ago, got)
+			}
+		}
+		if got := slotAge(uint32(now>>hsTimeShift)+100, now); got != 0 {
+			t.Errorf("clock at %d ns: a SYN time 100 units after now reads back as %v old, want 0", now, got)
+		}
+		if got := slotAge(uint32(now>>hsTimeShift)+1<<30, now); got != slotAgeUnknown {
+			t.Errorf("clock at %d ns: a SYN time 2^30 units after now reads back as %v old, want unknown", now, got)
 		}
 	}
-	if got := synSeen(uint32(now>>hsTimeShift)+100, now); got != now {
-		t.Errorf("a SYN time 100 units after now reads back as %d ns before now, want now", now-got)
+	if got := readingBefore(3_000_000_000, 2*time.Hour); got != 0 {
+		t.Errorf("the reading 2 h before a clock at 3 s is %d, want 0 (before the clock's zero)", got)
 	}
 }
 
@@ -138,4 +150,32 @@ func TestTupleHashSpread(t *testing.T) {
 			}
 		}
 	}
+}
+
+// awaitClock returns once the boot-relative clock the datapath stamps with reads at least d:
+// at once on a host up for longer, after up to d in a test guest booted seconds ago. A test that
+// needs a time d in the past (an entry "last seen at the clock's zero" and older than its
+// timeout) calls it rather than subtract d from now, which would wrap below zero.
+func awaitClock(t *testing.T, d time.Duration) {
+	t.Helper()
+	if now := time.Duration(monotonicNow()); now < d {
+		t.Logf("the clock reads %v since boot: waiting %v", now, d-now)
+		time.Sleep(d - now)
+	}
+}
+
+// stampBack returns datapath time stamp moved back by d, so that its entry looks idle for d
+// more. A stamp less than d after the clock's zero (a host or test guest booted less than d ago)
+// cannot move back that far without wrapping into the future, where the datapath counts it live:
+// stampBack then waits until the clock has moved d past the stamp (at most d) and returns the
+// clock's zero, which is then at least d before now.
+func stampBack(t *testing.T, stamp uint64, d time.Duration) uint64 {
+	t.Helper()
+	if stamp >= uint64(d) {
+		return stamp - uint64(d) // clock-ok: checked not to wrap
+	}
+	wait := d - time.Duration(stamp)
+	t.Logf("a stamp %v after boot cannot move %v back: waiting %v", time.Duration(stamp), d, wait)
+	time.Sleep(wait)
+	return 0
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -214,9 +215,9 @@ func (p *Pinned) Handshake(client, vip netip.AddrPort, proto datapath.Protocol) 
 		return datapath.Handshake{}, false, nil
 	}
 	now := monotonicNow()
-	f := flowOf(k, xlbCtEntry{LastSeen: synSeen(e.SynTime, now)}, now)
+	f := flowOf(k, xlbCtEntry{}, now)
 	return datapath.Handshake{Client: f.Src, VIPAddr: f.Dst, Proto: proto, Backend: datapath.BackendID(e.BackendId),
-		VIP: datapath.VIPID(e.VipId), ISN: e.Isn, Age: f.Idle}, true, nil
+		VIP: datapath.VIPID(e.VipId), ISN: e.Isn, Age: slotAge(e.SynTime, now)}, true, nil
 }
 
 // MaglevTable returns VIP id's Maglev table (nil if it has none), as [Datapath.MaglevTable].

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package gateway
 
 import (
@@ -143,4 +144,34 @@ func (d *Datapath) pinnedLinkPrograms() (map[uint32]bool, error) {
 		ids[uint32(l.info.Program)] = true
 	}
 	return ids, nil
+}
+
+// stagePrograms returns the program of each index of the tail-call table, as bpf/maps.h fills it.
+func (d *Datapath) stagePrograms() map[uint32]*ebpf.Program {
+	p := &d.objs.xlbPrograms
+	return map[uint32]*ebpf.Program{
+		progFull4: p.XlbFull4, progFull6: p.XlbFull6, progDSR: p.XlbDsr,
+		progTooBigClient: p.XlbTooBigClient, progTooBigBackend: p.XlbTooBigBackend,
+		progICMP4: p.XlbIcmp4, progICMP6: p.XlbIcmp6, progNew4: p.XlbNew4, progNew6: p.XlbNew6,
+		progReply4: p.XlbReply4, progReply6: p.XlbReply6, progEgress4: p.XlbEgress4, progEgress6: p.XlbEgress6,
+	}
+}
+
+// checkProgs checks that the tail-call table holds every stage at its index: the object fills
+// it at load (bpf/maps.h), and a stage missing would pass its packets untouched.
+func (d *Datapath) checkProgs() error {
+	for idx, want := range d.stagePrograms() {
+		var id uint32
+		if err := d.objs.Progs.Lookup(idx, &id); err != nil {
+			return fmt.Errorf("tail-call table: stage %d: %w", idx, err)
+		}
+		info, err := want.Info()
+		if err != nil {
+			return fmt.Errorf("tail-call table: stage %d: program info: %w", idx, err)
+		}
+		if wid, ok := info.ID(); !ok || uint32(wid) != id {
+			return fmt.Errorf("tail-call table: stage %d holds program %d, want %s (%d)", idx, id, info.Name, wid)
+		}
+	}
+	return nil
 }

@@ -284,6 +284,23 @@ type xlbSrcRangeKey struct {
 	}
 }
 
+type xlbStageState struct {
+	_        structs.HostLayout
+	Fk       xlbFlowKey
+	Now      uint64
+	Gen      uint32
+	Role     uint32
+	Th       uint32
+	VipId    uint32
+	Bid      uint32
+	VipFlags uint32
+	HasFc    uint8
+	NewFlow  uint8
+	Record   uint8
+	Carry    uint8
+	_        [4]byte
+}
+
 type xlbSvcCacheEntry struct {
 	_     structs.HostLayout
 	Key   xlbSvcKey
@@ -355,6 +372,7 @@ const (
 	xlbMapSideScratch         = "side_scratch"
 	xlbMapSiteSources         = "site_sources"
 	xlbMapSrcRanges           = "src_ranges"
+	xlbMapStageScratch        = "stage_scratch"
 	xlbMapSvcCache            = "svc_cache"
 	xlbMapTxPorts             = "tx_ports"
 	xlbMapV6Scratch           = "v6_scratch"
@@ -362,8 +380,16 @@ const (
 	xlbMapVipStats            = "vip_stats"
 	xlbMapVips                = "vips"
 	xlbProgXlbDsr             = "xlb_dsr"
-	xlbProgXlbFull            = "xlb_full"
-	xlbProgXlbIcmp            = "xlb_icmp"
+	xlbProgXlbEgress4         = "xlb_egress4"
+	xlbProgXlbEgress6         = "xlb_egress6"
+	xlbProgXlbFull4           = "xlb_full4"
+	xlbProgXlbFull6           = "xlb_full6"
+	xlbProgXlbIcmp4           = "xlb_icmp4"
+	xlbProgXlbIcmp6           = "xlb_icmp6"
+	xlbProgXlbNew4            = "xlb_new4"
+	xlbProgXlbNew6            = "xlb_new6"
+	xlbProgXlbReply4          = "xlb_reply4"
+	xlbProgXlbReply6          = "xlb_reply6"
 	xlbProgXlbTooBigBackend   = "xlb_too_big_backend"
 	xlbProgXlbTooBigClient    = "xlb_too_big_client"
 	xlbProgXlbXdp             = "xlb_xdp"
@@ -420,8 +446,16 @@ type xlbSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type xlbProgramSpecs struct {
 	XlbDsr           *ebpf.ProgramSpec `ebpf:"xlb_dsr"`
-	XlbFull          *ebpf.ProgramSpec `ebpf:"xlb_full"`
-	XlbIcmp          *ebpf.ProgramSpec `ebpf:"xlb_icmp"`
+	XlbEgress4       *ebpf.ProgramSpec `ebpf:"xlb_egress4"`
+	XlbEgress6       *ebpf.ProgramSpec `ebpf:"xlb_egress6"`
+	XlbFull4         *ebpf.ProgramSpec `ebpf:"xlb_full4"`
+	XlbFull6         *ebpf.ProgramSpec `ebpf:"xlb_full6"`
+	XlbIcmp4         *ebpf.ProgramSpec `ebpf:"xlb_icmp4"`
+	XlbIcmp6         *ebpf.ProgramSpec `ebpf:"xlb_icmp6"`
+	XlbNew4          *ebpf.ProgramSpec `ebpf:"xlb_new4"`
+	XlbNew6          *ebpf.ProgramSpec `ebpf:"xlb_new6"`
+	XlbReply4        *ebpf.ProgramSpec `ebpf:"xlb_reply4"`
+	XlbReply6        *ebpf.ProgramSpec `ebpf:"xlb_reply6"`
 	XlbTooBigBackend *ebpf.ProgramSpec `ebpf:"xlb_too_big_backend"`
 	XlbTooBigClient  *ebpf.ProgramSpec `ebpf:"xlb_too_big_client"`
 	XlbXdp           *ebpf.ProgramSpec `ebpf:"xlb_xdp"`
@@ -455,6 +489,7 @@ type xlbMapSpecs struct {
 	SideScratch  *ebpf.MapSpec `ebpf:"side_scratch"`
 	SiteSources  *ebpf.MapSpec `ebpf:"site_sources"`
 	SrcRanges    *ebpf.MapSpec `ebpf:"src_ranges"`
+	StageScratch *ebpf.MapSpec `ebpf:"stage_scratch"`
 	SvcCache     *ebpf.MapSpec `ebpf:"svc_cache"`
 	TxPorts      *ebpf.MapSpec `ebpf:"tx_ports"`
 	V6Scratch    *ebpf.MapSpec `ebpf:"v6_scratch"`
@@ -521,6 +556,7 @@ type xlbMaps struct {
 	SideScratch  *ebpf.Map `ebpf:"side_scratch"`
 	SiteSources  *ebpf.Map `ebpf:"site_sources"`
 	SrcRanges    *ebpf.Map `ebpf:"src_ranges"`
+	StageScratch *ebpf.Map `ebpf:"stage_scratch"`
 	SvcCache     *ebpf.Map `ebpf:"svc_cache"`
 	TxPorts      *ebpf.Map `ebpf:"tx_ports"`
 	V6Scratch    *ebpf.Map `ebpf:"v6_scratch"`
@@ -555,6 +591,7 @@ func (m *xlbMaps) Close() error {
 		m.SideScratch,
 		m.SiteSources,
 		m.SrcRanges,
+		m.StageScratch,
 		m.SvcCache,
 		m.TxPorts,
 		m.V6Scratch,
@@ -583,8 +620,16 @@ type xlbVariables struct {
 // It can be passed to loadXlbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type xlbPrograms struct {
 	XlbDsr           *ebpf.Program `ebpf:"xlb_dsr"`
-	XlbFull          *ebpf.Program `ebpf:"xlb_full"`
-	XlbIcmp          *ebpf.Program `ebpf:"xlb_icmp"`
+	XlbEgress4       *ebpf.Program `ebpf:"xlb_egress4"`
+	XlbEgress6       *ebpf.Program `ebpf:"xlb_egress6"`
+	XlbFull4         *ebpf.Program `ebpf:"xlb_full4"`
+	XlbFull6         *ebpf.Program `ebpf:"xlb_full6"`
+	XlbIcmp4         *ebpf.Program `ebpf:"xlb_icmp4"`
+	XlbIcmp6         *ebpf.Program `ebpf:"xlb_icmp6"`
+	XlbNew4          *ebpf.Program `ebpf:"xlb_new4"`
+	XlbNew6          *ebpf.Program `ebpf:"xlb_new6"`
+	XlbReply4        *ebpf.Program `ebpf:"xlb_reply4"`
+	XlbReply6        *ebpf.Program `ebpf:"xlb_reply6"`
 	XlbTooBigBackend *ebpf.Program `ebpf:"xlb_too_big_backend"`
 	XlbTooBigClient  *ebpf.Program `ebpf:"xlb_too_big_client"`
 	XlbXdp           *ebpf.Program `ebpf:"xlb_xdp"`
@@ -593,8 +638,16 @@ type xlbPrograms struct {
 func (p *xlbPrograms) Close() error {
 	return _XlbClose(
 		p.XlbDsr,
-		p.XlbFull,
-		p.XlbIcmp,
+		p.XlbEgress4,
+		p.XlbEgress6,
+		p.XlbFull4,
+		p.XlbFull6,
+		p.XlbIcmp4,
+		p.XlbIcmp6,
+		p.XlbNew4,
+		p.XlbNew6,
+		p.XlbReply4,
+		p.XlbReply6,
 		p.XlbTooBigBackend,
 		p.XlbTooBigClient,
 		p.XlbXdp,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package inspect reads what a pinned datapath is doing, read-only, and says it as documents
 // that `xlb show` prints as text tables or JSON: the XDP datapath's services with their Maglev
 // shares and counters ([ReadServices]), its conntrack entries ([ReadFlows]), its verdict

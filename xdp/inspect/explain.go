@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package inspect
 
 import (
@@ -249,13 +250,13 @@ func (x *explainer) handshake(est forward.Decision) {
 	}
 	h := x.s.hs
 	step, followed := "handshake", est.Handshake
-	entry := fmt.Sprintf("backend %s (VIP id %d), SYN seen %v ago, ISN %d", x.backend(h.Backend), h.VIP,
-		h.Age.Round(time.Millisecond), h.ISN)
+	entry := fmt.Sprintf("backend %s (VIP id %d), SYN seen %s, ISN %d", x.backend(h.Backend), h.VIP,
+		ageText(h.Age), h.ISN)
 	follows, lasts := "the handshake's ACK and a retransmitted SYN follow it", fmt.Sprint(forward.HandshakeTimeout)
 	if x.q.Proto != datapath.TCP {
 		step, followed = "first datagram", est.FirstDatagram
-		entry = fmt.Sprintf("backend %s (VIP id %d), first datagram seen %v ago", x.backend(h.Backend), h.VIP,
-			h.Age.Round(time.Millisecond))
+		entry = fmt.Sprintf("backend %s (VIP id %d), first datagram seen %s", x.backend(h.Backend), h.VIP,
+			ageText(h.Age))
 		follows = "the flow's second datagram follows it and enters conntrack"
 		lasts = fmt.Sprintf("the datagram timeout, at most %v,", forward.HandshakeTimeout)
 	}
@@ -354,4 +355,13 @@ func (e Explanation) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(tw, "=>\t%s\n", e.Verdict)
 	return tw.Flush()
+}
+
+// ageText says how long ago a handshake entry's time was, or that no clock reading of this boot
+// explains it (datapath.AgeUnknown).
+func ageText(age time.Duration) string {
+	if age == datapath.AgeUnknown {
+		return "at a time ahead of the clock (too long ago to tell)"
+	}
+	return fmt.Sprintf("%v ago", age.Round(time.Millisecond))
 }

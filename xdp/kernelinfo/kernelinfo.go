@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kernelinfo tells an operator which kernel xlb's BPF programs need when a verifier
 // rejects them: the programs are verified and tested on Linux 6.12 and later, and older
 // verifiers (Debian 12's own 6.1, for one) reject some of them (too complex, or a bound they

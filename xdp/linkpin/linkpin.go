@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package linkpin removes pinned BPF links so that their programs are detached by the time the
 // call returns.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package socklb is the node agent's datapath: eBPF programs on a cgroup's socket calls
 // (connect, sendmsg, recvmsg and getpeername, IPv4 and IPv6) that send connections to a
 // Service's cluster IP and port straight to one of its endpoints, chosen when the socket

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package socklb
 
 // The BPF object is compiled by bpf2go and committed (socklb_bpfel.go, socklb_bpfel.o); `make

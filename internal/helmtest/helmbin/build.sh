@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # build.sh builds helm from its Go module (helm.sh/helm/v4, no prebuilt binary) into a
 # version-keyed cache directory, for internal/helmtest and the chart deploy/helm/xlb.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # build.sh builds kube-apiserver and etcd from the Go module proxy (no prebuilt binaries)
 # into a version-keyed cache directory, for internal/kubetest.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """An independent implementation of lb/maglev, written from its package documentation only.
 
 TestGolden pins the values this script prints: run it after a deliberate change to the table

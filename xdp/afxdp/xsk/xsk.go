@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package xsk is one AF_XDP socket: bound to one receive queue of one interface, with a UMEM
 // of its own and its four rings (fill, RX, TX, completion). It moves frame addresses and
 // descriptors through the rings and leaves the frame bookkeeping to its user.

@@ -121,35 +121,95 @@ static __always_inline int allowed(const struct addr *vip, __be16 port, __u8 pro
 	return bpf_map_lookup_elem(&services, &k) != NULL;
 }
 
-/* The TCP header's flags byte, and the flags record tells a SYN by. */
-#define TCP_FLAGS_OFF 13
-#define TCPF_SYN      0x02
-#define TCPF_ACK      0x10
 
-/* budget_allow takes one flow out of budget kind's window (limit a window) at now: 1 if it may
- * be recorded. The window is reset by whichever CPU sees it over (also when now is behind its
- * start: a clock set back); two CPUs racing at the reset or at the last unit may each take one,
- * so the budget holds give or take the CPUs' count. Mirrors the gateway's frag_budget_allow. */
-static __always_inline int budget_allow(__u32 kind, __u32 limit, __u64 now)
+/* window_full resets window b when now is past it (also when now is behind its start: a clock
+ * set back) and reports whether it already holds limit flows. */
+static __always_inline int window_full(struct budget *b, __u32 limit, __u64 now)
 {
-	struct budget *b = bpf_map_lookup_elem(&budgets, &kind);
-
-	if (!b)
-		return 0;
 	if (now - b->start >= BUDGET_WINDOW_NS) {
 		b->start = now;
 		b->count = 0;
 	}
-	if (b->count >= limit)
-		return 0;
-	__sync_fetch_and_add(&b->count, 1);
-	return 1;
+	return b->count >= limit;
 }
 
-/* same_vip reports whether entry v names frontend {vip, vport}. */
-static __always_inline int same_vip(const struct flow_value *v, const struct addr *vip, __be16 vport)
+/* mix32 is a 32-bit finalizer (xorshift-multiply): every input bit reaches every output bit. */
+static __always_inline __u32 mix32(__u32 h)
 {
-	return addr_eq(&v->vip, vip) && v->vip_port == vport;
+	h ^= h >> 16;
+	h *= 0x7feb352d;
+	h ^= h >> 15;
+	h *= 0x846ca68b;
+	h ^= h >> 16;
+	return h;
+}
+
+/* The budget shares a carried packet's flow would take from: its frontend's and its client
+ * prefix's buckets in budget_shares (maps.h). */
+struct shares {
+	__u32 frontend;
+	__u32 prefix;
+};
+
+/* shares_of returns the buckets of frontend {vip, vport, proto} and of client's prefix (IPv4
+ * /24, IPv6 /48), hashed under cfg_budget_seed. */
+static __always_inline struct shares shares_of(const struct addr *vip, __be16 vport, __u8 proto,
+					       const struct addr *client, __u8 family)
+{
+	__u32 f = cfg_budget_seed, c = cfg_budget_seed ^ 0x9e3779b9;
+	struct shares s;
+
+	f = mix32(f ^ vip->w[0]);
+	f = mix32(f ^ vip->w[1]);
+	f = mix32(f ^ vip->w[2]);
+	f = mix32(f ^ vip->w[3]);
+	f = mix32(f ^ ((__u32)vport << 8) ^ proto);
+	if (family == FAMILY_V4) {
+		c = mix32(c ^ (client->w[0] & bpf_htonl(0xffffff00)));
+	} else {
+		c = mix32(c ^ client->w[0]);
+		c = mix32(c ^ (client->w[1] & bpf_htonl(0xffff0000)));
+	}
+	s.frontend = f % FRONTEND_SHARES;
+	s.prefix = FRONTEND_SHARES + c % PREFIX_SHARES;
+	return s;
+}
+
+/* share_limit is a kind's limit's share of div, at least 1. */
+static __always_inline __u32 share_limit(__u32 limit, __u32 div)
+{
+	return limit / div ? limit / div : 1;
+}
+
+/* budget_take takes one flow out of budget kind's window (limit a window) and out of its
+ * frontend's and client prefix's shares at now: STAT_CARRIER_ACCEPTED if it may be recorded,
+ * else over (the kind's over-budget stat), with the spent share counted. A window is reset by
+ * whichever CPU sees it over; two CPUs racing at the reset or at the last unit may each take
+ * one, so a budget holds give or take the CPUs' count. Mirrors the gateway's
+ * frag_budget_allow. */
+static __always_inline __u32 budget_take(__u32 kind, __u32 limit, __u64 now, struct shares sh, __u32 over)
+{
+	__u32 fk = kind * SHARES_PER_KIND + sh.frontend, pk = kind * SHARES_PER_KIND + sh.prefix;
+	struct budget *b = bpf_map_lookup_elem(&budgets, &kind);
+	struct budget *f = bpf_map_lookup_elem(&budget_shares, &fk);
+	struct budget *p = bpf_map_lookup_elem(&budget_shares, &pk);
+
+	if (!b || !f || !p)
+		return over;
+	if (window_full(b, limit, now))
+		return over;
+	if (window_full(f, share_limit(limit, FRONTEND_SHARE_DIV), now)) {
+		count(STAT_BUDGET_FRONTEND_SPENT);
+		return over;
+	}
+	if (window_full(p, share_limit(limit, PREFIX_SHARE_DIV), now)) {
+		count(STAT_BUDGET_PREFIX_SPENT);
+		return over;
+	}
+	__sync_fetch_and_add(&b->count, 1);
+	__sync_fetch_and_add(&f->count, 1);
+	__sync_fetch_and_add(&p->count, 1);
+	return STAT_CARRIER_ACCEPTED;
 }
 
 /* touch refreshes v's last-seen time, at most once per REFRESH_NS. */
@@ -159,26 +219,37 @@ static __always_inline void touch(struct flow_value *v, __u64 now)
 		v->seen_ns = now;
 }
 
-/* record records the flow whose replies carry k, with its VIP frontend, by the node's flood
- * policy (docs/dsr.md), and returns the stat its packet counts (the packet is passed in every
- * case). syn: a TCP SYN without ACK.
+/* record records the flow whose replies carry k, with its VIP frontend, by the node's policy
+ * (docs/dsr.md, The flood policy and What is trusted), and returns the stat its packet counts
+ * (the packet is passed in every case). syn: a TCP SYN without ACK.
  * - An entry of flows naming the same frontend is refreshed: never any budget.
- * - A TCP SYN goes to half_open, never to flows: a SYN flood churns only half_open. (A flows
- *   entry of the tuple naming another frontend is deleted: a new connection reuses the tuple.)
- * - Another carried TCP packet whose flow half_open holds (the handshake's ACK, which the
- *   gateway always carries) moves it into flows.
+ * - A live entry of flows naming another frontend is never replaced by a carried packet: a
+ *   carrier names a frontend that services allows for the Pod, but not that the tuple's
+ *   connection is the one it says (STAT_CARRIER_CONFLICT). Only the Pod's SYN-ACK for a new
+ *   connection on the tuple moves it (reply.h, commit_synack).
+ * - A TCP SYN adds a candidate to half_open within cfg_syn, and deletes nothing: a SYN flood
+ *   churns only half_open, and a forged SYN on a live tuple never commits (the Pod answers it
+ *   with a challenge ACK, not a SYN-ACK).
+ * - Another carried TCP packet whose flow half_open holds for its frontend (the handshake's ACK,
+ *   which the gateway always carries) moves it into flows, without budget.
  * - Another carried TCP packet of no known flow is recorded within cfg_tcp_pickup a second; a
- *   UDP datagram of a flow flows lacks within cfg_udp_new a second. An entry naming another
- *   frontend is overwritten without budget (its key is there: nothing is evicted). */
+ *   UDP datagram of a flow flows lacks within cfg_udp_new a second. An expired entry naming
+ *   another frontend is overwritten without budget (its key is there: nothing is evicted).
+ * Every budget is shared by frontend and client prefix (budget_take). */
 static __always_inline __u32 record(struct flow_key *k, const struct addr *vip, __be16 vport, int syn)
 {
 	__u64 now = bpf_ktime_get_coarse_ns();
 	struct flow_value *v = bpf_map_lookup_elem(&flows, k);
 	struct flow_value *h;
 	struct flow_value nv = {};
+	__u32 st;
 
 	if (v && same_vip(v, vip, vport)) {
 		touch(v, now);
+		/* A SYN names the tuple's frontend again (a new connection through the same one, or a
+		 * retransmission): a candidate of another frontend a SYN left is not it. */
+		if (syn && k->proto == PROTO_TCP)
+			bpf_map_delete_elem(&half_open, k);
 		return STAT_CARRIER_ACCEPTED;
 	}
 	nv.vip = *vip;
@@ -187,26 +258,44 @@ static __always_inline __u32 record(struct flow_key *k, const struct addr *vip, 
 	if (k->proto == PROTO_TCP) {
 		h = bpf_map_lookup_elem(&half_open, k);
 		if (syn) {
-			if (v)
-				bpf_map_delete_elem(&flows, k);
 			if (h && same_vip(h, vip, vport)) {
 				touch(h, now);
 				return STAT_CARRIER_ACCEPTED;
 			}
+			st = budget_take(BUDGET_SYN, cfg_syn, now,
+					 shares_of(vip, vport, k->proto, &k->client, k->family),
+					 STAT_SYN_OVER_BUDGET);
+			if (st != STAT_CARRIER_ACCEPTED)
+				return st;
 			if (bpf_map_update_elem(&half_open, k, &nv, BPF_ANY) < 0)
 				return STAT_RECORD_FAILED;
 			return STAT_CARRIER_ACCEPTED;
 		}
+		if (v && live(v, k->proto, now))
+			return STAT_CARRIER_CONFLICT;
 		if (h && same_vip(h, vip, vport)) {
 			if (bpf_map_update_elem(&flows, k, &nv, BPF_ANY) < 0)
 				return STAT_RECORD_FAILED;
 			bpf_map_delete_elem(&half_open, k);
 			return STAT_CARRIER_ACCEPTED;
 		}
-		if (!v && !budget_allow(BUDGET_TCP_PICKUP, cfg_tcp_pickup, now))
-			return STAT_TCP_PICKUP_OVER_BUDGET;
-	} else if (!v && !budget_allow(BUDGET_UDP_NEW, cfg_udp_new, now)) {
-		return STAT_UDP_NEW_OVER_BUDGET;
+		if (!v) {
+			st = budget_take(BUDGET_TCP_PICKUP, cfg_tcp_pickup, now,
+					 shares_of(vip, vport, k->proto, &k->client, k->family),
+					 STAT_TCP_PICKUP_OVER_BUDGET);
+			if (st != STAT_CARRIER_ACCEPTED)
+				return st;
+		}
+	} else {
+		if (v && live(v, k->proto, now))
+			return STAT_CARRIER_CONFLICT;
+		if (!v) {
+			st = budget_take(BUDGET_UDP_NEW, cfg_udp_new, now,
+					 shares_of(vip, vport, k->proto, &k->client, k->family),
+					 STAT_UDP_NEW_OVER_BUDGET);
+			if (st != STAT_CARRIER_ACCEPTED)
+				return st;
+		}
 	}
 	if (bpf_map_update_elem(&flows, k, &nv, BPF_ANY) < 0)
 		return STAT_RECORD_FAILED;

@@ -7,6 +7,7 @@
  * the VIP and service port (the quoted IPv4 header checksum and the quoted TCP or UDP checksum,
  * when the quote holds it, updated), and the outer source becomes the VIP. The ICMP checksum
  * takes every change inside the message, and for ICMPv6 the pseudo-header's new source too. As
+ * Only errors whose sender is the quoted Pod or the node itself (node_addrs) are rewritten. As
  * the gateway's ICMP relay does for the return path (xdp/gateway/bpf/icmp.h), without the relay: the
  * error leaves by the node's routing. Quotes with IPv6 extension headers or IPv4 non-first
  * fragments are left alone, as is every other ICMP message. */
@@ -88,6 +89,14 @@ static __always_inline int read_quote(struct __sk_buff *skb, const struct pkt *p
 	return 0;
 }
 
+/* node_addr reports whether a is one of the node's own addresses (node_addrs). */
+static __always_inline int node_addr(const struct addr *a, __u8 family)
+{
+	struct node_addr_key k = { .addr = *a, .family = family };
+
+	return bpf_map_lookup_elem(&node_addrs, &k) != NULL;
+}
+
 /* icmp_error handles an ICMP or ICMPv6 packet p (not a fragment). */
 static __always_inline int icmp_error(struct __sk_buff *skb, const struct pkt *p)
 {
@@ -119,6 +128,11 @@ static __always_inline int icmp_error(struct __sk_buff *skb, const struct pkt *p
 	v = lookup_flow(&k);
 	if (!v || !live(v, q.proto, bpf_ktime_get_coarse_ns()))
 		return TC_ACT_OK;
+	/* Only the Pod the error is about, or the node (its stack about a packet to its Pod), may
+	 * speak for the VIP: any other sender on the node (another Pod with NET_RAW) would make
+	 * the client see an unreachable or a lowered path MTU from the VIP. */
+	if (!addr_eq(&p->src, &q.dst) && !node_addr(&p->src, p->family))
+		return verdict(STAT_ICMP_FOREIGN, TC_ACT_OK);
 	vip = v->vip;
 	vport = v->vip_port;
 

@@ -17,6 +17,8 @@
 #define MAX_DSR_SERVICES 65536
 #define DEFAULT_FLOWS    1048576
 #define MAX_FRAGS        16384
+/* MAX_NODE_ADDRS bounds the node's own addresses the egress program knows (node_addrs). */
+#define MAX_NODE_ADDRS   1024
 
 /* half_open's size unless the loader says otherwise (Go: flows / 16, at least MinFlows). */
 #define DEFAULT_HALF_OPEN 65536
@@ -41,6 +43,15 @@ volatile const __u64 cfg_udp_ns = 60ull * 1000000000ull;
  * the packet is still delivered (stripped), its flow not recorded (carrier.h). */
 volatile const __u32 cfg_tcp_pickup = 8192;
 volatile const __u32 cfg_udp_new = 65536;
+/* cfg_syn: carried TCP SYNs a second that may add a candidate to half_open (Options.SYNBudget).
+ * Over it the SYN is delivered (stripped) and records nothing: its SYN-ACK leaves unrewritten
+ * and the client retransmits the SYN. */
+volatile const __u32 cfg_syn = 65536;
+
+/* cfg_budget_seed keys the hash that spreads frontends and client prefixes over the budgets'
+ * shares (budget_shares), set by the loader to a random value: a sender cannot aim at the share
+ * of a frontend or prefix it does not own. */
+volatile const __u32 cfg_budget_seed = 0;
 
 /* The budgets' window: one second. */
 #define BUDGET_WINDOW_NS 1000000000ull
@@ -49,8 +60,21 @@ volatile const __u32 cfg_udp_new = 65536;
 enum budget_kind {
 	BUDGET_TCP_PICKUP = 0,
 	BUDGET_UDP_NEW,
+	BUDGET_SYN,
 	BUDGET_MAX,
 };
+
+/* The shares of a budget: besides the window over everything (budgets), each kind has a window
+ * per frontend and per client prefix (budget_shares), hashed into FRONTEND_SHARES and
+ * PREFIX_SHARES buckets. One frontend may take at most 1 / FRONTEND_SHARE_DIV of a kind's
+ * budget a window, one client prefix (IPv4 /24, IPv6 /48) at most 1 / PREFIX_SHARE_DIV: a flood
+ * to one Service, or from one network, leaves the rest of the budget to the others. Two
+ * frontends (prefixes) hashed to one bucket share it. */
+#define FRONTEND_SHARES    1024
+#define PREFIX_SHARES      4096
+#define SHARES_PER_KIND    (FRONTEND_SHARES + PREFIX_SHARES)
+#define FRONTEND_SHARE_DIV 2
+#define PREFIX_SHARE_DIV   8
 
 /* A frags entry lasts as long as the kernel waits for a datagram's fragments (ipfrag_time). */
 #define FRAG_TIMEOUT_NS (30ull * 1000000000ull)
@@ -156,6 +180,47 @@ struct {
 	__type(value, struct budget);
 	__uint(max_entries, BUDGET_MAX);
 } budgets SEC(".maps");
+
+/* budget_shares: kind * SHARES_PER_KIND + bucket -> the window of one frontend's (buckets 0 to
+ * FRONTEND_SHARES - 1) or one client prefix's (the PREFIX_SHARES after) share of a budget.
+ * Written by ingress with budgets; not pinned. An array: its lookup is inlined. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct budget);
+	__uint(max_entries, BUDGET_MAX * SHARES_PER_KIND);
+} budget_shares SEC(".maps");
+
+/* node_addrs: the node's own addresses {address, family} -> 1. Written by Go (SetNodeAddresses, Attach); read by egress: an ICMP
+ * error about a recorded flow is given the VIP only when its sender is the quoted Pod or one of
+ * these (the node about its Pod). */
+struct node_addr_key {
+	struct addr addr;
+	__u8 family;
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct node_addr_key);
+	__type(value, __u8);
+	__uint(max_entries, MAX_NODE_ADDRS);
+} node_addrs SEC(".maps");
+
+/* live reports whether flow entry v is within its idle timeout at now. A time a little ahead of
+ * now (another CPU refreshed it since now was read) is live. */
+static __always_inline int live(const struct flow_value *v, __u8 proto, __u64 now)
+{
+	__u64 timeout = proto == PROTO_TCP ? cfg_tcp_ns : cfg_udp_ns;
+
+	return now <= v->seen_ns || now - v->seen_ns <= timeout;
+}
+
+/* same_vip reports whether entry v names frontend {vip, vport}. */
+static __always_inline int same_vip(const struct flow_value *v, const struct addr *vip, __be16 vport)
+{
+	return addr_eq(&v->vip, vip) && v->vip_port == vport;
+}
 
 /* frags: a reply datagram whose first fragment egress rewrote -> the VIP its later fragments
  * (which carry no ports) get as their source. Written and read by egress. An LRU of MAX_FRAGS

@@ -22,15 +22,6 @@
 #include "stats.h"
 #include "filter.h"
 
-/* live reports whether flow entry v is within its idle timeout at now. A time a little ahead of
- * now (another CPU refreshed it since now was read) is live. */
-static __always_inline int live(const struct flow_value *v, __u8 proto, __u64 now)
-{
-	__u64 timeout = proto == PROTO_TCP ? cfg_tcp_ns : cfg_udp_ns;
-
-	return now <= v->seen_ns || now - v->seen_ns <= timeout;
-}
-
 /* lookup_flow returns the entry of the flow whose replies carry k: flows', or for TCP, when
  * flows has none, half_open's (the SYN-ACK of a handshake ingress saw the SYN of); NULL. */
 static __always_inline struct flow_value *lookup_flow(const struct flow_key *k)
@@ -40,6 +31,33 @@ static __always_inline struct flow_value *lookup_flow(const struct flow_key *k)
 	if (!v && k->proto == PROTO_TCP)
 		v = bpf_map_lookup_elem(&half_open, k);
 	return v;
+}
+
+/* synack_flow returns the entry a SYN-ACK of k's tuple is rewritten by, committing a half-open
+ * candidate: the Pod answers a SYN with a SYN-ACK only for a new connection, so the candidate
+ * the SYN left is now the tuple's flow, even over a flows entry naming another frontend (the
+ * tuple's earlier connection is over: a Pod with a connection on the tuple answers a SYN with a
+ * challenge ACK, which keeps the old frontend). A candidate of a tuple flows lacks stays in
+ * half_open until the handshake's ACK (a SYN flood's SYN-ACKs never fill flows). */
+static __always_inline struct flow_value *synack_flow(const struct flow_key *k, __u64 now)
+{
+	struct flow_value *h = bpf_map_lookup_elem(&half_open, k);
+	struct flow_value *v = bpf_map_lookup_elem(&flows, k);
+	struct flow_value nv;
+
+	if (!h || !live(h, PROTO_TCP, now))
+		return v ? v : h;
+	if (!v)
+		return h;
+	if (!same_vip(v, &h->vip, h->vip_port)) {
+		nv = *h;
+		nv.seen_ns = now;
+		if (bpf_map_update_elem(&flows, k, &nv, BPF_ANY) < 0)
+			return v;
+		count(STAT_FLOW_REPOINTED);
+	}
+	bpf_map_delete_elem(&half_open, k);
+	return bpf_map_lookup_elem(&flows, k);
 }
 
 /* set_src4 writes IPv4 source address to into p's packet (a reply's or a fragment's, at l3 =
@@ -93,6 +111,7 @@ static __always_inline int reply(struct __sk_buff *skb, const struct pkt *p)
 	struct addr vip;
 	__be16 vport, csum;
 	__u64 now;
+	int synack = 0;
 
 	if (!maybe_endpoint(&p->src, p->family))
 		return TC_ACT_OK;
@@ -109,11 +128,16 @@ static __always_inline int reply(struct __sk_buff *skb, const struct pkt *p)
 		if (!c)
 			return TC_ACT_OK;
 		csum = *c;
+		if (p->proto == PROTO_TCP) {
+			__u8 *f = hdr(skb, p->l4 + TCP_FLAGS_OFF, 1);
+
+			synack = f && (*f & (TCPF_SYN | TCPF_ACK)) == (TCPF_SYN | TCPF_ACK);
+		}
 	}
-	v = lookup_flow(&k);
+	now = bpf_ktime_get_coarse_ns();
+	v = synack ? synack_flow(&k, now) : lookup_flow(&k);
 	if (!v)
 		return TC_ACT_OK;
-	now = bpf_ktime_get_coarse_ns();
 	if (!live(v, p->proto, now))
 		return verdict(STAT_REPLY_EXPIRED, TC_ACT_OK);
 	if (p->family == FAMILY_V6 && p->proto == PROTO_UDP && csum == 0)

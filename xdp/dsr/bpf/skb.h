@@ -42,6 +42,11 @@
 #define TCP_CSUM_OFF 16
 #define UDP_CSUM_OFF 6
 
+/* The TCP header's flags byte, and the flags SYNs and SYN-ACKs are told by. */
+#define TCP_FLAGS_OFF 13
+#define TCPF_SYN      0x02
+#define TCPF_ACK      0x10
+
 /* The largest offset hdr reads at: Ethernet, an IPv4 header with 40 bytes of options or IPv6
  * with the carrier and a Fragment header, an ICMP header, a quoted IPv4 header with options,
  * the quoted TCP checksum. */

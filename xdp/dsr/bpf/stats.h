@@ -29,6 +29,16 @@ enum dsr_stat {
 				      * passed stripped, not recorded */
 	STAT_UDP_NEW_OVER_BUDGET,    /* carried UDP datagram of a new flow over cfg_udp_new: passed
 				      * stripped, not recorded */
+	STAT_CARRIER_CONFLICT,       /* carried packet other than a SYN naming another frontend than its
+				      * tuple's live flow: passed stripped, the flow kept */
+	STAT_SYN_OVER_BUDGET,        /* carried SYN of a new candidate over cfg_syn: passed stripped, not
+				      * recorded */
+	STAT_BUDGET_FRONTEND_SPENT,  /* of the *_over_budget: the frontend's share was spent */
+	STAT_BUDGET_PREFIX_SPENT,    /* of the *_over_budget: the client prefix's share was spent */
+	STAT_FLOW_REPOINTED,         /* the Pod's SYN-ACK committed a half-open candidate over a flow
+				      * naming another frontend (a new connection on the tuple) */
+	STAT_ICMP_FOREIGN,           /* ICMP error about a recorded flow from neither the quoted Pod nor
+				      * the node: left alone */
 	STAT_MAX,
 };
 

@@ -55,14 +55,23 @@
 #define SVC_CACHE_VIPS    1
 #define SVC_CACHE_REVERSE 2
 
-/* Indexes in the progs tail-call table: the ICMP program, the full path, the carrier of direct
- * server return, the two answers to a packet too big for its path. */
-#define PROG_ICMP 0
-#define PROG_FULL 1
-#define PROG_DSR  2
-#define PROG_TOO_BIG_CLIENT  3 /* xlb_too_big_client: "too big" to a client, from the VIP (pmtu.h) */
-#define PROG_TOO_BIG_BACKEND 4 /* xlb_too_big_backend: "too big" to a backend (pmtu.h) */
-#define PROGS_MAX 5
+/* Indexes in the progs tail-call table, one program per stage and, where the stage is large,
+ * per address family (stage.h, xlb.c). The entry program xlb_xdp is attached; every other one is
+ * reached by tail call. */
+#define PROG_FULL4           0  /* xlb_full4: the full path of IPv4 (and of non-IP) packets */
+#define PROG_FULL6           1  /* xlb_full6: the full path of IPv6 packets */
+#define PROG_DSR             2  /* xlb_dsr: the carrier of direct server return (dsr.h) */
+#define PROG_TOO_BIG_CLIENT  3  /* xlb_too_big_client: "too big" to a client, from the VIP (pmtu.h) */
+#define PROG_TOO_BIG_BACKEND 4  /* xlb_too_big_backend: "too big" to a backend (pmtu.h) */
+#define PROG_ICMP4           5  /* xlb_icmp4: ICMP (icmp.h) */
+#define PROG_ICMP6           6  /* xlb_icmp6: ICMPv6 (icmp.h) */
+#define PROG_NEW4            7  /* xlb_new4: a new IPv4 flow (stage_new.h) */
+#define PROG_NEW6            8  /* xlb_new6: a new IPv6 flow */
+#define PROG_REPLY4          9  /* xlb_reply4: an IPv4 backend's reply (stage_reply.h) */
+#define PROG_REPLY6          10 /* xlb_reply6: an IPv6 backend's reply */
+#define PROG_EGRESS4         11 /* xlb_egress4: DNAT and send an IPv4 packet (stage_egress.h) */
+#define PROG_EGRESS6         12 /* xlb_egress6: DNAT and send an IPv6 packet */
+#define PROGS_MAX            13
 
 /* The address filter: two bitmaps of ADDR_FILTER_BITS bits, indexed by a hash of an address.
  * A clear bit proves an address is no VIP (or no backend), so non-VIP traffic pays one array

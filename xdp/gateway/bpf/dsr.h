@@ -69,6 +69,8 @@ static __always_inline int dsr_insert4(struct xdp_md *ctx, const struct dsr_meta
 	void *data, *data_end;
 	struct iphdr *iph;
 	__u8 *opt;
+	__u32 diff, ow0, ow1;
+	__u16 w0;
 
 	if (bpf_xdp_adjust_head(ctx, -DSR_OPT4_LEN))
 		return -1;
@@ -79,13 +81,29 @@ static __always_inline int dsr_insert4(struct xdp_md *ctx, const struct dsr_meta
 	__builtin_memmove(data, data + DSR_OPT4_LEN, l2 + sizeof(*iph));
 	iph = data + l2;
 	opt = (__u8 *)(iph + 1);
-	opt[0] = DSR_OPT4_TYPE;
-	opt[1] = DSR_OPT4_LEN;
-	__builtin_memcpy(opt + 2, &m->vport, sizeof(m->vport));
-	__builtin_memcpy(opt + 4, &m->vip.w[0], sizeof(m->vip.w[0]));
+	{
+		union { __u8 b[DSR_OPT4_LEN]; __u32 w[2]; } o;
+
+		o.b[0] = DSR_OPT4_TYPE;
+		o.b[1] = DSR_OPT4_LEN;
+		__builtin_memcpy(&o.b[2], &m->vport, sizeof(m->vport));
+		__builtin_memcpy(&o.b[4], &m->vip.w[0], sizeof(m->vip.w[0]));
+		__builtin_memcpy(opt, &o, sizeof(o));
+		ow0 = o.w[0];
+		ow1 = o.w[1];
+	}
+	/* The header checksum is updated for what changes (IHL, the total length, the option's
+	 * words), not recomputed: a header whose checksum was wrong stays wrong, and the node drops
+	 * it as the client's packet deserved. A gateway never launders a corrupted header
+	 * (RFC 1812). */
+	w0 = *(__u16 *)iph;
+	diff = diff16(0, iph->tot_len, bpf_htons(bpf_ntohs(iph->tot_len) + DSR_OPT4_LEN));
 	iph->ihl = (sizeof(*iph) + DSR_OPT4_LEN) / 4;
 	iph->tot_len = bpf_htons(bpf_ntohs(iph->tot_len) + DSR_OPT4_LEN);
-	iph->check = ip4_csum((__u16 *)iph, (sizeof(*iph) + DSR_OPT4_LEN) / 2);
+	diff = diff16(diff, w0, *(__u16 *)iph);
+	diff = diff32(diff, 0, ow0);
+	diff = diff32(diff, 0, ow1);
+	iph->check = csum_apply(iph->check, diff);
 	return 0;
 }
 

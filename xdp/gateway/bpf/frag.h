@@ -4,8 +4,8 @@
  * {src, dst, IP ID, proto}, and a later fragment takes them from there: it is then balanced (or
  * reverse-NATed) as its first fragment was, to the same backend.
  *
- * What is remembered, and when (issue 19: the table was once written for any first fragment
- * before the VIP, side and source-range checks, without expiry or budget):
+ * What is remembered, and when (written for any first fragment before the VIP, side and
+ * source-range checks, without expiry or budget, the table would be a flood's to fill):
  * - only a first fragment the datapath is about to DNAT to a backend (forward(): it passed the
  *   VIP lookup, the side checks and the VIP's source ranges) or to reverse-NAT (lb_reverse: a
  *   backend's reply from the cluster side). Anything dropped, passed, or of no VIP leaves nothing;

@@ -330,16 +330,55 @@ struct {
 	__uint(max_entries, 1);
 } dsr_scratch SEC(".maps");
 
-/* progs: tail-call table; PROG_FULL -> xlb_full, PROG_ICMP -> xlb_icmp, PROG_DSR -> xlb_dsr,
- * PROG_TOO_BIG_CLIENT -> xlb_too_big_client, PROG_TOO_BIG_BACKEND -> xlb_too_big_backend.
- * Written by Go at load.
- * Each program generation has its own, which Go pins under progs/<id of its xlb_xdp> while a
- * pinned link runs it (the kernel empties a program array with no user reference left). */
+/* stage_scratch: per-CPU, what a stage hands the next one across a tail call (struct
+ * stage_state, stage.h). Written and read by the datapath, within one packet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct stage_state);
+	__uint(max_entries, 1);
+} stage_scratch SEC(".maps");
+
+/* The programs reached by tail call (xlb.c), for progs' initial contents. */
+int xlb_full4(struct xdp_md *ctx);
+int xlb_full6(struct xdp_md *ctx);
+int xlb_dsr(struct xdp_md *ctx);
+int xlb_too_big_client(struct xdp_md *ctx);
+int xlb_too_big_backend(struct xdp_md *ctx);
+int xlb_icmp4(struct xdp_md *ctx);
+int xlb_icmp6(struct xdp_md *ctx);
+int xlb_new4(struct xdp_md *ctx);
+int xlb_new6(struct xdp_md *ctx);
+int xlb_reply4(struct xdp_md *ctx);
+int xlb_reply6(struct xdp_md *ctx);
+int xlb_egress4(struct xdp_md *ctx);
+int xlb_egress6(struct xdp_md *ctx);
+
+/* progs: tail-call table, PROG_* (consts.h) -> the program of that stage. Its contents are
+ * part of the object (the loader fills it as it loads the programs): the layout lives here
+ * alone. Each program generation has its own, which Go pins under progs/<id of its xlb_xdp>
+ * while a pinned link runs it (the kernel empties a program array with no user reference left). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__type(key, __u32);
-	__type(value, __u32);
 	__uint(max_entries, PROGS_MAX);
-} progs SEC(".maps");
+	__array(values, int(void *));
+} progs SEC(".maps") = {
+	.values = {
+		[PROG_FULL4] = (void *)&xlb_full4,
+		[PROG_FULL6] = (void *)&xlb_full6,
+		[PROG_DSR] = (void *)&xlb_dsr,
+		[PROG_TOO_BIG_CLIENT] = (void *)&xlb_too_big_client,
+		[PROG_TOO_BIG_BACKEND] = (void *)&xlb_too_big_backend,
+		[PROG_ICMP4] = (void *)&xlb_icmp4,
+		[PROG_ICMP6] = (void *)&xlb_icmp6,
+		[PROG_NEW4] = (void *)&xlb_new4,
+		[PROG_NEW6] = (void *)&xlb_new6,
+		[PROG_REPLY4] = (void *)&xlb_reply4,
+		[PROG_REPLY6] = (void *)&xlb_reply6,
+		[PROG_EGRESS4] = (void *)&xlb_egress4,
+		[PROG_EGRESS6] = (void *)&xlb_egress6,
+	},
+};
 
 #endif

@@ -258,6 +258,25 @@ struct dsr_meta {
 	__u8 pad2[2];
 };
 
+/* Value of stage_scratch: what a stage of the datapath hands the next one with a tail call
+ * (stage.h). The packet itself is unchanged until the egress stage rewrites it; its pointers are
+ * taken again after each tail call, and only what a stage cannot read back from the packet
+ * crosses here. */
+struct stage_state {
+	struct flow_key fk; /* the packet's flow; a non-first fragment's ports came from frags */
+	__u64 now;          /* now_gen's clock, read once by the full path */
+	__u32 gen;          /* the cache generation read with it */
+	__u32 role;         /* ROLE_* of the ingress interface */
+	__u32 th;           /* tuple_hash(fk): the handshake slots' index (new-flow stage) */
+	__u32 vip_id;       /* egress: the flow's frontend */
+	__u32 bid;          /* egress: its backend */
+	__u32 vip_flags;    /* egress: VIP_F_* recorded with the flow (0: no record) */
+	__u8 has_fc;        /* fk has a flow_cache slot (not a non-first fragment) */
+	__u8 new_flow;      /* egress: the packet opens its flow here (counters, DSR carrier) */
+	__u8 record;        /* egress: record the hop in fk's flow_cache slot (fc_fill named it) */
+	__u8 carry;         /* egress: may carry its frontend to a DSR backend (no conntrack entry) */
+};
+
 /* ICMP and ICMPv6 share this header layout. */
 struct icmp_hdr {
 	__u8 type;

@@ -1,3 +1,4 @@
+{{- /* SPDX-License-Identifier: Apache-2.0 */ -}}
 {{/*
 xlb.labels: the labels of every object: the chart's, and commonLabels. No release name or
 managed-by: deploy/*.yaml, applied with kubectl, are rendered from this chart too (helm tracks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 package v1alpha1
 
 import (
@@ -67,11 +68,22 @@ type AddressPoolSpec struct {
 	Namespaces []string `json:"namespaces,omitempty"`
 
 	// ServiceSelector, if not empty, maps label keys to values: a Service may use the pool
-	// only if it carries every one of them (MetalLB's serviceSelectors[].matchLabels).
+	// only if it carries every one of them (MetalLB's serviceSelectors[].matchLabels). It
+	// selects, it does not protect: a Service's author writes its labels. Namespaces is the
+	// boundary between tenants.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(k) <= 316 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))",message="keys must be label keys: an optional DNS prefix and '/', then a name of at most 63 characters"
 	ServiceSelector map[string]LabelValue `json:"serviceSelector,omitempty"`
+
+	// CrossNamespaceSharing lets Services of different namespaces share an address of this
+	// pool when they carry the same xlb.dev/allow-shared-ip key (and no port clashes). Off by
+	// default: an address is shared only among Services of one namespace, because a sharing
+	// key is a word any tenant can write, and sharing a VIP lets one tenant take ports of
+	// another's (an ACME HTTP-01 challenge on :80 of someone's :443 VIP). Turn it on only for
+	// a pool whose namespaces trust each other (with namespaces set).
+	// +optional
+	CrossNamespaceSharing bool `json:"crossNamespaceSharing,omitempty"`
 
 	// Priority orders the pools: a Service is offered the pools in increasing priority, then
 	// by name. Default 0.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 is xlb's Kubernetes API, group xlb.dev, version v1alpha1: the custom
 // resources a cluster operator configures xlb with (AddressPool) and the ones each gateway
 // reports on (GatewayStatus). The CustomResourceDefinitions in deploy/helm/xlb/crds are
