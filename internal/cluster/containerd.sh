@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # containerd.sh unpacks Debian forky's containerd 2.1 (bookworm's 1.6 is older than kubelet 1.37
 # accepts; forky's needs only libc6 >= 2.34) into a version-keyed directory, without adding
 # forky to the system's apt sources: apt-get runs with a private sources list, lists and cache

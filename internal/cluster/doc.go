@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cluster runs a real Kubernetes cluster on one machine for xlb's conformance runs:
 // etcd and kube-apiserver (internal/kubetest), kube-controller-manager and kube-scheduler in a
 // control network namespace, and per node a network namespace and a private mount namespace

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # build.sh builds the Kubernetes binaries of a real cluster from the Go module proxy (no
 # prebuilt binaries) into the version-keyed cache that kubetest/kubebins fills with
 # kube-apiserver and etcd: kubelet, kube-proxy, kube-controller-manager, kube-scheduler,

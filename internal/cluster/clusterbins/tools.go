@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build tools
 
 // Package clusterbins records the commands that build.sh builds, so that go mod tidy keeps

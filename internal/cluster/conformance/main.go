@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command conformance brings up the real cluster (internal/cluster) with an xlb gateway as its
 // LoadBalancer implementation (defaultClass: the specs create Services without a class), runs
 // upstream's e2e.test specs from the client namespace behind the gateway, prints each spec's

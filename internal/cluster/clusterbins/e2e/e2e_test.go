@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e is a thin e2e.test: Kubernetes' own e2e runner with only the sig-network specs
 // compiled in (test/e2e's own e2e_test.go links every SIG's specs, several times the build on
 // two cores). Flags, manifests and the suite are upstream's; built with go test -c by
