@@ -13,12 +13,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/xlb-dev/xlb/internal/cluster"
+	"github.com/xlb-dev/xlb/internal/kubetest"
 	"github.com/xlb-dev/xlb/internal/lab"
 )
 
@@ -83,18 +86,43 @@ func run() error {
 	}
 	logf("e2e run took %s", time.Since(began).Round(time.Second))
 	var b strings.Builder
+	fmt.Fprintf(&b, "Run %s: %s; %d nodes; focus `%s`; %s.\n\n", time.Now().UTC().Format("2006-01-02"),
+		versions(), *nodes, *focus, summary(results))
 	b.WriteString("| spec | mode | family | result | seconds | reason |\n|---|---|---|---|---|---|\n")
-	counts := map[string]int{}
 	for _, r := range results {
-		counts[r.Result]++
 		fmt.Fprintf(&b, "| %s | returnPath | IPv4 | %s | %.0f | %s |\n", mdEscape(r.Name), r.Result, r.Seconds, mdEscape(r.Message))
 	}
 	fmt.Print(b.String())
-	logf("results: %v", counts)
+	logf("%s", summary(results))
 	if *out != "" {
 		return os.WriteFile(*out, []byte(b.String()), 0o644)
 	}
 	return nil
+}
+
+// versions names what ran: xlb (this checkout), Kubernetes, etcd, containerd, runc, the kernel.
+func versions() string {
+	first := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).Output()
+		if err != nil {
+			return "?"
+		}
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return line
+	}
+	return fmt.Sprintf("xlb %s, Kubernetes %s (etcd %s), %s, %s, kernel %s", first("git", "describe", "--always", "--dirty"),
+		kubetest.KubeVersion, kubetest.EtcdVersion,
+		strings.TrimPrefix(first(filepath.Join(cluster.ContainerdDir, "containerd"), "--version"), "containerd github.com/containerd/containerd/v2 "),
+		first("runc", "--version"), first("uname", "-r"))
+}
+
+// summary counts the results.
+func summary(rs []cluster.SpecResult) string {
+	n := map[string]int{}
+	for _, r := range rs {
+		n[r.Result]++
+	}
+	return fmt.Sprintf("%d specs: %d passed, %d failed, %d skipped", len(rs), n["passed"], n["failed"]+n["errored"]+n["timedout"]+n["panicked"], n["skipped"])
 }
 
 func mdEscape(s string) string {
