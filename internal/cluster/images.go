@@ -23,12 +23,14 @@ const (
 
 // busyboxApplets are the shell tools the specs run inside agnhost and busybox containers
 // (`/bin/sh -c`, sleep, cat, ...), links to Debian's static busybox.
-var busyboxApplets = []string{"sh", "ash", "cat", "echo", "sleep", "ls", "ps", "grep", "sed", "hostname", "ip", "true", "false", "test", "date", "env", "mkdir", "rm", "touch", "timeout", "nslookup", "printf", "head", "tail", "awk", "dd", "seq", "kill", "id", "uname", "tr", "cut", "wc", "sort", "uniq", "mv", "cp", "chmod", "ln", "find", "xargs", "tee", "expr", "basename", "dirname", "stat", "nohup", "pwd", "mount", "df", "du", "netstat", "ping", "ping6", "which", "[", "[["}
+var busyboxApplets = []string{"ash", "cat", "echo", "sleep", "ls", "ps", "grep", "sed", "hostname", "ip", "true", "false", "test", "date", "env", "mkdir", "rm", "touch", "timeout", "nslookup", "printf", "head", "tail", "awk", "dd", "seq", "kill", "id", "uname", "tr", "cut", "wc", "sort", "uniq", "mv", "cp", "chmod", "ln", "find", "xargs", "tee", "expr", "basename", "dirname", "stat", "nohup", "pwd", "mount", "df", "du", "netstat", "ping", "ping6", "which", "[", "[["}
 
 // hostTools are dynamically linked Debian binaries the specs call with options busybox lacks
 // (OpenBSD nc's -v -t -u, curl) or where bookworm's busybox fails (its wget dies of SIGSEGV
 // with -T, the timeout every spec passes); they go into the image with the libraries ldd names.
+// /bin/sh is dash: busybox's shell runs its own applets (nc, wget) in preference to the PATH's.
 var hostTools = map[string]string{
+	"bin/sh":       "/bin/dash",
 	"usr/bin/curl": "/usr/bin/curl",
 	"usr/bin/nc":   "/bin/nc.openbsd",
 	"usr/bin/wget": "/usr/bin/wget",

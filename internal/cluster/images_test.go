@@ -14,10 +14,11 @@ import (
 	"github.com/xlb-dev/xlb/internal/netlab"
 )
 
-// TestImageTools unpacks the test images' tools into a directory and runs, chrooted there, the
-// commands the e2e specs run in agnhost Pods, against an HTTP server on loopback: busybox's sh,
-// wget with the timeout every spec passes (bookworm's busybox wget dies of SIGSEGV with -T),
-// curl and OpenBSD nc, each with the libraries it loads.
+// TestImageTools unpacks the test images' tools into a directory and runs, chrooted there with
+// /proc mounted as in a container, the commands the e2e specs run in agnhost Pods against an
+// HTTP server on loopback: the shell (dash: busybox's would run its own nc and wget applets over
+// the PATH's), GNU wget with the timeout every spec passes (bookworm's busybox wget dies of
+// SIGSEGV with -T), curl and OpenBSD nc, each with the libraries it loads.
 func TestImageTools(t *testing.T) {
 	netlab.RequireRoot(t, "chroot")
 	files, err := toolFiles()
@@ -44,6 +45,9 @@ func TestImageTools(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +63,10 @@ func TestImageTools(t *testing.T) {
 		{`curl -s --max-time 5 http://` + addr + `/`, "hello"},
 		{`echo | nc -v -t -w 2 ` + host + ` ` + port + ` 2>&1`, "succeeded"},
 	} {
-		cmd := exec.Command("chroot", root, "/bin/sh", "-c", tc.cmd)
+		// /proc mounted as in a container: busybox's shell runs its own applets over the PATH's
+		// programs only when it finds itself there.
+		cmd := exec.Command("unshare", "--mount", "--pid", "--fork", "--mount-proc="+filepath.Join(root, "proc"),
+			"chroot", root, "/bin/sh", "-c", tc.cmd)
 		cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), tc.want) {
