@@ -55,6 +55,23 @@ func TestImageTools(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
+	// A server that accepts and never answers: wget -T gives up after one try, as busybox's
+	// (which the specs expect to fail fast against a blocked VIP).
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 100)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() { silent.Close() })
 	addr := l.Addr().String()
 	host, port, _ := net.SplitHostPort(addr)
 	for _, tc := range []struct{ cmd, want string }{
@@ -72,5 +89,17 @@ func TestImageTools(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%s: %q, %v; want %q", tc.cmd, out, err, tc.want)
 		}
+	}
+	cmd := exec.Command("unshare", "--mount", "--pid", "--fork", "--mount-proc="+filepath.Join(root, "proc"),
+		"chroot", root, "/bin/sh", "-c", "wget -T 1 -qO- http://"+silent.Addr().String()+"/")
+	if out, err := cmd.CombinedOutput(); err == nil {
+		t.Errorf("wget of a server that never answers succeeded: %q", out)
+	}
+	silent.Close()
+	if n := len(accepted); n != 1 {
+		t.Errorf("wget -T 1 of a server that never answers connected %d times, want once", n)
+	}
+	for len(accepted) > 0 {
+		(<-accepted).Close()
 	}
 }
