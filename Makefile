@@ -148,8 +148,9 @@ chart: helm-bin
 
 ## test: everything, privileged tests included (run as root). The timeout is per package: the
 ## longest (internal/lab, xdp, cmd/xlb) take 8-10 min each on a loaded 2-core machine, and
-## go test's default of 10 min cut cmd/xlb short in a CI run.
-test: check-generated vet kube-bins helm-bin
+## go test's default of 10 min cut cmd/xlb short in a CI run. The lint tier (make check) runs
+## first: CI's run is clean of it too.
+test: check check-generated kube-bins helm-bin
 	$(GO) test -count=1 -timeout 60m $(PKGS)
 
 ## e2e: a real appliance in three namespaces (client, gateway with the XDP datapath, backend)

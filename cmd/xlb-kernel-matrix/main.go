@@ -29,14 +29,17 @@ import (
 )
 
 // suites are the packages whose tests run in every guest, with the tests that can run there: the
-// BPF golden-packet tests, the AF_XDP parity tests, and the node agent's.
+// BPF golden-packet tests, the AF_XDP parity tests, and the node agent's. A guest runs them
+// seconds after its boot, so they also prove that no datapath or test depends on a host that
+// has been up for a while (the boot-relative clock is small there): the gateway's slot-age and
+// reload tests are included for that.
 var suites = []struct {
 	pkg string
 	run string
 }{
 	{"xdp/socklb", ""},
 	{"xdp/dsr", ""},
-	{"xdp/gateway", "^(TestGolden|TestDefaultLoad|TestConstantsMatchBPF|TestFlagsMatchBPF)"},
+	{"xdp/gateway", "^(TestGolden|TestDefaultLoad|TestConstantsMatchBPF|TestFlagsMatchBPF|TestSlotAge|TestLoadKeepsSlotConnections|TestLoadReplacesOldHandshakeSlots)"},
 	{"xdp/afxdp", "^(TestParity|TestSteerProgram|TestEngine)"},
 	{"lb/agent", ""},
 }

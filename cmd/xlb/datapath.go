@@ -13,9 +13,6 @@ import (
 	"github.com/xlb-dev/xlb/xdp/gateway"
 )
 
-// gatewayDatapath is what the daemon needs of a datapath.
-type gatewayDatapath = datapath.Gateway
-
 // loadDatapath loads the datapath the configuration asks for (datapath.kind).
 func loadDatapath(cfg *config.Config, log *slog.Logger) (datapath.Gateway, error) {
 	c := cfg.Datapath

@@ -219,9 +219,18 @@ func (g *Gateway) Restart() error {
 // grew: the reload triggers a reconcile; in the rare case that a health change triggered one
 // meanwhile, the wait may end before the reload's own, which follows within a millisecond).
 func (g *Gateway) Reload() error {
-	before, err := g.Metrics()
-	if err != nil {
-		return err
+	// The counters before the signal; a gateway busy with a flood on a small machine may miss
+	// one scrape's timeout, so a few tries, bounded by the reload's own timeout.
+	var before Metrics
+	var err error
+	for start := time.Now(); ; {
+		if before, err = g.Metrics(); err == nil {
+			break
+		}
+		if time.Since(start) > reloadTimeout {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	applied0 := before.Sum("xlb_config_reloads_total", "result", "applied")
 	rejected0 := before.Sum("xlb_config_reloads_total", "result", "rejected")

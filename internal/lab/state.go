@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -362,7 +361,7 @@ func killSiteProcesses(stateDir string, remove func(prefix string) bool) ([]proc
 func Build(dir string) (string, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("build xlb: %w", err)
 	}
 	out := filepath.Join(dir, "xlb")
 	cmd := exec.Command(goBin, "build", "-o", out, "github.com/xlb-dev/xlb/cmd/xlb")

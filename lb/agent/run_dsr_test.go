@@ -186,7 +186,7 @@ func TestRunDSR(t *testing.T) {
 	// An endpoint joins on n1, the first leaves.
 	webSlice.Endpoints = append(webSlice.Endpoints[1:], discoveryv1.Endpoint{Addresses: []string{"198.18.4.3"},
 		NodeName: webSlice.Endpoints[0].NodeName, Conditions: webSlice.Endpoints[0].Conditions})
-	if webSlice, err = admin.DiscoveryV1().EndpointSlices("default").Update(ctx, webSlice, metav1.UpdateOptions{}); err != nil {
+	if _, err = admin.DiscoveryV1().EndpointSlices("default").Update(ctx, webSlice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	web = "198.18.100.1:80/TCP -> 198.18.4.3:8080"

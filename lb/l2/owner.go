@@ -102,15 +102,3 @@ func Duplicates(self netip.Addr, members []Member) []netip.Addr {
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
-
-// sortedSet returns the set's addresses, sorted.
-func sortedSet(s map[netip.Addr]bool) []netip.Addr {
-	out := make([]netip.Addr, 0, len(s))
-	for a, ok := range s {
-		if ok {
-			out = append(out, a)
-		}
-	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out
-}

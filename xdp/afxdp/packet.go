@@ -52,15 +52,6 @@ const (
 	tcpACK = 0x10
 )
 
-// flowKey is a flow's 5-tuple as conntrack and the handshake table key it. IPv4 addresses sit in
-// the first 4 bytes; v6 keeps the families apart.
-type flowKey struct {
-	src, dst     [16]byte
-	sport, dport uint16
-	proto        uint8
-	v6           bool
-}
-
 // packet is a parsed frame: offsets into it and the fields the engine needs. Ports are in host
 // order.
 type packet struct {
@@ -196,10 +187,6 @@ func parseQuote(frame []byte, p *packet, in *packet) (l3, l4 int, ok bool) {
 	return l3, l4, true
 }
 
-func (p *packet) key() flowKey {
-	return flowKey{src: p.src, dst: p.dst, sport: p.sport, dport: p.dport, proto: p.proto, v6: p.v6}
-}
-
 func (p *packet) srcAddr() netip.Addr { return addrOf(p.src, p.v6) }
 func (p *packet) dstAddr() netip.Addr { return addrOf(p.dst, p.v6) }
 
@@ -209,15 +196,6 @@ func addrOf(b [16]byte, v6 bool) netip.Addr {
 		return netip.AddrFrom16(b)
 	}
 	return netip.AddrFrom4([4]byte(b[:4]))
-}
-
-// keyAddr is a's 16-byte key form (IPv4 in the first 4 bytes).
-func keyAddr(a netip.Addr) (b [16]byte) {
-	if a.Is4() {
-		copy(b[:4], a.AsSlice())
-		return b
-	}
-	return a.As16()
 }
 
 // The incremental checksum arithmetic of RFC 1624, exactly as xdp/gateway/bpf/csum.h does it: a diff

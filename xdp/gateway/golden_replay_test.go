@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/google/gopacket/layers"
@@ -475,6 +476,10 @@ func fullPathOnly(c replayCase, v fastVariant, in pk) bool {
 	return in.UDPZeroCsum // flow_replay leaves it to the full path, which drops it
 }
 
+// fastRecordTrust is how long after it was written fast_path replays a flow_cache record
+// (CT_REFRESH_NS, consts.h).
+const fastRecordTrust = time.Second
+
 // TestGoldenFastPath: xlb_xdp first tries fast_path, which handles the common packets of
 // recorded flows, replies and traffic that is none of ours, and tail-calls the full path
 // (xlb_full4, xlb_full6) for the rest. Two gateways with the same services see the same packets; then each
@@ -524,24 +529,40 @@ func TestGoldenFastPath(t *testing.T) {
 				} else {
 					p.Src = netip.AddrPortFrom(p.Src.Addr(), port)
 				}
-				if !strings.HasPrefix(c.name, "not ours") {
-					for _, g := range []*gw{gx, gf} {
-						for range toRecord(c, p) { // the conntrack entry, then the record
-							g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
-						}
-					}
-				}
 				in := v.mod(p)
 				b := in.bytes(t)
 				if v.raw != nil {
 					b = v.raw(b)
 				}
-				for _, i := range []uint32{progFull4, progFull6} {
-					must(t, gx.dp.objs.Progs.Delete(i))
+				var got progrun.Result
+				var gotReasons map[Reason]uint64
+				// A record is replayed for at most fastRecordTrust after it was written: on a
+				// machine so loaded that more passed between recording and the fast path's run,
+				// the fast path rightly leaves the packet to the full path (absent here, so it
+				// passes it, uncounted). Then the case is recorded and run again, a bounded
+				// number of times; a miss within the window is a failure.
+				for attempt := 1; ; attempt++ {
+					start := time.Now()
+					if !strings.HasPrefix(c.name, "not ours") {
+						for _, g := range []*gw{gx, gf} {
+							for range toRecord(c, p) { // the conntrack entry, then the record
+								g.expect(t, p.bytes(t), c.ifindex(g), want{xdpRedirect, c.out(p).bytes(t), c.reasons})
+							}
+						}
+					}
+					for _, i := range []uint32{progFull4, progFull6} {
+						must(t, gx.dp.objs.Progs.Delete(i))
+					}
+					got, gotReasons = runOn(t, gx, gx.dp.Program(), bytes.Clone(b), c.ifindex(gx))
+					must(t, gx.dp.objs.Progs.Put(uint32(progFull4), gx.dp.objs.XlbFull4))
+					must(t, gx.dp.objs.Progs.Put(uint32(progFull6), gx.dp.objs.XlbFull6))
+					missed := got.Verdict == xdpPass && maps.Equal(gotReasons, map[Reason]uint64{ReasonPassTailCall: 1})
+					if !missed || fullPathOnly(c, v, in) || time.Since(start) < fastRecordTrust || attempt == 5 {
+						break
+					}
+					t.Logf("attempt %d: %s between the record and the fast path's run (a record is trusted for %s): again",
+						attempt, time.Since(start).Round(time.Millisecond), fastRecordTrust)
 				}
-				got, gotReasons := runOn(t, gx, gx.dp.Program(), bytes.Clone(b), c.ifindex(gx))
-				must(t, gx.dp.objs.Progs.Put(uint32(progFull4), gx.dp.objs.XlbFull4))
-				must(t, gx.dp.objs.Progs.Put(uint32(progFull6), gx.dp.objs.XlbFull6))
 				if fullPathOnly(c, v, in) {
 					want := map[Reason]uint64{ReasonPassTailCall: 1}
 					if got.Verdict != xdpPass || !bytes.Equal(got.Data, b) || !maps.Equal(gotReasons, want) {
