@@ -58,18 +58,18 @@ func TestClusterLoadBalancer(t *testing.T) {
 	labels := map[string]string{"app": "web"}
 	createEchoPods(ctx, t, cs, "web", labels, 2)
 	class := "xlb.dev/xdp"
-	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+	if _, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: labels,
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pods := waitPodsRunning(ctx, t, c, labels, 2, 3*time.Minute)
 	created := time.Now()
+	var svc *corev1.Service
 	var vip netip.Addr
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		svc, err = cs.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})

@@ -80,7 +80,7 @@ func toolFiles() (map[string]ociimage.Entry, error) {
 		// GNU wget retries a timed-out request 20 times (minutes); busybox's, which the specs
 		// were written for, tries once.
 		"etc/wgetrc": {Data: []byte("tries = 1\n")},
-		"tmp/.keep":         {},
+		"tmp/.keep":  {},
 	}
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
