@@ -112,7 +112,7 @@ func versions() string {
 	}
 	return fmt.Sprintf("xlb %s, Kubernetes %s (etcd %s), %s, %s, kernel %s", first("git", "describe", "--always", "--dirty"),
 		kubetest.KubeVersion, kubetest.EtcdVersion,
-		strings.TrimPrefix(first(filepath.Join(cluster.ContainerdDir, "containerd"), "--version"), "containerd github.com/containerd/containerd/v2 "),
+		"containerd "+strings.TrimPrefix(first(filepath.Join(cluster.ContainerdDir, "containerd"), "--version"), "containerd github.com/containerd/containerd/v2 "),
 		first("runc", "--version"), first("uname", "-r"))
 }
 
