@@ -18,6 +18,9 @@ LAB_PKGS = curl iputils-ping
 # qemu-system-x86 and busybox-static: make kernel-matrix boots Debian's kernels under QEMU (TCG)
 # with a busybox initramfs (internal/vmtest).
 VM_PKGS = qemu-system-x86 busybox-static
+# The real cluster's nodes (internal/cluster): the CNI plugins (ptp, host-local), and the tools
+# upstream's specs run in the test images (busybox, nc -v, GNU wget).
+CLUSTER_PKGS = containernetworking-plugins busybox-static netcat-openbsd wget
 
 export GOTOOLCHAIN ?= local
 
@@ -66,7 +69,7 @@ staticcheck-bin:
 ## deps: install the Debian packages the build and the tests need (needs root).
 deps:
 	apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS) $(LAB_PKGS)
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PKGS) $(LAB_PKGS) $(CLUSTER_PKGS)
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VM_PKGS)
 
 ## generate: compile the BPF C with clang-16 and regenerate the bpf2go bindings.
@@ -150,7 +153,7 @@ chart: helm-bin
 ## longest (internal/lab, xdp, cmd/xlb) take 8-10 min each on a loaded 2-core machine, and
 ## go test's default of 10 min cut cmd/xlb short in a CI run. The lint tier (make check) runs
 ## first: CI's run is clean of it too.
-test: check check-generated kube-bins helm-bin
+test: check check-generated kube-bins cluster-bins helm-bin
 	$(GO) test -count=1 -timeout 60m $(PKGS)
 
 ## e2e: a real appliance in three namespaces (client, gateway with the XDP datapath, backend)
