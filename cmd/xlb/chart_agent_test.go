@@ -262,22 +262,7 @@ func TestChartAgentCapabilities(t *testing.T) {
   dsr: {enabled: true, interfaces: [n0], pinPath: %s, flows: 16384}
 `, nodeAgentListen, sockPin, closes, dsrPin)
 			dir := t.TempDir()
-			valuesFile := filepath.Join(dir, "values.yaml")
-			if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := h.Template(ctx, helmtest.Render{Chart: filepath.Join(repo, helmtest.ChartDir), ValuesFiles: []string{valuesFile},
-				Set: []string{"namespace.create=true"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			manifest := filepath.Join(dir, "chart.yaml")
-			if err := os.WriteFile(manifest, out, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := kubetest.ApplyFile(ctx, cp.Admin(), manifest); err != nil {
-				t.Fatalf("apply the chart: %v", err)
-			}
+			applyChart(t, h, cp, repo, dir, values)
 			ds, err := admin.AppsV1().DaemonSets("xlb-system").Get(ctx, "xlb-agent", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)

@@ -89,22 +89,7 @@ gateway:
       - {name: bastion, vips: [198.18.99.1], ports: [{port: 22}], backends: [{address: 198.18.2.10}]}
 `, kind, pin, kubeconfig)
 			dir := t.TempDir()
-			valuesFile := filepath.Join(dir, "values.yaml")
-			if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := h.Template(ctx, helmtest.Render{Chart: filepath.Join(repo, helmtest.ChartDir), ValuesFiles: []string{valuesFile},
-				Set: []string{"namespace.create=true"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			manifest := filepath.Join(dir, "chart.yaml")
-			if err := os.WriteFile(manifest, out, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := kubetest.ApplyFile(ctx, cp.Admin(), manifest); err != nil {
-				t.Fatalf("apply the chart: %v", err)
-			}
+			applyChart(t, h, cp, repo, dir, values)
 			// What the chart's gateway runs with, read back from the apiserver.
 			ds, err := admin.AppsV1().DaemonSets("xlb-system").Get(ctx, "xlb-gateway", metav1.GetOptions{})
 			if err != nil {
@@ -282,4 +267,26 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// applyChart renders the chart with values (YAML) as helm template does, writing the values and
+// the manifest into dir, and applies the manifest to cp as its administrator.
+func applyChart(t *testing.T, h helmtest.Helm, cp *kubetest.ControlPlane, repo, dir, values string) {
+	t.Helper()
+	valuesFile := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(valuesFile, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.Template(t.Context(), helmtest.Render{Chart: filepath.Join(repo, helmtest.ChartDir), ValuesFiles: []string{valuesFile},
+		Set: []string{"namespace.create=true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "chart.yaml")
+	if err := os.WriteFile(manifest, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := kubetest.ApplyFile(t.Context(), cp.Admin(), manifest); err != nil {
+		t.Fatalf("apply the chart: %v", err)
+	}
 }
